@@ -1,0 +1,58 @@
+"""Process-group setup that picks the device and backend at run time."""
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process runs: rank, world size and the device it computes on."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def pick_device(local_rank: int = 0) -> torch.device:
+    """CUDA device ``local_rank`` when CUDA is usable, else CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def init_distributed() -> DistEnv:
+    """Initialise the default process group from torchrun/TorchX environment variables.
+
+    Uses nccl on CUDA and gloo on CPU. Without ``RANK``/``WORLD_SIZE`` set (a plain
+    ``python apps/train.py``), runs as a single-rank group on a free local port.
+    """
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = pick_device(local_rank)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        if "MASTER_ADDR" not in os.environ:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+            os.environ["MASTER_PORT"] = str(free_port())
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    return DistEnv(rank, world_size, local_rank, device, backend)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,45 @@
+"""Run a test function on several gloo ranks, each in its own process.
+
+Usage::
+
+    def _check(rank: int, world_size: int, some_arg: int) -> None:
+        ...  # runs with the default process group initialised (gloo, CPU)
+
+    def test_something():
+        run_on_ranks(_check, 2, 42)
+
+The function must be defined at module level (it is pickled into the children). An
+exception on any rank fails the test with that rank's traceback.
+"""
+
+import os
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from dlrm_multiepoch.distributed import free_port
+
+
+def _entry(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+    )
+    # Two ranks share two cores: one intra-op thread each avoids oversubscription.
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_on_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any) -> None:
+    mp.start_processes(
+        _entry, args=(world_size, free_port(), fn, args), nprocs=world_size, join=True, start_method="spawn"
+    )

@@ -14,6 +14,7 @@ class DistEnv:
     rank: int
     world_size: int
     local_rank: int
+    local_world_size: int
     device: torch.device
     backend: str
 
@@ -38,6 +39,7 @@ def init_distributed() -> DistEnv:
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     device = pick_device(local_rank)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
@@ -47,7 +49,7 @@ def init_distributed() -> DistEnv:
             os.environ["MASTER_ADDR"] = "127.0.0.1"
             os.environ["MASTER_PORT"] = str(free_port())
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
-    return DistEnv(rank, world_size, local_rank, device, backend)
+    return DistEnv(rank, world_size, local_rank, local_world_size, device, backend)
 
 
 def free_port() -> int:

@@ -29,6 +29,7 @@ def _entry(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: 
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
         LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
     )
     # Two ranks share two cores: one intra-op thread each avoids oversubscription.
     torch.set_num_threads(1)

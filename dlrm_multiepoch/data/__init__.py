@@ -1,6 +1,7 @@
 """Data: real datasets encoded for TorchRec and the rank-sharded batch loader."""
 
 from dlrm_multiepoch.data.batch import Batch
+from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.data.dataset import (
     HISTORY_FEATURE,
     UNKNOWN_ID,
@@ -18,4 +19,5 @@ __all__ = [
     "Split",
     "TableSpec",
     "UNKNOWN_ID",
+    "synthetic_data",
 ]

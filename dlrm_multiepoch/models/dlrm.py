@@ -1,0 +1,145 @@
+"""TorchRec's DLRM / DLRM-DCN with one logit per task, trainable from a ``Batch``."""
+
+from dataclasses import dataclass, field
+from typing import Dict, List, NamedTuple, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchrec.models.dlrm import DLRM, DLRM_DCN
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+from dlrm_multiepoch.data.batch import Batch
+from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
+
+
+def int_list(text: str, flag: str) -> List[int]:
+    """Parse ``"64,32"`` into ``[64, 32]``; a bad entry names the flag."""
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--{flag} expects comma-separated integers, got {text!r}") from None
+    if not sizes or min(sizes) <= 0:
+        raise ValueError(f"--{flag} expects positive layer sizes, got {text!r}")
+    return sizes
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of the DLRM-style model (flags of the same names)."""
+
+    model: str = field(default="dlrm", metadata={"help": "dlrm (dot interaction) or dlrm_dcn (low-rank DCN-v2 cross)"})
+    embedding_dim: int = field(default=16, metadata={"help": "dimension of every embedding table"})
+    dense_arch_layer_sizes: str = field(
+        default="64,16", metadata={"help": "dense MLP sizes; the last must equal --embedding_dim"}
+    )
+    over_arch_layer_sizes: str = field(
+        default="64,32", metadata={"help": "hidden sizes of the over arch; a head with one logit per task is appended"}
+    )
+    dcn_num_layers: int = field(default=3, metadata={"help": "cross layers of dlrm_dcn"})
+    dcn_low_rank_dim: int = field(default=16, metadata={"help": "low-rank dimension of dlrm_dcn cross layers"})
+
+
+def embedding_bag_configs(data: InteractionData, embedding_dim: int) -> List[EmbeddingBagConfig]:
+    """One ``EmbeddingBagConfig`` per dataset table.
+
+    Tables that also serve the history sequence mean-pool, so the history bag is the
+    average of its items while single-id features are unaffected (mean of one = sum).
+    """
+    return [
+        EmbeddingBagConfig(
+            name=t.name,
+            embedding_dim=embedding_dim,
+            num_embeddings=t.num_embeddings,
+            feature_names=list(t.feature_names),
+            pooling=PoolingType.MEAN if HISTORY_FEATURE in t.feature_names else PoolingType.SUM,
+        )
+        for t in data.tables
+    ]
+
+
+class ModelOutput(NamedTuple):
+    """Detached per-step outputs for metrics and logging."""
+
+    loss: torch.Tensor
+    task_losses: Dict[str, torch.Tensor]
+    logits: torch.Tensor  # [B, num_tasks]
+    labels: torch.Tensor  # [B, num_tasks]
+    weights: torch.Tensor  # [B]
+
+
+def weighted_bce(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Mean binary cross-entropy over real samples (weight-0 padding contributes nothing)."""
+    per_sample = F.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+    return (per_sample * weights).sum() / weights.sum().clamp_min(1.0)
+
+
+class MultiTaskTrain(nn.Module):
+    """Wraps a model ``(dense, kjt) -> [B, num_tasks] logits`` for TorchRec train pipelines.
+
+    ``forward(batch)`` returns ``(loss, ModelOutput)``, the contract of
+    ``TrainPipelineSparseDist.progress``; the loss is the sum of per-task weighted BCE.
+
+    Args:
+        model: e.g. TorchRec's ``DLRM`` with ``over_arch_layer_sizes[-1] == len(tasks)``.
+        tasks: task names, in logit column order.
+
+    Example::
+
+        train_model = MultiTaskTrain(DLRM(ebc, 4, [64, 16], [64, 32, 2]), ["like", "love"])
+        loss, out = train_model(batch)
+    """
+
+    def __init__(self, model: nn.Module, tasks: Sequence[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.tasks = list(tasks)
+
+    def forward(self, batch: Batch) -> Tuple[torch.Tensor, ModelOutput]:
+        logits = self.model(batch.dense_features, batch.sparse_features)
+        labels = torch.stack([batch.labels[t] for t in self.tasks], dim=1)
+        task_losses = {t: weighted_bce(logits[:, i], labels[:, i], batch.weights) for i, t in enumerate(self.tasks)}
+        loss = torch.stack(list(task_losses.values())).sum()
+        out = ModelOutput(
+            loss=loss.detach(),
+            task_losses={t: v.detach() for t, v in task_losses.items()},
+            logits=logits.detach(),
+            labels=labels,
+            weights=batch.weights,
+        )
+        return loss, out
+
+
+def build_dlrm(data: InteractionData, cfg: ModelConfig, dense_device: torch.device) -> MultiTaskTrain:
+    """TorchRec ``DLRM``/``DLRM_DCN`` for ``data``, tables on the meta device for sharding.
+
+    Args:
+        data: provides tables, dense width and tasks.
+        cfg: architecture.
+        dense_device: where the dense arch lives (the tables are materialised by
+            ``DistributedModelParallel`` on their shards' devices).
+    """
+    dense_sizes = int_list(cfg.dense_arch_layer_sizes, "dense_arch_layer_sizes")
+    if dense_sizes[-1] != cfg.embedding_dim:
+        raise ValueError(
+            f"--dense_arch_layer_sizes must end with --embedding_dim ({cfg.embedding_dim}), got {cfg.dense_arch_layer_sizes!r}"
+        )
+    over_sizes = int_list(cfg.over_arch_layer_sizes, "over_arch_layer_sizes") + [len(data.tasks)]
+    ebc = EmbeddingBagCollection(
+        tables=embedding_bag_configs(data, cfg.embedding_dim), device=torch.device("meta")
+    )
+    common = dict(
+        embedding_bag_collection=ebc,
+        dense_in_features=len(data.dense_names),
+        dense_arch_layer_sizes=dense_sizes,
+        over_arch_layer_sizes=over_sizes,
+        dense_device=dense_device,
+    )
+    if cfg.model == "dlrm":
+        model: nn.Module = DLRM(**common)
+    elif cfg.model == "dlrm_dcn":
+        model = DLRM_DCN(**common, dcn_num_layers=cfg.dcn_num_layers, dcn_low_rank_dim=cfg.dcn_low_rank_dim)
+    else:
+        raise ValueError(f"--model must be one of dlrm, dlrm_dcn; got {cfg.model!r}")
+    return MultiTaskTrain(model, data.tasks)

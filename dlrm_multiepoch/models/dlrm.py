@@ -1,6 +1,5 @@
 """TorchRec's DLRM / DLRM-DCN with one logit per task, trainable from a ``Batch``."""
 
-from dataclasses import dataclass, field
 from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 import torch
@@ -12,33 +11,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
-
-
-def int_list(text: str, flag: str) -> List[int]:
-    """Parse ``"64,32"`` into ``[64, 32]``; a bad entry names the flag."""
-    try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"--{flag} expects comma-separated integers, got {text!r}") from None
-    if not sizes or min(sizes) <= 0:
-        raise ValueError(f"--{flag} expects positive layer sizes, got {text!r}")
-    return sizes
-
-
-@dataclass
-class ModelConfig:
-    """Architecture of the DLRM-style model (flags of the same names)."""
-
-    model: str = field(default="dlrm", metadata={"help": "dlrm (dot interaction) or dlrm_dcn (low-rank DCN-v2 cross)"})
-    embedding_dim: int = field(default=16, metadata={"help": "dimension of every embedding table"})
-    dense_arch_layer_sizes: str = field(
-        default="64,16", metadata={"help": "dense MLP sizes; the last must equal --embedding_dim"}
-    )
-    over_arch_layer_sizes: str = field(
-        default="64,32", metadata={"help": "hidden sizes of the over arch; a head with one logit per task is appended"}
-    )
-    dcn_num_layers: int = field(default=3, metadata={"help": "cross layers of dlrm_dcn"})
-    dcn_low_rank_dim: int = field(default=16, metadata={"help": "low-rank dimension of dlrm_dcn cross layers"})
+from dlrm_multiepoch.models.config import ModelConfig, int_list
 
 
 def embedding_bag_configs(data: InteractionData, embedding_dim: int) -> List[EmbeddingBagConfig]:
@@ -60,10 +33,14 @@ def embedding_bag_configs(data: InteractionData, embedding_dim: int) -> List[Emb
 
 
 class ModelOutput(NamedTuple):
-    """Detached per-step outputs for metrics and logging."""
+    """Detached per-step outputs for metrics and logging.
+
+    ``losses`` holds every named loss term (one per task, plus any auxiliary losses a
+    model adds); each is logged as ``train/loss_<name>``.
+    """
 
     loss: torch.Tensor
-    task_losses: Dict[str, torch.Tensor]
+    losses: Dict[str, torch.Tensor]
     logits: torch.Tensor  # [B, num_tasks]
     labels: torch.Tensor  # [B, num_tasks]
     weights: torch.Tensor  # [B]
@@ -103,7 +80,7 @@ class MultiTaskTrain(nn.Module):
         loss = torch.stack(list(task_losses.values())).sum()
         out = ModelOutput(
             loss=loss.detach(),
-            task_losses={t: v.detach() for t, v in task_losses.items()},
+            losses={t: v.detach() for t, v in task_losses.items()},
             logits=logits.detach(),
             labels=labels,
             weights=batch.weights,

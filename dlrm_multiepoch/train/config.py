@@ -1,0 +1,114 @@
+"""The one dataclass config the training app builds everything from, and its CLI."""
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
+
+from dlrm_multiepoch.data.config import DataConfig
+from dlrm_multiepoch.models.config import ModelConfig
+
+
+@dataclass
+class OptimConfig:
+    """Optimizers: fused in-backward for tables, Adam for dense weights."""
+
+    learning_rate: float = field(default=1e-3, metadata={"help": "Adam learning rate of the dense weights"})
+    embedding_optimizer: str = field(
+        default="rowwise_adagrad", metadata={"help": "fused table optimizer: rowwise_adagrad, adagrad or sgd"}
+    )
+    embedding_learning_rate: float = field(default=0.05, metadata={"help": "learning rate of the embedding tables"})
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run is built from.
+
+    Example::
+
+        cfg = parse_config(["--dataset", "movielens", "--epochs", "2"])
+        Trainer(cfg, init_distributed()).train()
+    """
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    epochs: int = field(default=3, metadata={"help": "passes over the train split"})
+    batch_size: int = field(default=1024, metadata={"help": "global batch size (summed over ranks)"})
+    eval_batch_size: int = field(default=4096, metadata={"help": "global batch size for evaluation"})
+    seed: int = field(default=0, metadata={"help": "seed of model init and shuffling"})
+    sharding_types: str = field(
+        default="table_wise,row_wise,column_wise",
+        metadata={"help": "sharding types the planner may use (add data_parallel to allow replicated tables)"},
+    )
+    tensorboard_dir: str = field(default="runs", metadata={"help": "parent folder of run folders"})
+    run_name: str = field(default="", metadata={"help": "run folder name under --tensorboard_dir (default: derived)"})
+    eval_every_n_steps: int = field(default=0, metadata={"help": "also evaluate every N train steps (0: per epoch only)"})
+    train_eval_rows: int = field(
+        default=20000, metadata={"help": "rows of a fixed train sample evaluated each time (memorisation check)"}
+    )
+    log_every_n_steps: int = field(default=20, metadata={"help": "train loss/throughput logging interval"})
+    limit_train_batches: int = field(default=0, metadata={"help": "stop each epoch after N steps (0: no limit)"})
+    progress_bar: bool = field(default=True, metadata={"help": "show a tqdm progress bar on rank 0"})
+
+    def validate(self) -> None:
+        for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+        for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_SECTIONS = ("data", "model", "optim")
+
+
+def _leaf_fields(cls: Type[Any]) -> List[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if f.name not in _SECTIONS]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """One ``--flag`` per leaf field of :class:`TrainConfig` and its sections."""
+    parser = argparse.ArgumentParser(
+        description="Train a DLRM-style model with TorchRec (torchrun/TorchX launch).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for cls in (TrainConfig, DataConfig, ModelConfig, OptimConfig):
+        group = parser.add_argument_group(cls.__name__)
+        hints = get_type_hints(cls)
+        for f in _leaf_fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            kind = hints[f.name]
+            help_text = f.metadata.get("help", "")
+            if kind is bool:
+                group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            else:
+                base = _optional_base(kind)
+                group.add_argument(f"--{f.name}", type=base, default=default, help=help_text)
+    return parser
+
+
+def _optional_base(kind: Any) -> Any:
+    args = getattr(kind, "__args__", None)
+    if args and type(None) in args:  # Optional[X]
+        return next(a for a in args if a is not type(None))
+    return kind
+
+
+def parse_config(argv: Optional[Sequence[str]] = None) -> TrainConfig:
+    """Parse CLI flags into a validated :class:`TrainConfig`; errors name the flag."""
+    parser = build_parser()
+    ns = vars(parser.parse_args(argv))
+    sections = {
+        name: cls(**{f.name: ns[f.name] for f in _leaf_fields(cls)})
+        for name, cls in (("data", DataConfig), ("model", ModelConfig), ("optim", OptimConfig))
+    }
+    cfg = TrainConfig(**sections, **{f.name: ns[f.name] for f in _leaf_fields(TrainConfig)})
+    try:
+        cfg.validate()
+    except ValueError as e:
+        parser.error(str(e))
+    return cfg

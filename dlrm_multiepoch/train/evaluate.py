@@ -1,0 +1,67 @@
+"""Evaluation: AUC, logloss and normalised entropy per task over a whole split."""
+
+import math
+from typing import Dict, Iterable, List
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torchmetrics.functional.classification import binary_auroc
+
+from dlrm_multiepoch.models.dlrm import ModelOutput
+
+TaskMetrics = Dict[str, Dict[str, float]]
+
+
+def binary_metrics(logits: torch.Tensor, labels: torch.Tensor) -> Dict[str, float]:
+    """AUC, logloss (natural log) and NE (logloss over the entropy of the base rate)."""
+    labels = labels.double()
+    logloss = F.binary_cross_entropy_with_logits(logits.double(), labels).item()
+    p = labels.mean().item()
+    base = -(p * math.log(p) + (1 - p) * math.log(1 - p)) if 0.0 < p < 1.0 else float("nan")
+    auc = binary_auroc(logits.double(), labels.long()).item() if 0.0 < p < 1.0 else float("nan")
+    return {"auc": auc, "logloss": logloss, "ne": logloss / base, "positive_rate": p, "rows": float(labels.numel())}
+
+
+def gather_outputs(outputs: List[ModelOutput]) -> Dict[str, torch.Tensor]:
+    """Concatenate this rank's outputs, gather all ranks' and drop padding rows.
+
+    Every rank ran the same number of equal-size batches (the loader pads), so a plain
+    ``all_gather`` of equal-shape tensors suffices.
+    """
+    logits = torch.cat([o.logits for o in outputs]).float().cpu()
+    labels = torch.cat([o.labels for o in outputs]).float().cpu()
+    weights = torch.cat([o.weights for o in outputs]).float().cpu()
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        # gloo gathers CPU tensors; nccl needs them on the current device.
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        packed = torch.cat([logits, labels, weights[:, None]], dim=1).to(device)
+        parts = [torch.empty_like(packed) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, packed)
+        packed = torch.cat(parts).cpu()
+        n_tasks = logits.shape[1]
+        logits, labels, weights = packed[:, :n_tasks], packed[:, n_tasks : 2 * n_tasks], packed[:, -1]
+    keep = weights > 0
+    return {"logits": logits[keep], "labels": labels[keep]}
+
+
+def task_metrics(outputs: List[ModelOutput], tasks: List[str]) -> TaskMetrics:
+    """Metrics per task over all ranks' outputs of one pass over a split."""
+    merged = gather_outputs(outputs)
+    return {t: binary_metrics(merged["logits"][:, i], merged["labels"][:, i]) for i, t in enumerate(tasks)}
+
+
+@torch.no_grad()
+def run_eval_pass(progress, batches: Iterable) -> List[ModelOutput]:
+    """Run ``progress`` (a train pipeline's, with the model in eval mode) over ``batches``.
+
+    TorchRec pipelines skip backward and optimizer steps when the model is not
+    training, so the same pipeline serves evaluation (as in TorchRec's dlrm_main).
+    """
+    it = iter(batches)
+    outputs: List[ModelOutput] = []
+    while True:
+        try:
+            outputs.append(progress(it))
+        except StopIteration:
+            return outputs

@@ -1,0 +1,187 @@
+"""The training loop: data -> batch -> sharded model -> pipeline -> optimizer -> evaluator -> logger."""
+
+import itertools
+import time
+from typing import Any, Dict, Iterator, List, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torchrec.distributed import DistributedModelParallel
+from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+from torchrec.optim.keyed import CombinedOptimizer
+from tqdm import tqdm
+
+from dlrm_multiepoch.data.batch import Batch
+from dlrm_multiepoch.data.config import load_dataset
+from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
+from dlrm_multiepoch.distributed import DistEnv
+from dlrm_multiepoch.models.dlrm import ModelOutput
+from dlrm_multiepoch.models.factory import build_model
+from dlrm_multiepoch.train.config import TrainConfig
+from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics
+from dlrm_multiepoch.train.metrics_logger import MetricsLogger
+from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+
+TRAIN_SAMPLE = "train_sample"
+
+
+def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
+    """Load the dataset on every rank; rank 0 first, so only it builds the cache."""
+    if env.is_main:
+        data = load_dataset(cfg.data, log=print)
+    if env.world_size > 1:
+        dist.barrier()
+    if not env.is_main:
+        data = load_dataset(cfg.data, log=lambda _: None)
+    # A fixed train sample, evaluated like the test split, shows memorisation.
+    train = data.splits["train"]
+    rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
+    data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+    return data
+
+
+def default_run_name(cfg: TrainConfig) -> str:
+    return f"{cfg.data.dataset}-{cfg.model.model}-seed{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+class Trainer:
+    """Builds every part of a run from a :class:`TrainConfig` and trains it.
+
+    Attributes list the swappable parts; each is built by one function so later
+    features (freeze schedules, other pipelines) replace one attribute.
+
+    Args:
+        cfg: the run's config.
+        env: process group facts from :func:`dlrm_multiepoch.distributed.init_distributed`.
+
+    Example::
+
+        env = init_distributed()
+        summary = Trainer(parse_config(), env).train()
+    """
+
+    data: InteractionData
+    model: DistributedModelParallel
+    optimizer: CombinedOptimizer
+    pipeline: TrainPipelineSparseDist
+    logger: MetricsLogger
+
+    def __init__(self, cfg: TrainConfig, env: DistEnv) -> None:
+        self.cfg = cfg
+        self.env = env
+        torch.manual_seed(cfg.seed)
+        self.data = load_data(cfg, env)
+        self.train_loader = BatchLoader(
+            self.data, "train", cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
+        )
+        self.eval_loaders = {
+            split: BatchLoader(self.data, split, cfg.eval_batch_size, env.rank, env.world_size)
+            for split in ("test", TRAIN_SAMPLE)
+        }
+        model = build_model(self.data, cfg.model, env.device)
+        apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.embedding_learning_rate)
+        self.model = shard_model(model, env, [s for s in cfg.sharding_types.split(",") if s])
+        self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
+        self.pipeline = TrainPipelineSparseDist(self.model, self.optimizer, env.device)
+        run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
+        self.logger = MetricsLogger(run_dir, enabled=env.is_main)
+        self.step = 0
+        self._log_build()
+
+    def _log_build(self) -> None:
+        n_params = sum(p.numel() for p in self.model.parameters())
+        self.logger.info(
+            f"built {self.cfg.model.model}: {n_params:,} parameters on rank {self.env.rank} "
+            f"({self.env.world_size} ranks, {self.env.backend} on {self.env.device}); "
+            f"{len(self.train_loader)} steps/epoch at global batch {self.cfg.batch_size}\n{self.model.plan}"
+        )
+        self.logger.info(f"TensorBoard run folder: {self.logger.run_dir}")
+        self.logger.record("config", self.cfg.to_dict())
+        self.logger.record("dataset", {name: len(split) for name, split in self.data.splits.items()})
+        self.logger.text("config", f"```\n{self.cfg.to_dict()}\n```")
+
+    # -- training ---------------------------------------------------------------
+
+    def train(self) -> Dict[str, Any]:
+        """Train for ``cfg.epochs`` epochs, evaluating after each; return the summary."""
+        start = time.perf_counter()
+        for epoch in range(self.cfg.epochs):
+            self.train_epoch(epoch)
+            self.evaluate(epoch=epoch + 1)
+        self.logger.record("wall_time_s", time.perf_counter() - start)
+        self.logger.close()
+        return self.logger.summary
+
+    def train_epoch(self, epoch: int) -> None:
+        self.train_loader.set_epoch(epoch)
+        steps = len(self.train_loader)
+        if self.cfg.limit_train_batches:
+            steps = min(steps, self.cfg.limit_train_batches)
+        batches: Iterator[Batch] = itertools.islice(iter(self.train_loader), steps)
+        bar = tqdm(total=steps, desc=f"epoch {epoch + 1}", disable=not (self.env.is_main and self.cfg.progress_bar))
+        # Train in segments that end where a mid-epoch evaluation is due: the
+        # pipeline drains its in-flight batches at the end of each segment.
+        every = self.cfg.eval_every_n_steps
+        done = 0
+        while done < steps:
+            segment = steps - done if not every else min(steps - done, every - self.step % every)
+            self._train_segment(itertools.islice(batches, segment), epoch, bar)
+            done += segment
+            if every and self.step % every == 0 and done < steps:
+                self.evaluate(epoch=epoch + done / steps)
+        bar.close()
+
+    def _train_segment(self, batches: Iterator[Batch], epoch: int, bar: tqdm) -> None:
+        self.model.train()
+        window: List[ModelOutput] = []
+        t0 = time.perf_counter()
+        while True:
+            try:
+                out: ModelOutput = self.pipeline.progress(batches)
+            except StopIteration:
+                break
+            self.step += 1
+            window.append(out)
+            bar.update(1)
+            if len(window) == self.cfg.log_every_n_steps:
+                t0 = self._log_train(window, epoch, time.perf_counter() - t0, bar)
+                window = []
+        if window:
+            self._log_train(window, epoch, time.perf_counter() - t0, bar)
+
+    def _log_train(self, window: List[ModelOutput], epoch: int, seconds: float, bar: tqdm) -> float:
+        # Local real samples times ranks: exact except in an epoch's last, padded step.
+        samples = sum(float(o.weights.sum()) for o in window) * self.env.world_size
+        loss = float(torch.stack([o.loss for o in window]).mean())
+        values = {"train/loss": loss, "train/samples_per_sec": samples / max(seconds, 1e-9), "train/epoch": epoch}
+        for name in window[0].losses:
+            values[f"train/loss_{name}"] = float(torch.stack([o.losses[name] for o in window]).mean())
+        self.logger.scalars(values, self.step)
+        bar.set_postfix(loss=f"{loss:.4f}", samples_per_s=f"{values['train/samples_per_sec']:,.0f}")
+        return time.perf_counter()
+
+    # -- evaluation -------------------------------------------------------------
+
+    def evaluate(self, epoch: float) -> Dict[str, TaskMetrics]:
+        """Metrics on the test split and the fixed train sample, logged at the current step."""
+        self.model.eval()
+        results: Dict[str, TaskMetrics] = {}
+        for split, loader in self.eval_loaders.items():
+            results[split] = task_metrics(run_eval_pass(self.pipeline.progress, loader), self.data.tasks)
+        self.model.train()
+        values = {
+            f"{split}/{task}/{name}": value
+            for split, per_task in results.items()
+            for task, metrics in per_task.items()
+            for name, value in metrics.items()
+            if name in ("auc", "logloss", "ne")
+        }
+        self.logger.scalars(values, self.step)
+        self.logger.evaluation({"epoch": epoch, "step": self.step, **results})
+        lines = [f"eval after epoch {epoch:g} (step {self.step}):"]
+        for split, per_task in results.items():
+            for task, m in per_task.items():
+                lines.append(f"  {split:>12} {task:>6}: auc {m['auc']:.4f}  logloss {m['logloss']:.4f}  ne {m['ne']:.4f}")
+        self.logger.info("\n".join(lines))
+        return results

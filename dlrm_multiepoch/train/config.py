@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Train a DLRM-style model with TorchRec (torchrun/TorchX launch).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
     )
     for cls in (TrainConfig, DataConfig, ModelConfig, OptimConfig):
         group = parser.add_argument_group(cls.__name__)

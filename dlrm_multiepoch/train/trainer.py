@@ -170,7 +170,8 @@ class Trainer:
         for split, loader in self.eval_loaders.items():
             results[split] = task_metrics(run_eval_pass(self.pipeline.progress, loader), self.data.tasks)
         self.model.train()
-        values = {
+        values = {"eval/epoch": epoch}
+        values |= {
             f"{split}/{task}/{name}": value
             for split, per_task in results.items()
             for task, metrics in per_task.items()

@@ -1,0 +1,1 @@
+../dlrm_multiepoch/components.py

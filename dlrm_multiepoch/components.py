@@ -1,0 +1,129 @@
+"""TorchX components that launch the dlrm-multiepoch training app.
+
+This module is the single definition of the components. It is reachable two ways:
+
+- by name, through the ``torchx.components`` entry point in ``pyproject.toml``:
+  ``torchx run -s local_cwd dlrm_multiepoch.train --epochs 3``;
+- by file, through the symlink ``components/dlrm.py`` that points here:
+  ``torchx run -s local_cwd components/dlrm.py:train --epochs 3``.
+
+TorchX reads a component's signature and docstring to build its command line, and
+lints the source file that defines it (every parameter typed, ``AppDef`` returned), so
+the definition must live in one real file that both forms can parse: hence the symlink
+rather than a re-export. TorchX also lists every function of this module as a
+component, so keep helpers out of it.
+"""
+
+from typing import Dict, List, Optional
+
+import torchx
+import torchx.components.dist as dist
+from torchx import specs
+
+
+def train(
+    *script_args: str,
+    dataset: Optional[str] = None,
+    epochs: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    embedding_dim: Optional[int] = None,
+    learning_rate: Optional[float] = None,
+    embedding_learning_rate: Optional[float] = None,
+    dense_arch_layer_sizes: Optional[str] = None,
+    over_arch_layer_sizes: Optional[str] = None,
+    seed: Optional[int] = None,
+    tensorboard_dir: Optional[str] = None,
+    max_rows: Optional[int] = None,
+    history_length: Optional[int] = None,
+    script: str = "apps/train.py",
+    j: str = "1x2",
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 8192,
+    h: Optional[str] = None,
+    image: str = torchx.IMAGE,
+    name: str = "dlrm_multiepoch/dlrm",
+    env: Optional[Dict[str, str]] = None,
+    max_retries: int = 0,
+    mounts: Optional[List[str]] = None,
+) -> specs.AppDef:
+    """Distributed DLRM training on a dataset: ``apps/train.py`` under ``torchrun``.
+
+    Built on ``dist.ddp``: ``j`` sets nodes x processes per node; each process is one
+    rank (gloo on CPU, nccl on CUDA, chosen by the app at run time). App parameters
+    left unset are not passed, so the app's own defaults apply; any other app flag
+    goes after ``--`` (e.g. ``-- --freeze_schedule delayed``).
+
+    Example::
+
+        torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 --epochs 3 \\
+            --tensorboard_dir runs/joint -- --freeze_schedule delayed
+
+    Args:
+        script_args: further flags for the training app, passed through verbatim
+        dataset: dataset to train on (app flag ``--dataset``)
+        epochs: number of passes over the training split
+        batch_size: global batch size, split across ranks
+        embedding_dim: embedding dimension of every table
+        learning_rate: learning rate of the dense (non-embedding) parameters
+        embedding_learning_rate: learning rate of the embedding tables
+        dense_arch_layer_sizes: comma-separated layer sizes of the dense arch, e.g. 64,16
+        over_arch_layer_sizes: comma-separated layer sizes of the over arch, e.g. 64,32,1
+        seed: random seed for the model initialisation, data split and shuffling
+        tensorboard_dir: directory the app writes TensorBoard event files to
+        max_rows: read at most this many interaction rows (quick runs)
+        history_length: length of the per-user item-history sequence feature
+        script: training script, relative to the job's working directory (the
+            current directory for local_cwd and slurm, the image's WORKDIR for kubernetes)
+        j: {nnodes}x{nproc_per_node}; for GPU hosts nproc_per_node must not exceed the GPU count
+        cpu: CPUs per node
+        gpu: GPUs per node
+        memMB: host memory per node, in MB
+        h: a registered named resource; overrides cpu, gpu and memMB
+        image: container image (kubernetes, docker); ignored by local_cwd and slurm
+        name: job name, {experimentname}/{runname}
+        env: environment variables for the job, e.g. LOGLEVEL=INFO,NCCL_DEBUG=WARN
+        max_retries: how many times the scheduler may restart the job after a failure
+        mounts: mounts into the job's containers, e.g. type=bind,src=/data,dst=/data
+    """
+    app_flags = {
+        "dataset": dataset,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "embedding_dim": embedding_dim,
+        "learning_rate": learning_rate,
+        "embedding_learning_rate": embedding_learning_rate,
+        "dense_arch_layer_sizes": dense_arch_layer_sizes,
+        "over_arch_layer_sizes": over_arch_layer_sizes,
+        "seed": seed,
+        "tensorboard_dir": tensorboard_dir,
+        "max_rows": max_rows,
+        "history_length": history_length,
+    }
+    args: List[str] = []
+    for flag, value in app_flags.items():
+        if value is None:
+            continue
+        # argparse keeps the last of repeated flags: a silent override is worse than an error.
+        if any(a == f"--{flag}" or a.startswith(f"--{flag}=") for a in script_args):
+            raise ValueError(
+                f"--{flag} is set both as a component parameter ({value!r}) and in the "
+                f"pass-through script_args {list(script_args)}; set it once"
+            )
+        # "--flag=value" keeps values that start with "-" (a negative seed) flag values.
+        args.append(f"--{flag}={value}")
+    return dist.ddp(
+        *args,
+        *script_args,
+        script=script,
+        image=image,
+        name=name,
+        h=h,
+        cpu=cpu,
+        gpu=gpu,
+        memMB=memMB,
+        j=j,
+        env=env,
+        max_retries=max_retries,
+        mounts=mounts,
+    )

@@ -1,0 +1,3 @@
+from dlrm_multiepoch.report.compare import main
+
+main()

@@ -1,0 +1,82 @@
+"""A small sharded DLRM job shared by the pipeline tests and ``benchmarks/bench_semi_sync.py``.
+
+The TorchRec dlrm_main recipe on our synthetic data: TorchRec ``DLRM`` with fused
+in-backward row-wise Adagrad tables (really sharded: table-wise / row-wise, so the
+input and output all-to-alls happen) and dense Adam, combined in one
+``CombinedOptimizer``. Call inside a process group (e.g. from ``run_on_ranks``).
+"""
+
+from typing import Dict, NamedTuple, Sequence
+
+import torch
+from torchrec.distributed import DistributedModelParallel
+from torchrec.optim.keyed import CombinedOptimizer
+
+from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.synthetic import synthetic_data
+from dlrm_multiepoch.distributed import DistEnv, init_distributed
+from dlrm_multiepoch.models.dlrm import ModelConfig, build_dlrm
+from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+
+TABLE_SIZES: Dict[str, int] = {"user": 1000, "item": 2000, "age": 8}
+
+
+class Job(NamedTuple):
+    env: DistEnv
+    data: InteractionData
+    model: DistributedModelParallel
+    optimizer: CombinedOptimizer
+
+
+def build_job(
+    num_rows: int = 2048,
+    table_sizes: Dict[str, int] = TABLE_SIZES,
+    embedding_dim: int = 16,
+    dense_arch: str = "64,16",
+    over_arch: str = "64,32",
+    sharding_types: Sequence[str] = ("table_wise", "row_wise"),
+    embedding_lr: float = 0.05,
+    dense_lr: float = 1e-3,
+    seed: int = 0,
+) -> Job:
+    """Data, sharded model and optimizer, identical on every call with the same arguments.
+
+    ``torch.manual_seed(seed)`` before building makes the dense weights equal across
+    calls; the sharded tables are then copied from rank-independent seeded values so
+    two jobs built in one process start bitwise equal.
+    """
+    env = init_distributed()
+    data = synthetic_data(num_rows, dict(table_sizes), seed=seed)
+    torch.manual_seed(seed)
+    cfg = ModelConfig(embedding_dim=embedding_dim, dense_arch_layer_sizes=dense_arch, over_arch_layer_sizes=over_arch)
+    model = build_dlrm(data, cfg, env.device)
+    apply_embedding_optimizer(model, "rowwise_adagrad", embedding_lr)
+    dmp = shard_model(model, env, sharding_types)
+    seed_tables(dmp, seed)
+    return Job(env, data, dmp, build_optimizer(dmp, dense_lr))
+
+
+def seed_tables(dmp: DistributedModelParallel, seed: int) -> None:
+    """Fill every table shard with values that depend only on (seed, table), not on rank."""
+    for name, tensor in dmp.state_dict().items():
+        if not name.endswith(".weight") or "embedding_bags" not in name:
+            continue
+        full_rows, dim = tensor.size()
+        g = torch.Generator().manual_seed(seed * 1000 + sum(map(ord, name)))
+        full = torch.empty(full_rows, dim).uniform_(-0.05, 0.05, generator=g)
+        for shard in tensor.local_shards():
+            r0, c0 = shard.metadata.shard_offsets
+            rows, cols = shard.metadata.shard_sizes
+            shard.tensor.copy_(full[r0 : r0 + rows, c0 : c0 + cols])
+
+
+def snapshot(dmp: DistributedModelParallel) -> Dict[str, torch.Tensor]:
+    """Local copies of every parameter and table shard (for bitwise comparisons)."""
+    out: Dict[str, torch.Tensor] = {}
+    for name, tensor in dmp.state_dict().items():
+        if hasattr(tensor, "local_shards"):
+            for i, shard in enumerate(tensor.local_shards()):
+                out[f"{name}#{i}"] = shard.tensor.detach().clone()
+        elif isinstance(tensor, torch.Tensor):
+            out[name] = tensor.detach().clone()
+    return out

@@ -1,0 +1,194 @@
+"""The TorchX component: its AppDef, both ways to name it, and what each scheduler gets.
+
+The dry runs go through the real ``torchx`` command line; no cluster is needed.
+"""
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+from torchx.specs.finder import get_component
+
+import dlrm_multiepoch.components as components
+from tests.torchx_cli import REPO_ROOT, application, scheduler_request, split_torchrun, torchx
+
+SCRIPT = "apps/train.py"
+
+
+def _role_command(app) -> str:
+    (role,) = app.roles
+    assert role.entrypoint == "bash" and role.args[0] == "-c", role.args
+    return role.args[1]
+
+
+def test_train_passes_set_parameters_as_flags_then_script_args():
+    app = components.train(
+        "--freeze_schedule",
+        "delayed",
+        dataset="movielens",
+        epochs=3,
+        batch_size=1024,
+        embedding_dim=16,
+        learning_rate=1e-3,
+        embedding_learning_rate=0.05,
+        dense_arch_layer_sizes="64,16",
+        over_arch_layer_sizes="64,32,1",
+        seed=-7,
+        tensorboard_dir="runs/joint",
+        max_rows=20000,
+        history_length=20,
+    )
+    opts, app_args = split_torchrun(_role_command(app), SCRIPT)
+    assert app_args == [
+        "--dataset=movielens",
+        "--epochs=3",
+        "--batch_size=1024",
+        "--embedding_dim=16",
+        "--learning_rate=0.001",
+        "--embedding_learning_rate=0.05",
+        "--dense_arch_layer_sizes=64,16",
+        "--over_arch_layer_sizes=64,32,1",
+        "--seed=-7",
+        "--tensorboard_dir=runs/joint",
+        "--max_rows=20000",
+        "--history_length=20",
+        "--freeze_schedule",
+        "delayed",
+    ]
+    assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("1", "2")
+
+
+def test_train_leaves_unset_parameters_to_the_app():
+    opts, app_args = split_torchrun(_role_command(components.train()), SCRIPT)
+    assert app_args == []
+
+
+def test_train_sets_replicas_resources_and_job_fields():
+    app = components.train(
+        j="3x4",
+        cpu=16,
+        gpu=4,
+        memMB=65536,
+        image="registry.example/dlrm:1",
+        name="exp/run7",
+        env={"NCCL_DEBUG": "WARN"},
+        max_retries=2,
+        script="train_app.py",
+    )
+    (role,) = app.roles
+    assert app.name == "run7"
+    assert (role.num_replicas, role.min_replicas) == (3, 3)
+    assert (role.resource.cpu, role.resource.gpu, role.resource.memMB) == (16, 4, 65536)
+    assert role.image == "registry.example/dlrm:1"
+    assert role.env["NCCL_DEBUG"] == "WARN"
+    assert role.env["TORCHX_TRACKING_EXPERIMENT_NAME"] == "exp"
+    assert role.max_retries == 2
+    opts, app_args = split_torchrun(role.args[1], "train_app.py")
+    assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("3", "4")
+
+
+@pytest.mark.parametrize("given", [("--epochs", "5"), ("--epochs=5",)])
+def test_train_rejects_a_flag_set_twice(given):
+    with pytest.raises(ValueError, match=r"--epochs is set both as a component parameter \(3\)"):
+        components.train(*given, epochs=3)
+
+
+def test_train_accepts_flags_that_only_share_a_prefix():
+    # --epochs_per_eval is a different flag from --epochs.
+    _, app_args = split_torchrun(_role_command(components.train("--epochs_per_eval=2", epochs=3)), SCRIPT)
+    assert app_args == ["--epochs=3", "--epochs_per_eval=2"]
+
+
+def test_entry_point_resolves_and_keeps_torchx_builtins():
+    component = get_component("dlrm_multiepoch.train")
+    assert component.fn is components.train
+    assert component.validation_errors == []
+    # Registering our entry point must not hide TorchX's own components.
+    assert get_component("dist.ddp").fn.__module__ == "torchx.components.dist"
+
+
+def test_file_form_is_the_same_definition():
+    assert (REPO_ROOT / "components/dlrm.py").resolve() == Path(components.__file__).resolve()
+
+
+def test_builtins_lists_the_component():
+    assert "dlrm_multiepoch.train" in torchx("builtins").stdout.split()
+
+
+def test_file_and_entry_point_forms_materialise_the_same_app():
+    args = ["-j", "1x2", "--epochs", "2", "--", "--freeze_schedule", "delayed"]
+    by_name = torchx("run", "--dryrun", "-s", "local_cwd", "dlrm_multiepoch.train", *args)
+    by_file = torchx("run", "--dryrun", "-s", "local_cwd", "components/dlrm.py:train", *args)
+    assert application(by_name.stdout) == application(by_file.stdout)
+    assert all(word in application(by_name.stdout) for word in (SCRIPT, "--epochs=2", "--freeze_schedule"))
+
+
+def test_slurm_dryrun_writes_one_hetjob_group_per_node():
+    out = torchx(
+        "run", "--dryrun", "-s", "slurm", "dlrm_multiepoch.train",
+        "-j", "2x2", "--cpu", "4", "--memMB", "4096", "--epochs", "3", "--batch_size", "2048",
+        "--", "--freeze_schedule", "delayed",
+    )  # fmt: skip
+    request = scheduler_request(out.stdout)
+    assert request.startswith("sbatch --parsable $SBATCH_SCRIPT")
+    sbatch_lines = [line for line in request.splitlines() if line.startswith("#SBATCH")]
+    assert sbatch_lines == [
+        "#SBATCH --job-name=train-0 --requeue --ntasks-per-node=1 --cpus-per-task=4 --mem=4096",
+        "#SBATCH hetjob",
+        "#SBATCH --job-name=train-1 --requeue --ntasks-per-node=1 --cpus-per-task=4 --mem=4096",
+    ]
+    # The srun statement spans lines joined by "\"; each group runs `bash -c TORCHRUN`.
+    srun = request[request.index("\nsrun ") : request.index("\nexitcode=")].replace("\\\n", " ")
+    tokens = shlex.split(srun)
+    commands = [tokens[i + 2] for i, t in enumerate(tokens) if t == "bash" and tokens[i + 1] == "-c"]
+    assert len(commands) == 2
+    for command in commands:
+        opts, app_args = split_torchrun(command, SCRIPT)
+        assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("2", "2")
+        assert app_args == ["--epochs=3", "--batch_size=2048", "--freeze_schedule", "delayed"]
+
+
+def test_kubernetes_dryrun_writes_a_volcano_job():
+    out = torchx(
+        "run", "--dryrun", "-s", "kubernetes", "-cfg", "queue=research", "--workspace", "",
+        "dlrm_multiepoch.train", "-j", "2x4", "--gpu", "4", "--image", "registry.example/dlrm:1",
+        "--epochs", "3", "--", "--freeze_schedule", "delayed",
+    )  # fmt: skip
+    job = yaml.safe_load(scheduler_request(out.stdout))
+    assert (job["apiVersion"], job["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
+    assert (job["spec"]["schedulerName"], job["spec"]["queue"]) == ("volcano", "research")
+    tasks = job["spec"]["tasks"]
+    assert [t["name"] for t in tasks] == ["train-0", "train-1"]
+    for task in tasks:
+        assert (task["replicas"], task["minAvailable"]) == (1, 1)
+        (container,) = task["template"]["spec"]["containers"]
+        assert container["image"] == "registry.example/dlrm:1"
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        assert container["command"][:2] == ["bash", "-c"]
+        opts, app_args = split_torchrun(container["command"][2], SCRIPT)
+        assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("2", "4")
+        assert app_args == ["--epochs=3", "--freeze_schedule", "delayed"]
+
+
+_PROBE_APP = """\
+import json, os, sys
+path = os.path.join(os.environ["PROBE_OUT"], "rank%s.json" % os.environ["RANK"])
+with open(path, "w") as f:
+    json.dump({"argv": sys.argv[1:], "world_size": os.environ["WORLD_SIZE"]}, f)
+"""
+
+
+def test_local_cwd_launch_runs_every_rank_with_the_flags(tmp_path):
+    # A real 2-process torchrun launch, of a probe script in place of apps/train.py.
+    probe = tmp_path / "probe.py"
+    probe.write_text(_PROBE_APP)
+    torchx(
+        "run", "-s", "local_cwd", "dlrm_multiepoch.train", "-j", "1x2", "--script", str(probe),
+        "--env", f"PROBE_OUT={tmp_path}", "--epochs", "2", "--", "--freeze_schedule", "delayed",
+    )  # fmt: skip
+    seen = {p.name: json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))}
+    expected = {"argv": ["--epochs=2", "--freeze_schedule", "delayed"], "world_size": "2"}
+    assert seen == {"rank0.json": expected, "rank1.json": expected}

@@ -1,0 +1,42 @@
+import pytest
+
+from dlrm_multiepoch.train.config import TrainConfig, build_parser, parse_config
+
+
+def test_defaults_and_overrides_land_in_their_sections():
+    cfg = parse_config(["--epochs", "2", "--embedding_dim", "8", "--dense_arch_layer_sizes", "32,8", "--learning_rate", "0.01"])
+    assert isinstance(cfg, TrainConfig)
+    assert cfg.epochs == 2 and cfg.model.embedding_dim == 8 and cfg.optim.learning_rate == 0.01
+    assert cfg.data.dataset == "bookcrossing"
+    assert parse_config([]).to_dict() == TrainConfig().to_dict()
+
+
+def test_every_flag_has_help():
+    for action in build_parser()._actions:
+        if action.dest != "help":
+            assert action.help, f"--{action.dest} has no help text"
+
+
+def test_flag_names_are_unique_across_sections():
+    dests = [a.dest for a in build_parser()._actions]
+    assert len(dests) == len(set(dests))
+
+
+def test_unknown_flag_is_rejected_by_name(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_config(["--epoch", "3"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --epoch" in capsys.readouterr().err
+
+
+def test_bad_value_names_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--batch_size", "0"])
+    assert "--batch_size must be positive, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_config(["--epochs", "two"])
+    assert "--epochs" in capsys.readouterr().err
+
+
+def test_boolean_flags_take_no_prefix():
+    assert parse_config(["--no-progress_bar"]).progress_bar is False

@@ -1,0 +1,240 @@
+"""FusedKJTLookup equals separate lookups: outputs, gradients, collectives, errors."""
+
+import copy
+from typing import Dict, List
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
+
+from dlrm_multiepoch.lookup import FusedKJTLookup, count_all_to_all
+from tests.multiprocess import run_on_ranks
+
+ROWS = 50
+
+
+def _tables() -> List[EmbeddingBagConfig]:
+    return [
+        # candidate and history items share one table
+        EmbeddingBagConfig(name="item", embedding_dim=4, num_embeddings=ROWS, feature_names=["cand_item", "hist_item"]),
+        EmbeddingBagConfig(name="cat", embedding_dim=8, num_embeddings=ROWS, feature_names=["hist_cat", "cand_cat"]),
+        EmbeddingBagConfig(name="user", embedding_dim=4, num_embeddings=ROWS, feature_names=["user", "ctx"]),
+        # "ctx" is served by two tables: outputs "ctx@user" and "ctx@ctx"
+        EmbeddingBagConfig(name="ctx", embedding_dim=12, num_embeddings=ROWS, feature_names=["ctx"]),
+    ]
+
+
+def _kjt(keys: List[str], batch: int, gen: torch.Generator, weighted: bool = False, max_len: int = 3) -> KeyedJaggedTensor:
+    lengths = torch.randint(0, max_len + 1, (len(keys) * batch,), generator=gen)
+    values = torch.randint(0, ROWS, (int(lengths.sum()),), generator=gen)
+    weights = torch.rand(values.numel(), generator=gen) if weighted else None
+    return KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, weights=weights, stride=batch)
+
+
+def _groups(gen: torch.Generator, weighted: bool = False) -> Dict[str, KeyedJaggedTensor]:
+    return {
+        # keys deliberately not in table order
+        "candidate": _kjt(["cand_cat", "cand_item"], 5, gen, weighted),
+        "history": _kjt(["hist_item", "hist_cat", "ctx"], 3, gen, weighted, max_len=6),
+        "user": _kjt(["user"], 5, gen, weighted),
+        "empty": KeyedJaggedTensor(keys=[], values=torch.zeros(0, dtype=torch.long), lengths=torch.zeros(0, dtype=torch.int), stride=2),
+    }
+
+
+def _reference_pooled(ebc: EmbeddingBagCollection, kjt: KeyedJaggedTensor, weighted: bool) -> Dict[str, torch.Tensor]:
+    """Per-feature pooled embeddings computed straight from the tables."""
+    out = {}
+    for config in ebc.embedding_bag_configs():
+        weight = ebc.embedding_bags[config.name].weight
+        for f in config.feature_names:
+            if f not in kjt.keys():
+                continue
+            jt = kjt[f]
+            name = f"{f}@{config.name}" if f == "ctx" else f
+            out[name] = F.embedding_bag(
+                jt.values(), weight, jt.offsets()[:-1], mode="sum", include_last_offset=False,
+                per_sample_weights=jt.weights() if weighted else None,
+            )
+    return out
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fused_ebc_equals_separate_calls_and_reference(weighted: bool) -> None:
+    torch.manual_seed(0)
+    ebc = EmbeddingBagCollection(_tables(), is_weighted=weighted)
+    ebc_sep = copy.deepcopy(ebc)
+    groups = _groups(torch.Generator().manual_seed(1), weighted)
+
+    fused_out = FusedKJTLookup(ebc)(groups)
+    sep_out = FusedKJTLookup(ebc_sep, fused=False)(groups)
+
+    assert list(fused_out) == list(groups)
+    expected_keys = {
+        "candidate": ["cand_item", "cand_cat"],  # table order, not input order
+        "history": ["hist_item", "hist_cat", "ctx@user", "ctx@ctx"],
+        "user": ["user"],
+        "empty": [],
+    }
+    gen = torch.Generator().manual_seed(2)
+    loss_f = loss_s = 0.0
+    for name, kjt in groups.items():
+        f, s = fused_out[name], sep_out[name]
+        assert isinstance(f, KeyedTensor) and isinstance(s, KeyedTensor)
+        assert f.keys() == s.keys() == expected_keys[name]
+        assert f.values().shape == (kjt.stride(), sum(f.length_per_key()))
+        assert torch.equal(f.values(), s.values())
+        ref = _reference_pooled(ebc, kjt, weighted)
+        for key, value in f.to_dict().items():
+            assert torch.equal(value, ref[key]), (name, key)
+        probe = torch.randn(f.values().shape, generator=gen)
+        loss_f = loss_f + (f.values() * probe).sum()
+        loss_s = loss_s + (s.values() * probe).sum()
+    loss_f.backward()
+    loss_s.backward()
+    for (n, p), (_, q) in zip(ebc.named_parameters(), ebc_sep.named_parameters()):
+        # Same per-row terms, summed in a different order when a row is hit by two groups.
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-6, msg=n)
+        assert p.grad.abs().sum() > 0, n
+
+
+def test_fused_ec_equals_separate_calls() -> None:
+    torch.manual_seed(0)
+    tables = [
+        EmbeddingConfig(name="item", embedding_dim=4, num_embeddings=ROWS, feature_names=["cand_item", "hist_item"]),
+        EmbeddingConfig(name="cat", embedding_dim=4, num_embeddings=ROWS, feature_names=["cand_cat", "hist_cat"]),
+    ]
+    ec = EmbeddingCollection(tables)
+    ec_sep = copy.deepcopy(ec)
+    gen = torch.Generator().manual_seed(3)
+    groups = {"candidate": _kjt(["cand_item"], 4, gen), "history": _kjt(["hist_cat", "hist_item"], 2, gen, max_len=5)}
+
+    fused_out = FusedKJTLookup(ec)(groups)
+    sep_out = FusedKJTLookup(ec_sep, fused=False)(groups)
+    assert list(fused_out["candidate"]) == ["cand_item"]
+    assert list(fused_out["history"]) == ["hist_item", "hist_cat"]
+    loss_f = loss_s = 0.0
+    for name, kjt in groups.items():
+        for key, jt in fused_out[name].items():
+            s = sep_out[name][key]
+            assert torch.equal(jt.lengths(), kjt[key].lengths())
+            assert torch.equal(jt.lengths(), s.lengths())
+            table = "item" if key.endswith("item") else "cat"
+            assert torch.equal(jt.values(), ec.embeddings[table].weight[kjt[key].values()])
+            assert torch.equal(jt.values(), s.values())
+            loss_f = loss_f + jt.values().square().sum()
+            loss_s = loss_s + s.values().square().sum()
+    loss_f.backward()
+    loss_s.backward()
+    for (n, p), (_, q) in zip(ec.named_parameters(), ec_sep.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-6, msg=n)
+
+
+def test_bad_groups_raise() -> None:
+    lookup = FusedKJTLookup(EmbeddingBagCollection(_tables()))
+    gen = torch.Generator().manual_seed(4)
+    with pytest.raises(ValueError, match="'cand_item' appears in groups 'a' and 'b'"):
+        lookup({"a": _kjt(["cand_item"], 2, gen), "b": _kjt(["user", "cand_item"], 2, gen)})
+    with pytest.raises(ValueError, match="group 'a': feature 'nope' is not served"):
+        lookup({"a": _kjt(["cand_item", "nope"], 2, gen)})
+    with pytest.raises(ValueError, match="at least one feature group"):
+        lookup({})
+    vbe = KeyedJaggedTensor(
+        keys=["user", "ctx"], values=torch.arange(3), lengths=torch.tensor([1, 1, 1]),
+        stride_per_key_per_rank=[[1], [2]],
+    )
+    with pytest.raises(ValueError, match="group 'v': variable batch"):
+        lookup({"v": vbe})
+    weighted = FusedKJTLookup(EmbeddingBagCollection(_tables(), is_weighted=True))
+    with pytest.raises(ValueError, match="group 'a' has no weights"):
+        weighted({"a": _kjt(["user"], 2, gen)})
+    with pytest.raises(TypeError, match="got Linear"):
+        FusedKJTLookup(torch.nn.Linear(2, 2))
+
+
+# ---------------------------------------------------------------- 2 ranks, table-wise sharded
+
+
+def _shard(module: torch.nn.Module, rank: int, world_size: int) -> torch.nn.Module:
+    import torch.distributed as dist
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.embedding import EmbeddingCollectionSharder
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+
+    fused_params = {"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.5}
+    sharders = [EmbeddingBagCollectionSharder(fused_params=fused_params), EmbeddingCollectionSharder(fused_params=fused_params)]
+    full = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    configs = module.embedding_bag_configs() if hasattr(module, "embedding_bag_configs") else module.embedding_configs()
+    constraints = {c.name: ParameterConstraints(sharding_types=["table_wise"]) for c in configs}
+    planner = EmbeddingShardingPlanner(topology=Topology(world_size=world_size, compute_device="cpu"), constraints=constraints)
+    plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
+    dmp = DistributedModelParallel(module, device=torch.device("cpu"), plan=plan, sharders=sharders)
+    load_full_tables(dmp, full)
+    return dmp
+
+
+def load_full_tables(dmp: torch.nn.Module, full: Dict[str, torch.Tensor]) -> None:
+    """Copies full (unsharded) tables into the local shards (DMP on CPU does not)."""
+    with torch.no_grad():
+        for key, sharded in dmp.state_dict().items():
+            for shard in sharded.local_shards():
+                r, c = shard.metadata.shard_offsets
+                h, w = shard.metadata.shard_sizes
+                shard.tensor.copy_(full[key.removeprefix("module.")][r : r + h, c : c + w])
+
+
+def local_tables(dmp: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    return {k: s.tensor.clone() for k, v in dmp.state_dict().items() for s in v.local_shards()}
+
+
+def _sharded_fused_vs_separate(rank: int, world_size: int) -> None:
+    torch.manual_seed(0)
+    ebc = EmbeddingBagCollection(_tables())
+    reference = copy.deepcopy(ebc)
+    fused = FusedKJTLookup(_shard(copy.deepcopy(ebc), rank, world_size))
+    separate = FusedKJTLookup(_shard(copy.deepcopy(ebc), rank, world_size), fused=False)
+    gen = torch.Generator().manual_seed(10 + rank)  # each rank its own batch
+    groups = _groups(gen)
+
+    # Warm up: the first call builds the input/output distributions.
+    FusedKJTLookup(reference)(groups)
+    with torch.no_grad():
+        fused(groups), separate(groups)
+    before = local_tables(fused.module)
+
+    def step(lookup: FusedKJTLookup):
+        with count_all_to_all() as forward_calls:
+            out = lookup(groups)
+        loss = sum((out[n].values() * (i + 1)).sum() for i, n in enumerate(groups))
+        with count_all_to_all() as backward_calls:
+            loss.backward()
+        return out, dict(forward_calls), dict(backward_calls)
+
+    out_f, fwd_f, bwd_f = step(fused)
+    out_s, fwd_s, bwd_s = step(separate)
+    out_ref = FusedKJTLookup(reference)(groups)
+    for name in groups:
+        assert out_f[name].keys() == out_s[name].keys() == out_ref[name].keys()
+        assert torch.equal(out_f[name].values(), out_s[name].values()), name
+        # FBGEMM's CPU kernel vs nn.EmbeddingBag: same terms, possibly another summation order.
+        torch.testing.assert_close(out_f[name].values(), out_ref[name].values(), rtol=0, atol=1e-6)
+
+    # Each separate lookup pays the full set of collectives; the backward ones only for
+    # groups whose output reaches the loss (the "empty" group's has no columns).
+    assert sum(fwd_f.values()) > 0 and sum(bwd_f.values()) > 0
+    assert {k: len(groups) * v for k, v in fwd_f.items()} == fwd_s, (fwd_f, fwd_s)
+    assert {k: (len(groups) - 1) * v for k, v in bwd_f.items()} == bwd_s, (bwd_f, bwd_s)
+
+    # In-backward SGD applied the same gradients: one update of g1 + g2 vs two updates.
+    after_f, after_s = local_tables(fused.module), local_tables(separate.module)
+    assert after_f.keys() == after_s.keys() and after_f
+    for key in after_f:
+        torch.testing.assert_close(after_f[key], after_s[key], rtol=0, atol=1e-5, msg=key)
+    assert any(not torch.equal(before[k], after_f[k]) for k in after_f), "no local table was updated"
+
+
+def test_sharded_two_ranks_fused_equals_separate_with_n_times_fewer_collectives() -> None:
+    run_on_ranks(_sharded_fused_vs_separate, 2)

@@ -1,0 +1,79 @@
+"""Run the ``torchx`` command line from tests, and read what its dry runs print.
+
+Usage::
+
+    out = torchx("run", "--dryrun", "-s", "slurm", "dlrm_multiepoch.train", "-j", "2x2")
+    sbatch = scheduler_request(out.stdout)
+
+    # a real 2-rank launch of the training app (seconds to minutes; the lead's test):
+    torchx("run", "-s", "local_cwd", "dlrm_multiepoch.train", "--epochs", "1", timeout=600)
+
+Runs ``python -m torchx.cli.main`` with this interpreter, in the repository root (the
+working directory that ``-s local_cwd`` and ``-s slurm`` launch from), and raises with
+the full output when the command fails, so a failed launch shows the app's traceback.
+"""
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+_APPLICATION = "=== APPLICATION ==="
+_SCHEDULER_REQUEST = "=== SCHEDULER REQUEST ==="
+
+
+def torchx(
+    *args: str, timeout: float = 120, env: Optional[Dict[str, str]] = None
+) -> "subprocess.CompletedProcess[str]":
+    """Run ``torchx ARGS...`` in the repository root and return its completed process.
+
+    Args:
+        args: the torchx command line after ``torchx``, e.g. ``"run", "--dryrun", ...``.
+        timeout: seconds before the command is killed (``subprocess.TimeoutExpired``).
+        env: the environment of the command (default: this process's).
+
+    Raises:
+        AssertionError: the command exited non-zero; the message holds its stdout and stderr.
+    """
+    cmd = [sys.executable, "-m", "torchx.cli.main", *args]
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"`torchx {shlex.join(args)}` exited {proc.returncode}\n"
+            f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+        )
+    return proc
+
+
+def application(dryrun_stdout: str) -> str:
+    """The ``=== APPLICATION ===`` part of a ``torchx run --dryrun`` output: the AppDef."""
+    _, sep, rest = dryrun_stdout.partition(_APPLICATION)
+    assert sep, f"no {_APPLICATION!r} in the dry-run output:\n{dryrun_stdout}"
+    return rest.partition(_SCHEDULER_REQUEST)[0].strip()
+
+
+def scheduler_request(dryrun_stdout: str) -> str:
+    """The ``=== SCHEDULER REQUEST ===`` part of a dry run: what would be submitted."""
+    _, sep, rest = dryrun_stdout.partition(_SCHEDULER_REQUEST)
+    assert sep, f"no {_SCHEDULER_REQUEST!r} in the dry-run output:\n{dryrun_stdout}"
+    return rest.strip()
+
+
+def split_torchrun(command: str, script: str) -> Tuple[Dict[str, str], List[str]]:
+    """Split a ``torchrun [OPTS] SCRIPT [ARGS]`` shell command into ``(OPTS, ARGS)``.
+
+    Example::
+
+        >>> split_torchrun("torchrun --nnodes 2 --role '' apps/train.py --epochs=3", "apps/train.py")
+        ({'--nnodes': '2', '--role': ''}, ['--epochs=3'])
+    """
+    tokens = shlex.split(command)
+    assert tokens[0] == "torchrun", f"not a torchrun command: {command}"
+    assert script in tokens, f"script {script} not in: {command}"
+    at = tokens.index(script)
+    opts = tokens[1:at]
+    assert len(opts) % 2 == 0, f"torchrun options are not flag/value pairs: {opts}"
+    return dict(zip(opts[::2], opts[1::2])), tokens[at + 1 :]

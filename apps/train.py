@@ -1,5 +1,6 @@
 """Entry point that torchrun / TorchX launch: ``python apps/train.py --help``."""
 
+import logging
 import sys
 
 import torch.distributed as dist
@@ -14,6 +15,9 @@ from dlrm_multiepoch.train.trainer import Trainer
 def main(argv=None) -> None:
     cfg = parse_config(argv)
     env = init_distributed()
+    # Our modules log transitions (e.g. freeze-schedule windows) at INFO, on rank 0 only.
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("dlrm_multiepoch").setLevel(logging.INFO if env.is_main else logging.WARNING)
     try:
         Trainer(cfg, env).train()
     finally:

@@ -14,7 +14,7 @@ rather than a re-export. TorchX also lists every function of this module as a
 component, so keep helpers out of it.
 """
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, get_args, get_type_hints
 
 import torchx
 import torchx.components.dist as dist
@@ -33,6 +33,7 @@ def train(
     over_arch_layer_sizes: Optional[str] = None,
     seed: Optional[int] = None,
     tensorboard_dir: Optional[str] = None,
+    run_name: Optional[str] = None,
     max_rows: Optional[int] = None,
     history_length: Optional[int] = None,
     script: str = "apps/train.py",
@@ -57,7 +58,7 @@ def train(
     Example::
 
         torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 --epochs 3 \\
-            --tensorboard_dir runs/joint -- --freeze_schedule delayed
+            --run_name joint -- --freeze_schedule delayed
 
     Args:
         script_args: further flags for the training app, passed through verbatim
@@ -68,10 +69,13 @@ def train(
         learning_rate: learning rate of the dense (non-embedding) parameters
         embedding_learning_rate: learning rate of the embedding tables
         dense_arch_layer_sizes: comma-separated layer sizes of the dense arch, e.g. 64,16
-        over_arch_layer_sizes: comma-separated layer sizes of the over arch, e.g. 64,32,1
+            (the last must equal embedding_dim)
+        over_arch_layer_sizes: comma-separated hidden sizes of the over arch, e.g. 64,32
+            (the app appends a head with one logit per task)
         seed: random seed for the model initialisation, data split and shuffling
-        tensorboard_dir: directory the app writes TensorBoard event files to
-        max_rows: read at most this many interaction rows (quick runs)
+        tensorboard_dir: parent folder of the run folders holding TensorBoard event files
+        run_name: run folder name under tensorboard_dir (default: derived by the app)
+        max_rows: keep only a seeded random sample of this many interactions (smoke runs)
         history_length: length of the per-user item-history sequence feature
         script: training script, relative to the job's working directory (the
             current directory for local_cwd and slurm, the image's WORKDIR for kubernetes)
@@ -97,20 +101,32 @@ def train(
         "over_arch_layer_sizes": over_arch_layer_sizes,
         "seed": seed,
         "tensorboard_dir": tensorboard_dir,
+        "run_name": run_name,
         "max_rows": max_rows,
         "history_length": history_length,
     }
+    hints = get_type_hints(train)
     args: List[str] = []
     for flag, value in app_flags.items():
         if value is None:
             continue
+        kind = next(t for t in get_args(hints[flag]) if t is not type(None))
+        # TorchX's CLI hands Optional[int] and Optional[float] values over as strings:
+        # check them here, so a typo fails at submission rather than after the job queued.
+        if isinstance(value, str) and kind is not str:
+            try:
+                value = kind(value)
+            except ValueError:
+                raise ValueError(f"--{flag} must be {kind.__name__}, got {value!r}") from None
+        elif not isinstance(value, kind) and not (kind is float and isinstance(value, int)):
+            raise TypeError(f"--{flag} must be {kind.__name__}, got {value!r}")
         # argparse keeps the last of repeated flags: a silent override is worse than an error.
         if any(a == f"--{flag}" or a.startswith(f"--{flag}=") for a in script_args):
             raise ValueError(
                 f"--{flag} is set both as a component parameter ({value!r}) and in the "
                 f"pass-through script_args {list(script_args)}; set it once"
             )
-        # "--flag=value" keeps values that start with "-" (a negative seed) flag values.
+        # One "--flag=value" token: a value starting with "-" (a negative seed) stays a value.
         args.append(f"--{flag}={value}")
     return dist.ddp(
         *args,

@@ -4,6 +4,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torchrec.distributed.types import LazyAwaitable
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 
 
@@ -13,6 +14,8 @@ def detach_value(x: Any) -> Any:
     Handles tensors, ``KeyedTensor``, ``JaggedTensor``, ``KeyedJaggedTensor`` (whose
     values are ids, returned as is unless weighted) and dicts/lists/tuples of them.
     """
+    if isinstance(x, LazyAwaitable):  # a sharded module's pending output
+        return detach_value(LazyAwaitable._wait_async(x))
     if isinstance(x, torch.Tensor):
         return x.detach()
     if isinstance(x, KeyedTensor):
@@ -40,7 +43,7 @@ def detach_value(x: Any) -> Any:
         return type(x)(detach_value(v) for v in x)
     if isinstance(x, tuple):  # NamedTuple
         return type(x)(*(detach_value(v) for v in x))
-    if hasattr(x, "detach"):  # e.g. a LazyAwaitable (waits) or an fx Proxy (records)
+    if hasattr(x, "detach"):  # e.g. an fx Proxy while TorchRec's pipeline traces the model
         return x.detach()
     raise TypeError(f"cannot detach a {type(x).__name__}: pass tensors, KeyedTensor, JaggedTensor or containers of them")
 

@@ -28,8 +28,9 @@ Example::
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 TABLES = "tables"
 GROUP_KINDS = ("table:", "module:", "gate:")
@@ -38,7 +39,8 @@ _UNITS = ("epoch", "step", "%")
 
 
 def _fmt_number(x: Fraction) -> str:
-    return str(x.numerator) if x.denominator == 1 else format(float(x), "g")
+    # Parsed bounds are decimals, so the quotient is exact and prints back as typed.
+    return str(x.numerator) if x.denominator == 1 else format(Decimal(x.numerator) / Decimal(x.denominator), "f")
 
 
 @dataclass(frozen=True)
@@ -311,7 +313,7 @@ class ResolvedSchedule:
     def group_names(self) -> List[str]:
         return list(self.windows)
 
-    def state(self, group: str, step: int):
+    def state(self, group: str, step: int) -> Optional[bool]:
         """``True``/``False`` where a window of ``group`` covers ``step``, else ``None``."""
         for w in self.windows[group]:
             if w.start <= step < w.end:

@@ -6,19 +6,24 @@ input and output all-to-alls happen) and dense Adam, combined in one
 ``CombinedOptimizer``. Call inside a process group (e.g. from ``run_on_ranks``).
 """
 
-from typing import Dict, NamedTuple, Sequence
+from typing import Dict, NamedTuple
 
 import torch
 from torchrec.distributed import DistributedModelParallel
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import DistEnv, init_distributed
 from dlrm_multiepoch.models.dlrm import ModelConfig, build_dlrm
-from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer
 
 TABLE_SIZES: Dict[str, int] = {"user": 1000, "item": 2000, "age": 8}
+# Real sharding, so the input and output all-to-alls happen. TorchRec 1.8 offers no
+# row-wise sharding on CPU (its sharder allows data_parallel, table_wise, column_wise,
+# table_column_wise there), so the second kind is column-wise.
+SHARDING: Dict[str, str] = {"user": "table_wise", "item": "column_wise", "age": "table_wise"}
 
 
 class Job(NamedTuple):
@@ -34,7 +39,7 @@ def build_job(
     embedding_dim: int = 16,
     dense_arch: str = "64,16",
     over_arch: str = "64,32",
-    sharding_types: Sequence[str] = ("table_wise", "row_wise"),
+    sharding: Dict[str, str] = SHARDING,
     embedding_lr: float = 0.05,
     dense_lr: float = 1e-3,
     seed: int = 0,
@@ -51,9 +56,18 @@ def build_job(
     cfg = ModelConfig(embedding_dim=embedding_dim, dense_arch_layer_sizes=dense_arch, over_arch_layer_sizes=over_arch)
     model = build_dlrm(data, cfg, env.device)
     apply_embedding_optimizer(model, "rowwise_adagrad", embedding_lr)
-    dmp = shard_model(model, env, sharding_types)
+    dmp = shard(model, env, sharding)
     seed_tables(dmp, seed)
     return Job(env, data, dmp, build_optimizer(dmp, dense_lr))
+
+
+def shard(model: torch.nn.Module, env: DistEnv, sharding: Dict[str, str]) -> DistributedModelParallel:
+    """``DistributedModelParallel`` with one fixed sharding type per table."""
+    constraints = {table: ParameterConstraints(sharding_types=[kind]) for table, kind in sharding.items()}
+    topology = Topology(world_size=env.world_size, compute_device=env.device.type, local_world_size=env.local_world_size)
+    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
+    plan = planner.collective_plan(model, pg=torch.distributed.GroupMember.WORLD)
+    return DistributedModelParallel(module=model, device=env.device, plan=plan)
 
 
 def seed_tables(dmp: DistributedModelParallel, seed: int) -> None:
@@ -79,4 +93,14 @@ def snapshot(dmp: DistributedModelParallel) -> Dict[str, torch.Tensor]:
                 out[f"{name}#{i}"] = shard.tensor.detach().clone()
         elif isinstance(tensor, torch.Tensor):
             out[name] = tensor.detach().clone()
+    return out
+
+
+def table_shards(dmp: DistributedModelParallel) -> Dict[str, torch.Tensor]:
+    """This rank's table shards, as views into the live (FBGEMM) weights."""
+    out: Dict[str, torch.Tensor] = {}
+    for name, tensor in dmp.state_dict().items():
+        if hasattr(tensor, "local_shards") and "embedding_bags" in name:
+            for i, shard in enumerate(tensor.local_shards()):
+                out[f"{name}#{i}"] = shard.tensor
     return out

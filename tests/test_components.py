@@ -3,8 +3,9 @@
 The dry runs go through the real ``torchx`` command line; no cluster is needed.
 """
 
+import inspect
 import json
-import os
+import re
 import shlex
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import yaml
 from torchx.specs.finder import get_component
 
 import dlrm_multiepoch.components as components
+from dlrm_multiepoch.train.config import parse_config
 from tests.torchx_cli import REPO_ROOT, application, scheduler_request, split_torchrun, torchx
 
 SCRIPT = "apps/train.py"
@@ -37,7 +39,8 @@ def test_train_passes_set_parameters_as_flags_then_script_args():
         dense_arch_layer_sizes="64,16",
         over_arch_layer_sizes="64,32,1",
         seed=-7,
-        tensorboard_dir="runs/joint",
+        tensorboard_dir="runs",
+        run_name="joint",
         max_rows=20000,
         history_length=20,
     )
@@ -52,13 +55,41 @@ def test_train_passes_set_parameters_as_flags_then_script_args():
         "--dense_arch_layer_sizes=64,16",
         "--over_arch_layer_sizes=64,32,1",
         "--seed=-7",
-        "--tensorboard_dir=runs/joint",
+        "--tensorboard_dir=runs",
+        "--run_name=joint",
         "--max_rows=20000",
         "--history_length=20",
         "--freeze_schedule",
         "delayed",
     ]
     assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("1", "2")
+
+
+_LAUNCHER_PARAMETERS = {"script_args", "script", "j", "cpu", "gpu", "memMB", "h", "image", "name", "env", "max_retries", "mounts"}
+
+
+def test_every_app_parameter_parses_in_the_training_app_to_its_value():
+    values = dict(
+        dataset="movielens",
+        epochs=2,
+        batch_size=512,
+        embedding_dim=8,
+        learning_rate=0.002,
+        embedding_learning_rate=0.1,
+        dense_arch_layer_sizes="32,8",
+        over_arch_layer_sizes="16",
+        seed=5,
+        tensorboard_dir="runs",
+        run_name="probe",
+        max_rows=1000,
+        history_length=4,
+    )
+    parameters = set(inspect.signature(components.train).parameters)
+    assert set(values) == parameters - _LAUNCHER_PARAMETERS
+    _, app_args = split_torchrun(_role_command(components.train(**values)), SCRIPT)
+    cfg = parse_config(app_args).to_dict()
+    flat = {**cfg, **cfg["data"], **cfg["model"], **cfg["optim"]}
+    assert {name: flat[name] for name in values} == values
 
 
 def test_train_leaves_unset_parameters_to_the_app():
@@ -94,6 +125,30 @@ def test_train_sets_replicas_resources_and_job_fields():
 def test_train_rejects_a_flag_set_twice(given):
     with pytest.raises(ValueError, match=r"--epochs is set both as a component parameter \(3\)"):
         components.train(*given, epochs=3)
+
+
+def test_train_parses_numbers_given_as_strings():
+    # The torchx CLI passes Optional[int] / Optional[float] parameters as strings.
+    _, app_args = split_torchrun(_role_command(components.train(epochs="3", learning_rate="1e-3")), SCRIPT)
+    assert app_args == ["--epochs=3", "--learning_rate=0.001"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"epochs": "three"}, ValueError, "--epochs must be int, got 'three'"),
+        ({"learning_rate": "fast"}, ValueError, "--learning_rate must be float, got 'fast'"),
+        ({"epochs": 2.5}, TypeError, "--epochs must be int, got 2.5"),
+    ],
+)
+def test_train_rejects_values_of_the_wrong_type(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        components.train(**kwargs)
+
+
+def test_cli_rejects_a_bad_number_at_submission():
+    with pytest.raises(AssertionError, match=re.escape("--epochs must be int, got 'three'")):
+        torchx("run", "--dryrun", "-s", "local_cwd", "components/dlrm.py:train", "--epochs", "three")
 
 
 def test_train_accepts_flags_that_only_share_a_prefix():

@@ -156,7 +156,8 @@ def test_bad_groups_raise() -> None:
 # ---------------------------------------------------------------- 2 ranks, table-wise sharded
 
 
-def _shard(module: torch.nn.Module, rank: int, world_size: int) -> torch.nn.Module:
+def shard_table_wise(module: torch.nn.Module, world_size: int) -> torch.nn.Module:
+    """DMP with every table table-wise sharded, in-backward exact SGD, and the module's weights."""
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed import DistributedModelParallel
@@ -194,8 +195,8 @@ def _sharded_fused_vs_separate(rank: int, world_size: int) -> None:
     torch.manual_seed(0)
     ebc = EmbeddingBagCollection(_tables())
     reference = copy.deepcopy(ebc)
-    fused = FusedKJTLookup(_shard(copy.deepcopy(ebc), rank, world_size))
-    separate = FusedKJTLookup(_shard(copy.deepcopy(ebc), rank, world_size), fused=False)
+    fused = FusedKJTLookup(shard_table_wise(copy.deepcopy(ebc), world_size))
+    separate = FusedKJTLookup(shard_table_wise(copy.deepcopy(ebc), world_size), fused=False)
     gen = torch.Generator().manual_seed(10 + rank)  # each rank its own batch
     groups = _groups(gen)
 

@@ -25,6 +25,7 @@ def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_pat
         tmp_path,
         "--dataset", "movielens", "--max_rows", "6000", "--epochs", "2", "--batch_size", "512",
         "--eval_every_n_steps", "5", "--train_eval_rows", "1000", "--log_every_n_steps", "2", "--no-progress_bar",
+        "--freeze_schedule", "tables=frozen@[0,1) train@[1,end)",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     run_dir = tmp_path / "run"
@@ -34,6 +35,10 @@ def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_pat
     expected = {"train/loss", "train/samples_per_sec", "train/loss_like", "train/loss_love"}
     expected |= {f"{split}/{task}/{m}" for split in ("test", "train_sample") for task in ("like", "love") for m in ("auc", "logloss", "ne")}
     assert expected <= tags, expected - tags
+    # The freeze state is logged per group: frozen (0) in epoch 1, training (1) in epoch 2.
+    states = [e.value for e in acc.Scalars("freeze/tables")]
+    assert states[0] == 0.0 and states[-1] == 1.0
+    assert "freeze schedule at step 0 (epoch 0.000): tables frozen" in proc.stderr + proc.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     epochs = [e["epoch"] for e in summary["evaluations"]]
     assert epochs[-1] == 2 and 1 in epochs and len(epochs) > 2  # per epoch plus every 5 steps

@@ -13,6 +13,7 @@ working directory that ``-s local_cwd`` and ``-s slurm`` launch from), and raise
 the full output when the command fails, so a failed launch shows the app's traceback.
 """
 
+import os
 import shlex
 import subprocess
 import sys
@@ -33,11 +34,15 @@ def torchx(
     Args:
         args: the torchx command line after ``torchx``, e.g. ``"run", "--dryrun", ...``.
         timeout: seconds before the command is killed (``subprocess.TimeoutExpired``).
-        env: the environment of the command (default: this process's).
+        env: the environment of the command (default: this process's); the
+            interpreter's bin directory is put first on its PATH either way.
 
     Raises:
         AssertionError: the command exited non-zero; the message holds its stdout and stderr.
     """
+    env = dict(os.environ if env is None else env)
+    # Launched jobs run `torchrun` from PATH: take the one beside this interpreter.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     cmd = [sys.executable, "-m", "torchx.cli.main", *args]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:

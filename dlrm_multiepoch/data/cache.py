@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import tempfile
+import zipfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -97,7 +98,7 @@ class ArrayCache:
                     history=arrays[f"{name}/history"] if layout["history"] else None,
                 )
             return data, list(meta["notes"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as e:
             # A damaged entry (e.g. disk full) is rebuilt rather than trusted.
             log(f"ignoring unreadable cache entry {self.json_path}: {e}")
             return None

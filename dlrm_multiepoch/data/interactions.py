@@ -11,7 +11,7 @@ are dropped and counted in the log.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -59,14 +59,14 @@ def read_table(path: Path) -> Tuple[pd.DataFrame, List[int]]:
     return read_delimited(path, f"--data_path {path}", sep=_SEPARATORS[suffix])
 
 
-def build_interactions(cfg: "DataConfig", path: Path, log: Callable[[str], None]) -> Tuple[InteractionData, List[str]]:
+def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[str]]:
     """Encode the interactions table at ``path``; returns the data and notes for the log.
 
     Example::
 
         cfg = DataConfig(dataset="interactions", data_path="events.parquet", timestamp_col="ts",
                          label_col="rating", task_thresholds="like:4")
-        data, notes = build_interactions(cfg, Path(cfg.data_path), print)
+        data, notes = build_interactions(cfg, Path(cfg.data_path))
     """
     what = f"--data_path {path}"
     frame, bad_lines = read_table(path)

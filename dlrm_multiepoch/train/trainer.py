@@ -16,6 +16,7 @@ from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
 from dlrm_multiepoch.distributed import DistEnv
+from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
 from dlrm_multiepoch.train.config import TrainConfig
@@ -41,6 +42,15 @@ def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
     return data
 
 
+def build_freeze(
+    cfg: TrainConfig, model: DistributedModelParallel, optimizer: CombinedOptimizer, steps_per_epoch: int
+) -> Optional[FreezeScheduleWrapper]:
+    """The freeze-schedule controller of ``--freeze_schedule``; None when everything trains."""
+    if not cfg.freeze_schedule or cfg.freeze_schedule == "joint":
+        return None
+    return FreezeScheduleWrapper(model, cfg.freeze_schedule, steps_per_epoch, cfg.epochs, optimizer=optimizer)
+
+
 def default_run_name(cfg: TrainConfig) -> str:
     return f"{cfg.data.dataset}-{cfg.model.model}-seed{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -64,6 +74,7 @@ class Trainer:
     data: InteractionData
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
+    freeze: Optional[FreezeScheduleWrapper]
     pipeline: TrainPipelineSparseDist
     logger: MetricsLogger
 
@@ -83,6 +94,7 @@ class Trainer:
         apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.embedding_learning_rate)
         self.model = shard_model(model, env, [s for s in cfg.sharding_types.split(",") if s])
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
+        self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch)
         self.pipeline = TrainPipelineSparseDist(self.model, self.optimizer, env.device)
         run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
         self.logger = MetricsLogger(run_dir, enabled=env.is_main)
@@ -113,11 +125,14 @@ class Trainer:
         self.logger.close()
         return self.logger.summary
 
+    @property
+    def steps_per_epoch(self) -> int:
+        steps = len(self.train_loader)
+        return min(steps, self.cfg.limit_train_batches) if self.cfg.limit_train_batches else steps
+
     def train_epoch(self, epoch: int) -> None:
         self.train_loader.set_epoch(epoch)
-        steps = len(self.train_loader)
-        if self.cfg.limit_train_batches:
-            steps = min(steps, self.cfg.limit_train_batches)
+        steps = self.steps_per_epoch
         batches: Iterator[Batch] = itertools.islice(iter(self.train_loader), steps)
         bar = tqdm(total=steps, desc=f"epoch {epoch + 1}", disable=not (self.env.is_main and self.cfg.progress_bar))
         # Train in segments that end where a mid-epoch evaluation is due: the
@@ -142,6 +157,8 @@ class Trainer:
             except StopIteration:
                 break
             self.step += 1
+            if self.freeze is not None:
+                self.freeze.step()
             window.append(out)
             bar.update(1)
             if len(window) == self.cfg.log_every_n_steps:
@@ -155,6 +172,8 @@ class Trainer:
         samples = sum(float(o.weights.sum()) for o in window) * self.env.world_size
         loss = float(torch.stack([o.loss for o in window]).mean())
         values = {"train/loss": loss, "train/samples_per_sec": samples / max(seconds, 1e-9), "train/epoch": epoch}
+        if self.freeze is not None:
+            values |= {f"freeze/{group}": state for group, state in self.freeze.states().items()}
         for name in window[0].losses:
             values[f"train/loss_{name}"] = float(torch.stack([o.losses[name] for o in window]).mean())
         self.logger.scalars(values, self.step)

@@ -1,0 +1,84 @@
+# dlrm-multiepoch: install, demo, tests, benchmarks.
+#
+#   make demo     distributed DLRM training (2 ranks, launched by TorchX), TensorBoard logs
+#   make test     the test suite; PYTEST_ARGS="tests/test_components.py -x" picks tests
+#   make bench    every benchmarks/*.py, one after the other
+#   make install  only create .venv/ and install into it (the targets above do it first)
+#
+# Each target creates .venv/ on first use and installs the stack into it; a stamp file
+# makes later calls skip the install until pyproject.toml or this Makefile changes.
+#
+#   DEVICE=cpu            (default) CPU builds: torch 2.13.0 and fbgemm-gpu-cpu 1.8.0
+#   DEVICE=cuda           CUDA builds: torch 2.13.0 and fbgemm-gpu 1.8.0 (PyPI's: CUDA 13)
+#   TORCH_INDEX_URL=URL   extra index for torch (and fbgemm-gpu), e.g. the PyTorch index
+#                         .../whl/cpu for a small CPU torch, .../whl/cu128 for CUDA 12.8
+#   PYTHON=python3.11     the interpreter that creates .venv/
+# Switching DEVICE rebuilds .venv/ from scratch: the two builds of torch and fbgemm
+# share version numbers, so pip would keep the installed ones.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+DEVICE ?= cpu
+TORCH_INDEX_URL ?=
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+STAMP := $(VENV)/.installed-$(DEVICE)
+# Jobs launched by `torchx run -s local_cwd` find torchrun on PATH.
+RUN := PATH="$(abspath $(VENV)/bin):$$PATH"
+
+TORCH := torch==2.13.0
+ifeq ($(DEVICE),cpu)
+FBGEMM := fbgemm-gpu-cpu==1.8.0
+else ifeq ($(DEVICE),cuda)
+FBGEMM := fbgemm-gpu==1.8.0
+else
+$(error DEVICE must be cpu or cuda, not '$(DEVICE)')
+endif
+# A local version (2.13.0+cpu, +cu128) sorts above PyPI's plain 2.13.0, so with an extra
+# index pip takes that index's build of the exact pin.
+TORCH_INDEX := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
+
+.PHONY: help install demo test bench
+
+help:
+	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@if compgen -G '$(VENV)/.installed-*' >/dev/null && [ ! -e '$@' ]; then \
+		echo "DEVICE changed to $(DEVICE): recreating $(VENV)/"; rm -rf '$(VENV)'; fi
+	[ -x '$(PY)' ] || '$(PYTHON)' -m venv '$(VENV)'
+	@# torch first, by its exact pin (a range or a bare "torch" pulls a multi-GB CUDA build).
+	$(PIP) $(TORCH_INDEX) '$(TORCH)' '$(FBGEMM)'
+	@# torchrec's dependencies at its pins, and ours; repeating the torch and fbgemm pins
+	@# stops any of them from swapping the builds.
+	$(PIP) '$(TORCH)' '$(FBGEMM)' tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 \
+		iopath==0.1.10 -e '.[test,plots,kubernetes]'
+	@# torchrec==1.8.0 requires an unpinned fbgemm-gpu, which would replace fbgemm-gpu-cpu
+	@# by the CUDA build: install it last and alone.
+	$(PIP) --no-deps torchrec==1.8.0
+	$(PY) -c 'import torch, fbgemm_gpu, torchrec, torchx, dlrm_multiepoch; \
+		print(f"installed torch {torch.__version__} (CUDA {torch.version.cuda}), torchrec {torchrec.__version__}")'
+	rm -f $(VENV)/.installed-*
+	touch '$@'
+
+demo: $(STAMP)
+	$(RUN) $(VENV)/bin/torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 \
+		--tensorboard_dir runs $(DEMO_ARGS)
+	@echo "See the runs: $(VENV)/bin/tensorboard --logdir runs"
+
+test: $(STAMP)
+	$(RUN) $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	@shopt -s nullglob; scripts=(benchmarks/*.py); \
+	if [ $${#scripts[@]} -eq 0 ]; then echo "no benchmarks/*.py"; exit 0; fi; \
+	for script in "$${scripts[@]}"; do echo "== $$script"; $(RUN) $(PY) "$$script"; done

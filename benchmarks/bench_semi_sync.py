@@ -1,0 +1,152 @@
+"""Samples/s and exposed communication wait: semi_sync vs sparse_dist, side by side.
+
+Both pipelines train their own copy of the same sharded DLRM (same data, same seeds)
+in the same 2 processes; epochs alternate between them so machine noise hits both.
+Per contender: median samples/s over the timed epochs, and the time the main thread
+spends blocked in communication waits, per step:
+
+- ``fwd_wait``: waits on the output dist (pooled-embedding all-to-all) and on the
+  input dist (KJT all-to-alls) — what the semi-sync schedule can hide;
+- ``bwd``: the backward pass incl. its gradient all-to-all (not hidden by either).
+
+TorchRec's ``TrainPipelineSemiSync`` is run when the device is CUDA; on CPU it fails
+(``RuntimeError: unknown parameter type`` from ``record_stream``) and is reported so.
+
+Run (glibc's mmap threshold pinned so large frees do not swing timings)::
+
+    python benchmarks/bench_semi_sync.py --epochs 7 --batch_size 4096
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 30))  # inherited by the spawned ranks
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torchrec.distributed import comm_ops  # noqa: E402
+from torchrec.distributed import dist_data  # noqa: E402
+
+from dlrm_multiepoch.data.dataset import BatchLoader  # noqa: E402
+from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline  # noqa: E402
+from tests.multiprocess import run_on_ranks  # noqa: E402
+from tests.pipeline_helpers import build_job  # noqa: E402
+
+WAITS: Dict[str, float] = defaultdict(float)
+
+
+def _timed(cls: type, method: str, key: str) -> None:
+    original = getattr(cls, method)
+
+    def wrapper(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            WAITS[key] += time.perf_counter() - t0
+
+    setattr(cls, method, wrapper)
+
+
+def _instrument() -> None:
+    # Forward-side waits: output dist requests and the input dist's KJT all-to-alls.
+    _timed(comm_ops.Request, "_wait_impl", "fwd_wait")
+    _timed(dist_data.KJTAllToAllSplitsAwaitable, "_wait_impl", "fwd_wait")
+    _timed(dist_data.KJTAllToAllTensorsAwaitable, "_wait_impl", "fwd_wait")
+    _timed(torch.Tensor, "backward", "bwd")
+
+
+def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
+    _instrument()
+    names = args.contenders.split(",")
+    jobs, pipelines = {}, {}
+    device = None
+    for name in names:
+        kind, _, variant = name.partition(":")
+        job = build_job(
+            num_rows=args.rows,
+            table_sizes={"user": args.table_rows, "item": args.table_rows * 2, "age": 8},
+            embedding_dim=args.dim,
+            dense_arch=f"256,{args.dim}",
+            over_arch="256,128",
+        )
+        device = job.env.device
+        jobs[name] = job
+        # "semi_sync:nomeasure" = semi_sync without the staleness measurement.
+        extra = {"measure_staleness": False} if variant == "nomeasure" else {}
+        pipelines[name] = make_train_pipeline(kind, job.model, job.optimizer, device, **extra)
+    if device.type == "cuda":
+        names.append("torchrec_semi_sync")
+        job = build_job(num_rows=args.rows, embedding_dim=args.dim)
+        jobs["torchrec_semi_sync"] = job
+        pipelines["torchrec_semi_sync"] = make_train_pipeline("torchrec_semi_sync", job.model, job.optimizer, device)
+
+    rates: Dict[str, List[float]] = defaultdict(list)
+    waits: Dict[str, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
+    for epoch in range(args.epochs):
+        for name in names:
+            loader = BatchLoader(jobs[name].data, "train", args.batch_size, rank, world_size, shuffle=True)
+            loader.set_epoch(epoch)
+            it, steps = iter(loader), 0
+            WAITS.clear()
+            dist.barrier()
+            t0 = time.perf_counter()
+            while True:
+                try:
+                    pipelines[name].progress(it)
+                except StopIteration:
+                    break
+                steps += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            elapsed = torch.tensor([time.perf_counter() - t0, WAITS["fwd_wait"], WAITS["bwd"]])
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+            if epoch == 0:
+                continue  # warm-up epoch: tracing, allocator growth
+            rates[name].append(len(jobs[name].data.splits["train"]) / elapsed[0].item())
+            waits[name]["fwd_wait"].append(elapsed[1].item() / steps * 1e3)
+            waits[name]["bwd"].append(elapsed[2].item() / steps * 1e3)
+    if rank != 0:
+        return
+    print(f"device {device}, 2 ranks, global batch {args.batch_size}, {steps} steps/epoch, "
+          f"{args.epochs - 1} timed epochs per contender (alternating), medians:")
+    base = statistics.median(rates[names[0]])
+    base_wait = statistics.median(waits[names[0]]["fwd_wait"])
+    for name in names:
+        rate = statistics.median(rates[name])
+        fwd = statistics.median(waits[name]["fwd_wait"])
+        bwd = statistics.median(waits[name]["bwd"])
+        print(
+            f"  {name:20s} {rate:10.0f} samples/s  ratio {rate / base:5.3f}  "
+            f"exposed fwd comm wait {fwd:7.3f} ms/step ({fwd / base_wait:5.1%} of sparse_dist)  "
+            f"backward {bwd:7.2f} ms/step"
+        )
+    for name in names:
+        if isinstance(pipelines[name], SemiSyncTrainPipeline) and pipelines[name].measure_staleness:
+            print(f"  {name}: mean stale-row fraction {pipelines[name].mean_stale_fraction:.3f}")
+    if device.type != "cuda":
+        print("  torchrec_semi_sync: not run (CPU: RuntimeError 'unknown parameter type' in record_stream)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=7, help="epochs per contender; the first is not timed")
+    parser.add_argument("--rows", type=int, default=65536, help="synthetic rows (3/4 train)")
+    parser.add_argument("--batch_size", type=int, default=4096, help="global batch size")
+    parser.add_argument("--table_rows", type=int, default=100_000, help="rows of the user table (item: 2x)")
+    parser.add_argument("--dim", type=int, default=64, help="embedding dimension")
+    parser.add_argument(
+        "--contenders", default="sparse_dist,semi_sync,semi_sync:nomeasure", help="the first is the baseline"
+    )
+    run_on_ranks(_bench, 2, parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Build the train pipeline the app's ``--pipeline`` flag names."""
+
+from typing import Any, Callable, Optional, Tuple
+
+import torch
+from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSemiSync, TrainPipelineSparseDist
+
+from dlrm_multiepoch.pipeline.semi_sync import SemiSyncTrainPipeline
+
+PIPELINES: Tuple[str, ...] = ("sparse_dist", "semi_sync", "torchrec_semi_sync")
+
+
+def make_train_pipeline(
+    name: str,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    warmup_batches: int = 0,
+    tables_frozen: Optional[Callable[[], bool]] = None,
+    **kwargs: Any,
+) -> TrainPipelineSparseDist:
+    """One of TorchRec's ``TrainPipelineSparseDist``, our ``SemiSyncTrainPipeline`` or TorchRec's ``TrainPipelineSemiSync``.
+
+    Args:
+        name: ``sparse_dist`` (synchronous), ``semi_sync`` (ours, staleness 1) or
+            ``torchrec_semi_sync`` (TorchRec's, CUDA only).
+        model: the ``DistributedModelParallel`` model.
+        optimizer: its optimizer.
+        device: compute device.
+        warmup_batches: synchronous batches before overlapping (``semi_sync``: fresh
+            lookups for batch indices below it; ``torchrec_semi_sync``: its ``start_batch``).
+        tables_frozen: freeze-schedule hint for ``semi_sync`` (ignored by the others).
+        **kwargs: further ``TrainPipelineSparseDist`` arguments.
+
+    Example::
+
+        pipeline = make_train_pipeline(args.pipeline, dmp, optimizer, env.device, warmup_batches=100)
+    """
+    if name == "sparse_dist":
+        return TrainPipelineSparseDist(model, optimizer, device, **kwargs)
+    if name == "semi_sync":
+        return SemiSyncTrainPipeline(
+            model, optimizer, device, staleness=1, warmup_batches=warmup_batches, tables_frozen=tables_frozen, **kwargs
+        )
+    if name == "torchrec_semi_sync":
+        if device.type != "cuda":
+            raise ValueError(
+                "--pipeline torchrec_semi_sync needs CUDA: TorchRec 1.8's TrainPipelineSemiSync calls "
+                "record_stream on CPU tensors (RuntimeError: unknown parameter type); use --pipeline semi_sync"
+            )
+        return TrainPipelineSemiSync(model, optimizer, device, start_batch=warmup_batches, **kwargs)
+    raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {name!r}")

@@ -1,0 +1,179 @@
+"""Measure how stale a semi-synchronous lookup really is.
+
+A batch looked up before the previous batch's backward reads every row that backward
+updates one update late. The fraction of such rows is what the semi-sync trade-off
+rests on ("consecutive batches share few IDs"), so it is measured on the real data:
+for batch B, the rows B looks up on this rank's shards that batch B-1 also looked up
+(and therefore updated), over all rows B looks up, summed over ranks.
+
+Everything stays on the device: rows are sorted int64 keys and overlaps come from
+``searchsorted``, so measuring adds no host synchronisation; the per-step counts are
+summed over ranks with one asynchronous ``all_reduce`` that is waited a step later.
+"""
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torchrec.distributed.sharding.dp_sharding import BaseDpEmbeddingSharding
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+# Row ids of a table sit in the low bits of a key, the table's index above them.
+_TABLE_SHIFT = 40
+
+
+def _table_index_of_features(module: nn.Module) -> List[Optional[Dict[str, int]]]:
+    """Per sharding of a sharded EBC/EC: feature -> table index, or None for data-parallel."""
+    shardings = getattr(module, "_embedding_shardings", None)
+    if shardings is None:
+        raise TypeError(
+            f"{type(module).__name__} has no _embedding_shardings; staleness is measured for TorchRec's "
+            "sharded EmbeddingBagCollection / EmbeddingCollection only (pass measure_staleness=False)"
+        )
+    tables: Dict[str, int] = {}
+    out: List[Optional[Dict[str, int]]] = []
+    for sharding in shardings:
+        if isinstance(sharding, BaseDpEmbeddingSharding):
+            # Replicated tables see only this rank's ids but are updated by every
+            # rank's: their staleness is not measurable locally. They are left out.
+            out.append(None)
+            continue
+        features: Dict[str, int] = {}
+        for table in sharding.embedding_tables():
+            index = tables.setdefault(table.name, len(tables))
+            for feature in table.feature_names:
+                features[feature] = index
+        out.append(features)
+    return out
+
+
+class ShardRows:
+    """Turns the post-input-dist features of one sharded module into sorted row keys.
+
+    After the input all-to-all a rank holds, per sharding, the ids of every rank's
+    samples for the table shards it owns: exactly the rows its lookup reads and its
+    fused optimizer updates. Keys are ``table_index << 40 | id`` (ids are shard-local
+    for row-wise shardings, which is still one key per row).
+
+    Args:
+        module: a sharded ``EmbeddingBagCollection`` / ``EmbeddingCollection``.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self._features = _table_index_of_features(module)
+        self.has_data_parallel = any(f is None for f in self._features)
+
+    def __call__(self, dist_input: List[KeyedJaggedTensor]) -> torch.Tensor:
+        if len(dist_input) != len(self._features):
+            raise ValueError(f"expected {len(self._features)} feature lists (one per sharding), got {len(dist_input)}")
+        keys: List[torch.Tensor] = []
+        for features, kjt in zip(self._features, dist_input):
+            if features is None or not kjt.keys():
+                continue
+            missing = [k for k in kjt.keys() if k not in features]
+            if missing:
+                raise KeyError(f"features {missing} belong to no table of this sharding; tables map {sorted(features)}")
+            values = kjt.values()
+            table = torch.tensor([features[k] for k in kjt.keys()], dtype=torch.int64, device=values.device)
+            per_key = torch.tensor(kjt.length_per_key(), dtype=torch.int64, device=values.device)
+            table_of_value = torch.repeat_interleave(table, per_key, output_size=values.numel())
+            keys.append((table_of_value << _TABLE_SHIFT) | values.to(torch.int64))
+        if not keys:
+            return torch.empty(0, dtype=torch.int64)
+        return torch.sort(torch.cat(keys)).values
+
+
+def row_overlap(keys: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """``[rows of keys also in previous, distinct rows of keys]`` as a float64 tensor.
+
+    Both inputs are sorted (duplicates allowed). No host synchronisation.
+
+    Example::
+
+        >>> row_overlap(torch.tensor([1, 1, 2, 5]), torch.tensor([0, 2, 2, 9]))
+        tensor([1., 3.], dtype=torch.float64)
+    """
+    if keys.numel() == 0:
+        return torch.zeros(2, dtype=torch.float64, device=keys.device)
+    first = torch.ones_like(keys, dtype=torch.bool)
+    first[1:] = keys[1:] != keys[:-1]
+    if previous.numel() == 0:
+        stale = torch.zeros((), dtype=torch.int64, device=keys.device)
+    else:
+        previous = previous.to(keys.device)
+        at = torch.searchsorted(previous, keys).clamp_max(previous.numel() - 1)
+        stale = (first & (previous[at] == keys)).sum()
+    return torch.stack([stale, first.sum()]).to(torch.float64)
+
+
+@dataclass
+class PendingStaleness:
+    """Counts of one batch whose sum over ranks may still be in flight."""
+
+    counts: torch.Tensor  # [stale rows, looked-up rows], float64
+    work: Optional[dist.Work] = None
+
+    def fraction(self) -> torch.Tensor:
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        return self.counts[0] / self.counts[1].clamp_min(1.0)
+
+
+class StalenessMeter:
+    """Per-step stale-row fraction and its running mean over the steps recorded so far.
+
+    A step whose lookup ran after the previous update (synchronous, warm-up, first
+    batch of an epoch) records exactly 0. Reading ``last``/``mean`` is the only point
+    that waits for the device.
+
+    Args:
+        process_group: group to sum counts over (default: the default group, when
+            initialised; a single process otherwise).
+
+    Example::
+
+        meter = StalenessMeter()
+        meter.record(meter.measure(stale_rows, looked_up_rows))
+        writer.add_scalar("pipeline/stale_fraction", meter.last, step)
+    """
+
+    def __init__(self, process_group: Optional[dist.ProcessGroup] = None) -> None:
+        self._group = process_group
+        self._last: Optional[torch.Tensor] = None
+        self._sum: Optional[torch.Tensor] = None
+        self.steps = 0
+
+    def measure(self, counts: torch.Tensor) -> PendingStaleness:
+        """Start summing this rank's ``[stale, looked-up]`` counts over ranks (asynchronously)."""
+        counts = counts.clone()
+        work = None
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size(self._group) > 1:
+            work = dist.all_reduce(counts, group=self._group, async_op=True)
+        return PendingStaleness(counts, work)
+
+    def record(self, pending: Optional[PendingStaleness], device: torch.device) -> None:
+        """Record one step: ``pending`` counts, or ``None`` for an exact 0 (fresh lookup)."""
+        fraction = (
+            torch.zeros((), dtype=torch.float64, device=device) if pending is None else pending.fraction()
+        )
+        self._last = fraction
+        self._sum = fraction.clone() if self._sum is None else self._sum + fraction
+        self.steps += 1
+
+    @property
+    def last(self) -> float:
+        """Stale-row fraction of the most recent step (NaN before any step is recorded)."""
+        return float("nan") if self._last is None else float(self._last.item())
+
+    @property
+    def mean(self) -> float:
+        """Mean of the per-step fractions over all recorded steps (NaN before any)."""
+        return float("nan") if self._sum is None else float(self._sum.item()) / self.steps
+
+    def reset(self) -> None:
+        self._last = None
+        self._sum = None
+        self.steps = 0

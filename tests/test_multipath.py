@@ -1,0 +1,207 @@
+"""The multi-path model, unsharded: shapes, gradient routes, loss weights, the shared item table.
+
+Its training under DistributedModelParallel on 2 gloo ranks (after loading pre-trained
+tables) is in tests/test_pretrain.py, to share the process startups.
+"""
+
+import dataclasses
+import math
+from typing import Dict
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dlrm_multiepoch.data.dataset import BatchLoader
+from dlrm_multiepoch.data.synthetic import synthetic_data
+from dlrm_multiepoch.models import MODELS, ModelConfig, build_model
+from dlrm_multiepoch.models.losses import in_batch_info_nce, pairwise_ranking_loss
+from dlrm_multiepoch.models.multipath import PATHS, MultiPathTrain, build_multipath
+
+CPU = torch.device("cpu")
+K = 6
+TABLES = {"user": 300, "item": 500, "age": 8}
+BASE = ModelConfig(model="multipath", embedding_dim=8, dense_arch_layer_sizes="16,8", over_arch_layer_sizes="16",
+                   transformer_heads=2, transformer_ff_dim=16, sequence_head_layer_sizes="8")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_data(512, TABLES, history_length=K, seed=1)
+
+
+@pytest.fixture(scope="module")
+def batch(data):
+    return next(iter(BatchLoader(data, "train", 64, shuffle=True)))
+
+
+def _model(data, **overrides) -> MultiPathTrain:
+    torch.manual_seed(0)
+    return build_multipath(data, dataclasses.replace(BASE, **overrides), CPU, sparse_device=CPU)
+
+
+def _grads(model: torch.nn.Module, loss: torch.Tensor) -> Dict[str, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _only(term: str, weight: float, tasks=("like", "love")) -> Dict[str, object]:
+    """Config overrides that weight one loss term and zero every other."""
+    task_w = [weight if t == term else 0.0 for t in tasks]
+    return dict(
+        task_loss_weights=",".join(str(w) for w in task_w),
+        pairwise_loss_weight=weight if term == "pairwise" else 0.0,
+        contrastive_loss_weight=weight if term == "contrastive" else 0.0,
+    )
+
+
+ITEM_TABLE = "model.sparse_arch.embedding_collection.embeddings.item.weight"
+
+
+def test_registered_and_built_by_name(data):
+    assert "multipath" in MODELS and "dlrm" in MODELS
+    model = build_model(data, BASE, CPU)
+    assert isinstance(model, MultiPathTrain)
+    assert model.model.sparse_arch.embedding_collection.embeddings["item"].weight.device.type == "meta"
+
+
+def test_forward_backward_shapes_of_every_path(data, batch):
+    model = _model(data)
+    out = model.model(batch.dense_features, batch.sparse_features)
+    b, t, d = batch.batch_size, len(data.tasks), BASE.embedding_dim
+    assert out.cross_logits.shape == (b, t)
+    assert out.sequence_logits.shape == (b, t)
+    assert torch.equal(out.logits, out.cross_logits + out.sequence_logits)
+    assert out.contrastive_history.shape == (b, K, d)
+    assert out.history_ids.shape == (b, K)
+    assert torch.equal(out.history_lengths, batch.sparse_features["history"].lengths())
+    loss, mo = model(batch)
+    assert loss.shape == () and set(mo.losses) == {"like", "love", "pairwise", "contrastive"}
+    assert mo.logits.shape == (b, t) and mo.labels.shape == (b, t)
+    grads = _grads(model, loss)
+    # Every weight of every path (tables, dense arch, cross, sequence, contrastive head) learns.
+    missing = [n for n, p in model.named_parameters() if n not in grads or not grads[n].abs().sum() > 0]
+    assert missing == []
+    for name in PATHS:
+        assert isinstance(model.model.gates[name], torch.nn.Identity)
+
+
+def test_eval_mode_computes_task_losses_only(data, batch):
+    model = _model(data).eval()
+    with torch.no_grad():
+        loss, out = model(batch)
+    assert set(out.losses) == {"like", "love"}
+    assert torch.equal(loss, out.losses["like"] + out.losses["love"])
+
+
+@pytest.mark.parametrize("term", ["like", "love", "pairwise", "contrastive"])
+def test_each_loss_reacts_to_its_own_weight(data, batch, term):
+    model = _model(data, **_only(term, 1.0))
+    loss1, out1 = model(batch)
+    g1 = _grads(model, loss1)
+    assert torch.equal(loss1, out1.losses[term])
+    assert g1[ITEM_TABLE].abs().sum() > 0  # every term reaches the shared item table
+
+    # Doubling the weight doubles every gradient exactly (scaling by 2 is exact in floating point).
+    model.loss.weights[term] = 2.0
+    loss2, _ = model(batch)
+    g2 = _grads(model, loss2)
+    assert g1.keys() == g2.keys()
+    for name in g1:
+        assert torch.equal(g2[name], 2 * g1[name]), name
+
+    # Weight 0: no gradient from it anywhere.
+    model.loss.weights[term] = 0.0
+    loss0, out0 = model(batch)
+    g0 = _grads(model, loss0)
+    assert all(torch.count_nonzero(g) == 0 for g in g0.values())
+    if term in ("pairwise", "contrastive"):
+        assert term not in out0.losses  # not even computed
+
+
+def test_zero_task_weight_leaves_that_tasks_head_untouched(data, batch):
+    model = _model(data, task_loss_weights="1,0", pairwise_loss_weight=0.0, contrastive_loss_weight=1.0)
+    loss, out = model(batch)
+    assert torch.equal(loss, out.losses["like"] + out.losses["contrastive"])  # love logged, not trained
+    g = _grads(model, loss)
+    for head in ("model.feature_cross.head.1", "model.sequence.head.1"):
+        assert torch.count_nonzero(g[f"{head}.weight"][1]) == 0 and g[f"{head}.bias"][1] == 0  # love logit
+        assert torch.count_nonzero(g[f"{head}.weight"][0]) > 0
+
+
+def test_zero_contrastive_weight_skips_the_contrastive_head(data, batch):
+    model = _model(data, contrastive_loss_weight=0.0)
+    loss, out = model(batch)
+    g = _grads(model, loss)
+    assert "contrastive" not in out.losses
+    assert not any(n.startswith("loss.next_item.") for n in g)
+    assert torch.equal(loss, out.losses["like"] + out.losses["love"] + 0.1 * out.losses["pairwise"])
+
+
+def test_shared_item_table_is_one_parameter(data, batch):
+    model = _model(data)
+    dim = BASE.embedding_dim
+    item_shaped = [n for n, p in model.named_parameters() if p.shape == (TABLES["item"], dim)]
+    assert item_shaped == [ITEM_TABLE]
+    weight = model.model.sparse_arch.embedding_collection.embeddings["item"].weight
+    views = model.model.embedding_views(model.model.sparse_arch(batch.sparse_features))
+    kjt = batch.sparse_features
+    cand_ids, hist_ids = kjt["item"].values(), kjt["history"].values()
+    assert torch.equal(views.candidate, weight[cand_ids])
+    assert torch.equal(views.history[views.history_ids >= 0], weight[hist_ids])
+    # Gradients of both features land in that one parameter, row by row.
+    weight.grad = None
+    (views.candidate.sum() + 2 * views.history.sum()).backward()
+    expected = torch.bincount(cand_ids, minlength=TABLES["item"]) + 2 * torch.bincount(hist_ids, minlength=TABLES["item"])
+    assert torch.equal(weight.grad, expected.to(weight.dtype)[:, None].expand(-1, dim))
+
+
+def test_bad_configs_name_the_flag(data):
+    with pytest.raises(ValueError, match="--transformer_heads"):
+        _model(data, transformer_heads=3)
+    with pytest.raises(ValueError, match="--task_loss_weights"):
+        _model(data, task_loss_weights="1,1,1")
+    with pytest.raises(ValueError, match="--contrastive_temperature"):
+        _model(data, contrastive_temperature=0.0)
+    with pytest.raises(ValueError, match="history"):
+        build_multipath(synthetic_data(64, TABLES), BASE, CPU, sparse_device=CPU)
+
+
+def test_history_longer_than_the_model_is_refused(data):
+    model = _model(data)
+    longer = synthetic_data(64, TABLES, history_length=K + 2, seed=3)
+    batch = next(iter(BatchLoader(longer, "train", 32)))
+    assert int(batch.sparse_features["history"].lengths().max()) > K
+    with pytest.raises(RuntimeError, match="longer than the model's history length"):
+        model(batch)
+
+
+def test_pairwise_ranking_loss_matches_pair_loop():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(9, 2, generator=g, dtype=torch.float64)
+    labels = torch.tensor([[1, 0], [0, 0], [1, 1], [0, 1], [1, 0], [0, 0], [1, 0], [0, 1], [1, 1]], dtype=torch.float64)
+    weights = torch.tensor([1, 1, 1, 1, 1, 1, 1, 0, 0], dtype=torch.float64)  # last two: padding
+    per_task = []
+    for t in range(2):
+        pairs = [(i, j) for i in range(9) for j in range(9)
+                 if weights[i] and weights[j] and labels[i, t] == 1 and labels[j, t] == 0]
+        per_task.append(sum(F.softplus(-(logits[i, t] - logits[j, t])) for i, j in pairs) / len(pairs))
+    torch.testing.assert_close(pairwise_ranking_loss(logits, labels, weights), sum(per_task) / 2, rtol=1e-12, atol=0)
+
+
+def test_info_nce_excludes_same_item_and_missing_targets():
+    g = torch.Generator().manual_seed(0)
+    q, t = torch.randn(4, 3, generator=g, dtype=torch.float64), torch.randn(4, 3, generator=g, dtype=torch.float64)
+    ids = torch.tensor([7, 7, 8, 9])
+    query_mask = torch.tensor([True, True, True, False])
+    target_mask = torch.tensor([True, True, False, True])
+    tau = 0.5
+    s = F.normalize(q, dim=-1) @ F.normalize(t, dim=-1).t() / tau
+    # Row 0 and 1 share item 7 (not each other's negatives); row 2 has no target (never a
+    # negative, its loss does not count); row 3's query does not count.
+    row0 = -s[0, 0] + torch.logsumexp(s[0, [0, 3]], 0)
+    row1 = -s[1, 1] + torch.logsumexp(s[1, [1, 3]], 0)
+    got = in_batch_info_nce(q, t, ids, query_mask, target_mask, tau)
+    torch.testing.assert_close(got, (row0 + row1) / 2, rtol=1e-12, atol=0)
+    assert math.isfinite(float(got))

@@ -53,9 +53,11 @@ help:
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
-	@if compgen -G '$(VENV)/.installed-*' >/dev/null && [ ! -e '$@' ]; then \
+	@# .device records what the venv was made for, even if an install stopped halfway.
+	@if [ -e '$(VENV)/.device' ] && [ "$$(cat '$(VENV)/.device')" != '$(DEVICE)' ]; then \
 		echo "DEVICE changed to $(DEVICE): recreating $(VENV)/"; rm -rf '$(VENV)'; fi
 	[ -x '$(PY)' ] || '$(PYTHON)' -m venv '$(VENV)'
+	echo '$(DEVICE)' > '$(VENV)/.device'
 	@# torch first, by its exact pin (a range or a bare "torch" pulls a multi-GB CUDA build).
 	$(PIP) $(TORCH_INDEX) '$(TORCH)' '$(FBGEMM)'
 	@# torchrec's dependencies at its pins, and ours; repeating the torch and fbgemm pins

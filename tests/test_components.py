@@ -37,7 +37,7 @@ def test_train_passes_set_parameters_as_flags_then_script_args():
         learning_rate=1e-3,
         embedding_learning_rate=0.05,
         dense_arch_layer_sizes="64,16",
-        over_arch_layer_sizes="64,32,1",
+        over_arch_layer_sizes="64,32",
         seed=-7,
         tensorboard_dir="runs",
         run_name="joint",
@@ -53,7 +53,7 @@ def test_train_passes_set_parameters_as_flags_then_script_args():
         "--learning_rate=0.001",
         "--embedding_learning_rate=0.05",
         "--dense_arch_layer_sizes=64,16",
-        "--over_arch_layer_sizes=64,32,1",
+        "--over_arch_layer_sizes=64,32",
         "--seed=-7",
         "--tensorboard_dir=runs",
         "--run_name=joint",
@@ -65,7 +65,10 @@ def test_train_passes_set_parameters_as_flags_then_script_args():
     assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("1", "2")
 
 
-_LAUNCHER_PARAMETERS = {"script_args", "script", "j", "cpu", "gpu", "memMB", "h", "image", "name", "env", "max_retries", "mounts"}
+# Parameters that shape the job rather than being flags of the app.
+_LAUNCHER_PARAMETERS = {
+    "script_args", "script", "j", "cpu", "gpu", "memMB", "h", "image", "name", "env", "max_retries", "mounts",
+}  # fmt: skip
 
 
 def test_every_app_parameter_parses_in_the_training_app_to_its_value():
@@ -93,7 +96,7 @@ def test_every_app_parameter_parses_in_the_training_app_to_its_value():
 
 
 def test_train_leaves_unset_parameters_to_the_app():
-    opts, app_args = split_torchrun(_role_command(components.train()), SCRIPT)
+    _, app_args = split_torchrun(_role_command(components.train()), SCRIPT)
     assert app_args == []
 
 

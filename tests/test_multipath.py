@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from dlrm_multiepoch.data.dataset import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
+from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.models import MODELS, ModelConfig, build_model
 from dlrm_multiepoch.models.losses import in_batch_info_nce, pairwise_ranking_loss
 from dlrm_multiepoch.models.multipath import PATHS, MultiPathTrain, build_multipath
@@ -84,7 +85,8 @@ def test_forward_backward_shapes_of_every_path(data, batch):
     missing = [n for n, p in model.named_parameters() if n not in grads or not grads[n].abs().sum() > 0]
     assert missing == []
     for name in PATHS:
-        assert isinstance(model.model.gates[name], torch.nn.Identity)
+        gate = model.model.gates[name]
+        assert isinstance(gate, GradientGate) and gate.name == name and gate.open
 
 
 def test_eval_mode_computes_task_losses_only(data, batch):
@@ -137,6 +139,36 @@ def test_zero_contrastive_weight_skips_the_contrastive_head(data, batch):
     assert "contrastive" not in out.losses
     assert not any(n.startswith("loss.next_item.") for n in g)
     assert torch.equal(loss, out.losses["like"] + out.losses["love"] + 0.1 * out.losses["pairwise"])
+
+
+@pytest.mark.parametrize(
+    "closed, term, zero_tables, live_tables",
+    [
+        # Pooled tables feed only the feature-cross path; the item table feeds all three.
+        (["feature_cross"], "like", ["user", "age"], ["item"]),
+        (["sequence"], "like", [], ["user", "age", "item"]),
+        (["feature_cross", "sequence"], "like", ["user", "age", "item"], []),
+        (["contrastive"], "contrastive", ["user", "age", "item"], []),
+        (["feature_cross", "sequence"], "contrastive", ["user", "age"], ["item"]),
+    ],
+)
+def test_closed_gate_cuts_exactly_its_paths_table_gradient(data, batch, closed, term, zero_tables, live_tables):
+    model = _model(data, **_only(term, 1.0))
+    for name in closed:
+        model.model.gates[name].open = False
+    g = _grads(model, model(batch)[0])
+    table = {
+        "item": ITEM_TABLE,
+        "user": "model.sparse_arch.embedding_bag_collection.embedding_bags.user.weight",
+        "age": "model.sparse_arch.embedding_bag_collection.embedding_bags.age.weight",
+    }
+    for name in zero_tables:
+        assert table[name] not in g or torch.count_nonzero(g[table[name]]) == 0, name
+    for name in live_tables:
+        assert torch.count_nonzero(g[table[name]]) > 0, name
+    # The paths' own weights still train behind a closed gate.
+    head = "loss.next_item.project.weight" if term == "contrastive" else "model.sequence.head.1.weight"
+    assert torch.count_nonzero(g[head]) > 0
 
 
 def test_shared_item_table_is_one_parameter(data, batch):

@@ -1,7 +1,8 @@
 """SemiSyncTrainPipeline on 2 gloo ranks: bitwise against TorchRec and a stale reference loop."""
 
+import itertools
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import pytest
@@ -12,27 +13,40 @@ from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
 from dlrm_multiepoch.pipeline import PIPELINES, SemiSyncTrainPipeline, StalenessMeter, make_train_pipeline
 from dlrm_multiepoch.pipeline.staleness import row_overlap
 from tests.multiprocess import run_on_ranks
-from tests.pipeline_helpers import Job, build_job, snapshot, table_shards
+from tests.pipeline_helpers import TABLE_SIZES, Job, build_job, snapshot, table_shards
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
 
 GLOBAL_BATCH = 256  # 2048 rows, 1536 in train: 6 steps per epoch
 
 
+ALL = frozenset(TABLE_SIZES)
+
+
 class FreezeByDetach:
-    """Freezes the tables the way the freeze-schedule wrapper does: detach the sparse output."""
+    """Freezes tables the way the freeze-schedule wrapper does: detach their embeddings.
+
+    ``SparseArch`` returns ``[B, features, D]`` with one feature per table, in table order.
+    """
 
     def __init__(self, job: Job) -> None:
-        self.frozen = False
-        job.model.module.model.sparse_arch.register_forward_hook(lambda m, i, out: out.detach() if self.frozen else None)
+        self.frozen: Set[str] = set()
+        job.model.module.model.sparse_arch.register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, out: torch.Tensor) -> Optional[torch.Tensor]:
+        if not self.frozen:
+            return None
+        # Index per column (not split()): the pipeline fx-traces the model with this hook on.
+        cols = [out[:, j : j + 1] for j in range(len(TABLE_SIZES))]
+        return torch.cat([c.detach() if t in self.frozen else c for t, c in zip(TABLE_SIZES, cols)], dim=1)
 
 
-def _run_pipeline(pipeline, job: Job, rank: int, freeze: FreezeByDetach, schedule: Sequence[bool]) -> Dict[str, list]:
-    """Train one epoch per entry of ``schedule`` (True = tables frozen); collect per-step values."""
+def _run_pipeline(pipeline, job: Job, rank: int, freeze: FreezeByDetach, schedule: Sequence[Set[str]]) -> Dict[str, list]:
+    """Train one epoch per entry of ``schedule`` (the tables frozen in it); collect per-step values."""
     loader = BatchLoader(job.data, "train", GLOBAL_BATCH, rank, 2, shuffle=True)
     rec: Dict[str, list] = {"loss": [], "stale": [], "samples": [], "steps": [], "weights": []}
     for epoch, frozen in enumerate(schedule):
         loader.set_epoch(epoch)
-        freeze.frozen = frozen
+        freeze.frozen = set(frozen)
         it, steps, samples = iter(loader), 0, torch.zeros(())
         while True:
             try:
@@ -51,7 +65,7 @@ def _run_pipeline(pipeline, job: Job, rank: int, freeze: FreezeByDetach, schedul
     return rec
 
 
-def _run_reference(job: Job, rank: int, freeze: FreezeByDetach, schedule: Sequence[bool], warmup: int) -> List[torch.Tensor]:
+def _run_reference(job: Job, rank: int, freeze: FreezeByDetach, schedule: Sequence[Set[str]], warmup: int) -> List[torch.Tensor]:
     """Plain loop, no pipeline: batch B is looked up with the tables as they were before B-1's update.
 
     The gradient of a pooled lookup does not depend on the table values, so looking up
@@ -66,7 +80,7 @@ def _run_reference(job: Job, rank: int, freeze: FreezeByDetach, schedule: Sequen
     index = 0
     for epoch, frozen in enumerate(schedule):
         loader.set_epoch(epoch)
-        freeze.frozen = frozen
+        freeze.frozen = set(frozen)
         before_previous_update: Optional[Dict[str, torch.Tensor]] = None  # a new epoch starts fresh
         for batch in loader:
             current = {k: v.clone() for k, v in live.items()}
@@ -87,7 +101,7 @@ def _run_reference(job: Job, rank: int, freeze: FreezeByDetach, schedule: Sequen
     return losses
 
 
-def _expected_stale_fractions(data: InteractionData, schedule: Sequence[bool], warmup: int) -> List[float]:
+def _expected_stale_fractions(data: InteractionData, schedule: Sequence[Set[str]], warmup: int) -> List[float]:
     """Stale-row fraction per step from the data alone: rows of global batch B that B-1 updated."""
     loader = BatchLoader(data, "train", GLOBAL_BATCH, 0, 1, shuffle=True)
     out: List[float] = []
@@ -98,10 +112,10 @@ def _expected_stale_fractions(data: InteractionData, schedule: Sequence[bool], w
         for batch in loader:
             kjt = batch.sparse_features.to_dict()
             rows = {(data.table_of(f).name, int(i)) for f, jt in kjt.items() for i in jt.values()}
-            if previous is None or index < warmup or frozen:
+            if previous is None or index < warmup:
                 out.append(0.0)
             else:
-                out.append(len(rows & previous) / len(rows))
+                out.append(len({r for r in rows & previous if r[0] not in frozen}) / len(rows))
             previous = rows
             index += 1
     return out
@@ -114,7 +128,7 @@ def _assert_same(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor], what: s
 
 
 def _check_sync_equivalence(rank: int, world_size: int) -> None:
-    schedule = [True, False]  # tables frozen in epoch 1, trained in epoch 2
+    schedule = [ALL, set()]  # tables frozen in epoch 1, trained in epoch 2
     job = build_job()
     freeze = FreezeByDetach(job)
     tables_at_start = snapshot(job.model)
@@ -134,7 +148,8 @@ def _check_sync_equivalence(rank: int, world_size: int) -> None:
     assert rec0["stale"] == [0.0] * 12
     assert rec0["samples"] == [len(job0.data.splits["train"])] * 2 and rec0["steps"] == [6, 6]
 
-    # staleness=1 while frozen: lookups overlap freely, are exact, and record 0.
+    # staleness=1 while frozen: lookups overlap freely, are exact, and record 0 (detected
+    # from the absent gradient: no frozen_tables hint given).
     job1 = build_job()
     semi = SemiSyncTrainPipeline(job1.model, job1.optimizer, job1.env.device, staleness=1)
     rec1 = _run_pipeline(semi, job1, rank, FreezeByDetach(job1), schedule[:1])
@@ -142,10 +157,21 @@ def _check_sync_equivalence(rank: int, world_size: int) -> None:
     _assert_same(rec1["weights"][0], ref_after_frozen, "frozen staleness=1 vs TrainPipelineSparseDist")
     assert rec1["stale"] == [0.0] * 6 and semi.mean_stale_fraction == 0.0
 
+    # Short segments (as the trainer's mid-epoch evaluations make): every batch runs once.
+    loader = BatchLoader(job1.data, "train", GLOBAL_BATCH, rank, 2, shuffle=True)
+    for n in (1, 2, 3):
+        it, steps = itertools.islice(iter(loader), n), 0
+        with pytest.raises(StopIteration):
+            while True:
+                semi.progress(it)
+                steps += 1
+        assert steps == n
+
 
 def _check_stale_reference(rank: int, world_size: int) -> None:
     warmup = 2
-    schedule = [False, True, False]  # trained, frozen (told via tables_frozen), trained
+    # trained; all frozen; "age" frozen (told via frozen_tables, its rows never stale)
+    schedule = [set(), ALL, {"age"}]
     ref_job = build_job()
     ref_freeze = FreezeByDetach(ref_job)
     ref_losses = _run_reference(ref_job, rank, ref_freeze, schedule, warmup)
@@ -153,7 +179,7 @@ def _check_stale_reference(rank: int, world_size: int) -> None:
     job = build_job()
     freeze = FreezeByDetach(job)
     pipeline = SemiSyncTrainPipeline(
-        job.model, job.optimizer, job.env.device, staleness=1, warmup_batches=warmup, tables_frozen=lambda: freeze.frozen
+        job.model, job.optimizer, job.env.device, staleness=1, warmup_batches=warmup, frozen_tables=lambda: freeze.frozen
     )
     rec = _run_pipeline(pipeline, job, rank, freeze, schedule)
     assert rec["steps"] == [6, 6, 6]

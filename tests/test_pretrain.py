@@ -81,11 +81,12 @@ def _assert_tables_equal(model, reference_path: str) -> None:
 def _pretrain_on_2_ranks(rank: int, world_size: int, tmp: str) -> None:
     env = init_distributed()
     cfg = PretrainConfig(output=f"{tmp}/pretrained", batch_size=256, sharding_types=["column_wise"],
-                         log_every_n_steps=2, limit_batches=4, train_fraction=0.5)
+                         log_every_n_steps=2, limit_batches=4, train_fraction=0.75)
     pretrainer = TablePretrainer(_data(), MODEL, cfg, env, log=lambda _: None)
     summary = pretrainer.train()
-    assert summary["steps"] == 4 and summary["tables"] == ["age", "item", "user"]
-    assert summary["rows"] == 768  # half of the 1536 train rows
+    assert summary["tables"] == ["age", "item", "user"]
+    assert summary["rows"] == 1152  # 0.75 of the 1536 train rows: 5 batches, limited to 4
+    assert summary["steps"] == 4
     losses = [e["loss"] for e in summary["loss"]]
     assert len(losses) == 2 and all(np.isfinite(losses))
     # Reference: the live tables after pre-training, gathered independently of DCP.
@@ -176,12 +177,17 @@ def test_missing_checkpoint_names_the_path(tmp_path):
 def test_mismatched_table_names_the_table(tmp_path):
     model = _unsharded(_data(256))
     tables = {k: v.detach().clone() for k, v in table_state_dict(model).items()}
-    tables["user"] = torch.zeros(TABLES["user"] + 1, 8)
-    _save_unsharded(tables, str(tmp_path / "ckpt"))
-    with pytest.raises(ValueError, match=r"table 'user' is 301 rows x 8 dims in the checkpoint but 300 x 8"):
-        load_pretrained_tables(model, str(tmp_path / "ckpt"))
-    with pytest.raises(ValueError, match=r"table 'item' is 500 rows x 8 dims in the checkpoint but 500 x 16"):
-        load_pretrained_tables(_unsharded(_data(256), embedding_dim=16), str(tmp_path / "ckpt"))
+    _save_unsharded(tables, str(tmp_path / "dim8"))
+    with pytest.raises(ValueError, match=r"table 'user' is 300 rows x 8 dims in the checkpoint but 300 x 16"):
+        load_pretrained_tables(_unsharded(_data(256), embedding_dim=16), str(tmp_path / "dim8"))
+    tables["item"] = torch.zeros(TABLES["item"] + 1, 8)
+    _save_unsharded(tables, str(tmp_path / "rows"))
+    with pytest.raises(ValueError, match=r"table 'item' is 501 rows x 8 dims in the checkpoint but 500 x 8"):
+        load_pretrained_tables(model, str(tmp_path / "rows"))
+    tables["item"] = torch.zeros(TABLES["item"], 8, dtype=torch.float64)
+    _save_unsharded(tables, str(tmp_path / "dtype"))
+    with pytest.raises(ValueError, match=r"table 'item' is torch.float64 in the checkpoint but torch.float32"):
+        load_pretrained_tables(model, str(tmp_path / "dtype"))
 
 
 def test_missing_table_is_reported_fresh_or_refused(tmp_path):

@@ -74,7 +74,9 @@ def assemble(
     if history_length > 0:
         missing = {USER_FEATURE, ITEM_FEATURE} - set(sparse)
         if missing:
-            raise ValueError(f"{name}: --history_length needs {sorted(missing)} features; this dataset has {list(sparse)}")
+            raise ValueError(
+                f"{name}: --history_length needs {sorted(missing)} features; this dataset has {list(sparse)}"
+            )
         user_key = pd.factorize(frame[USER_FEATURE])[0]
         item_key = pd.factorize(frame[ITEM_FEATURE])[0]
         history = build_history(user_key, item_key, ids[ITEM_FEATURE], train, history_length, times=times, seed=seed)

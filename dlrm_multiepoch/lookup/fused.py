@@ -8,7 +8,7 @@ into what each separate call would have returned.
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -191,8 +191,11 @@ class FusedKJTLookup(nn.Module):
             output = output.wait()
         if self._layout.pooled:
             assert isinstance(output, KeyedTensor)
+            # One split of the whole output shared by all groups, then a cat per group: the
+            # backward is one cat of the column grads, not a full-size zero tensor per key.
+            pieces = dict(zip(output.keys(), output.values().split(output.length_per_key(), dim=1)))
             return {
-                name: self._split_pooled(output, keys, fused.group_batch_sizes[name])
+                name: self._split_pooled(pieces, keys, fused.group_batch_sizes[name])
                 for name, keys in fused.group_keys.items()
             }
         assert isinstance(output, dict)
@@ -205,23 +208,14 @@ class FusedKJTLookup(nn.Module):
         wanted = set(keys)
         return [n for f in self._layout.feature_names if f in wanted for n in self._layout.embedding_names[f]]
 
-    def _split_pooled(self, output: KeyedTensor, keys: Sequence[str], batch: int) -> KeyedTensor:
+    def _split_pooled(self, pieces: Dict[str, torch.Tensor], keys: Sequence[str], batch: int) -> KeyedTensor:
         names = self._output_names(keys)
-        index = {k: i for i, k in enumerate(output.keys())}
-        lengths = output.length_per_key()
-        # One split of the whole output, then a cat per group: the backward is one cat of
-        # the column grads, not a full-size zero tensor per narrowed key.
-        pieces = output.values().split(lengths, dim=1)
-        columns = [pieces[index[n]] for n in names]
+        columns = [pieces[n] for n in names]
         if not columns:
-            group_values = output.values().new_zeros(batch, 0)
+            group_values = next(iter(pieces.values())).new_zeros(batch, 0)
         else:
             group_values = columns[0] if len(columns) == 1 else torch.cat(columns, dim=1)
-        return KeyedTensor(
-            keys=names,
-            length_per_key=[lengths[index[n]] for n in names],
-            values=group_values[:batch],
-        )
+        return KeyedTensor(keys=names, length_per_key=[c.shape[1] for c in columns], values=group_values[:batch])
 
     def _split_sequence(
         self, output: Dict[str, JaggedTensor], keys: Sequence[str], batch: int

@@ -12,9 +12,9 @@ The shallow feature-cross path and the deep sequence path each have their own ta
 heads; their logits add up, so blocking one path's gate removes exactly that path's
 gradient into the tables. The contrastive path is a training-only auxiliary loss.
 
-Each ``gates[name]`` is ``nn.Identity`` here; the gate feature swaps in a
-``GradientGate`` per name (``train_module.model.gates[name] = GradientGate(name)``)
-without touching this file.
+Each ``gates[name]`` is a :class:`~dlrm_multiepoch.gates.GradientGate` of that name
+(open: the identity), so ``--freeze_schedule 'gate:feature_cross=closed@[1,2)'`` blocks
+one path's gradient into the tables without touching this file.
 """
 
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -30,6 +30,7 @@ from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, Keyed
 
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
+from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.models.config import ModelConfig, float_list, int_list
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.losses import in_batch_info_nce, pairwise_ranking_loss, weighted_bce
@@ -400,8 +401,8 @@ class MultiPathDLRM(nn.Module):
         dim = sparse_arch.embedding_dim
         self.sparse_arch = sparse_arch
         self.embedding_views = EmbeddingViews(sparse_arch, max_history_length)
-        # Gradient-gate insertion points, by path name: nn.Identity until a gate replaces one.
-        self.gates = nn.ModuleDict({name: nn.Identity() for name in PATHS})
+        # Where the tables' output enters each path; a closed gate cuts that path's table gradient.
+        self.gates = nn.ModuleDict({name: GradientGate(name) for name in PATHS})
         self.dense_arch = DenseArch(dense_in_features, list(dense_arch_layer_sizes), device=dense_device)
         cross_in = dense_arch_layer_sizes[-1] + (len(sparse_arch.pooled_features) + 1) * dim
         self.feature_cross = FeatureCrossPath(

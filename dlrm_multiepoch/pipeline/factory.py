@@ -1,6 +1,6 @@
 """Build the train pipeline the app's ``--pipeline`` flag names."""
 
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Collection, Optional, Tuple
 
 import torch
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSemiSync, TrainPipelineSparseDist
@@ -16,7 +16,7 @@ def make_train_pipeline(
     optimizer: torch.optim.Optimizer,
     device: torch.device,
     warmup_batches: int = 0,
-    tables_frozen: Optional[Callable[[], bool]] = None,
+    frozen_tables: Optional[Callable[[], Collection[str]]] = None,
     **kwargs: Any,
 ) -> TrainPipelineSparseDist:
     """One of TorchRec's ``TrainPipelineSparseDist``, our ``SemiSyncTrainPipeline`` or TorchRec's ``TrainPipelineSemiSync``.
@@ -29,7 +29,8 @@ def make_train_pipeline(
         device: compute device.
         warmup_batches: synchronous batches before overlapping (``semi_sync``: fresh
             lookups for batch indices below it; ``torchrec_semi_sync``: its ``start_batch``).
-        tables_frozen: freeze-schedule hint for ``semi_sync`` (ignored by the others).
+        frozen_tables: freeze-schedule hint for ``semi_sync``, e.g.
+            ``FreezeScheduleWrapper.frozen_tables`` (ignored by the others).
         **kwargs: further ``TrainPipelineSparseDist`` arguments.
 
     Example::
@@ -40,7 +41,7 @@ def make_train_pipeline(
         return TrainPipelineSparseDist(model, optimizer, device, **kwargs)
     if name == "semi_sync":
         return SemiSyncTrainPipeline(
-            model, optimizer, device, staleness=1, warmup_batches=warmup_batches, tables_frozen=tables_frozen, **kwargs
+            model, optimizer, device, staleness=1, warmup_batches=warmup_batches, frozen_tables=frozen_tables, **kwargs
         )
     if name == "torchrec_semi_sync":
         if device.type != "cuda":

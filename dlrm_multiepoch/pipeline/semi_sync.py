@@ -2,18 +2,17 @@
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type
+from typing import Any, Callable, Collection, Dict, Iterator, Optional, Set, Tuple, Type
 
 import torch
 from torch.autograd.profiler import record_function
-from torchrec.distributed.train_pipeline.pipeline_context import EmbeddingTrainPipelineContext, TrainPipelineContext
+from torchrec.distributed.train_pipeline.pipeline_context import EmbeddingTrainPipelineContext
 from torchrec.distributed.train_pipeline.runtime_forwards import EmbeddingPipelinedForward
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
-from torchrec.distributed.train_pipeline.utils import _to_device
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedTensor
 from torchrec.streamable import Pipelineable
 
-from dlrm_multiepoch.pipeline.staleness import PendingStaleness, ShardRows, StalenessMeter, row_overlap
+from dlrm_multiepoch.pipeline.staleness import PendingStaleness, ShardRows, StalenessMeter, row_overlap, table_names
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
 
         forward(i)                      uses the lookup of i started one step earlier
         start lookup(i+1)               staleness=1: TBE lookup + async output all-to-all
-        input dist(i+2)
+        load batch i+3, input dist(i+2)
         backward(i), optimizer step     fused table update of i's rows
         [start lookup(i+1)]             staleness=0 / warm-up: lookup after the update
 
@@ -95,9 +94,9 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
 
     The stale-row fraction of every step is measured (:mod:`.staleness`) and exposed
     as :attr:`stale_fraction` and :attr:`mean_stale_fraction`. A step records 0 when
-    the lookup ran after the update, when the previous batch's backward sent no
-    gradient into the tables (e.g. frozen by detaching their output), or when
-    ``tables_frozen()`` says so. At the end of a dataloader the pipeline drains (no
+    the lookup ran after the update or when the previous batch's backward sent no
+    gradient into the tables (e.g. all frozen by detaching their output); rows of the
+    tables ``frozen_tables()`` names never count. At the end of a dataloader the pipeline drains (no
     batch dropped or repeated); the next epoch's first lookup is fresh.
 
     Args:
@@ -116,10 +115,13 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         free_features_storage_early: as in ``TrainPipelineSparseDist``.
         clear_data_dist_inputs: must be False.
         staleness: 0 (synchronous) or 1 (semi-synchronous).
-        warmup_batches: batches with index below this (counted since construction or
-            ``reset()``) look up fresh tables, unless ``tables_frozen()`` is true.
-        tables_frozen: optional hint from a freeze schedule: while it returns True the
-            previous batch updates no table, so early lookups are exact and record 0.
+        warmup_batches: the first this many training batches (counted since
+            construction or ``reset()``, across epochs) look up fresh tables, unless
+            every table is frozen.
+        frozen_tables: optional hint from a freeze schedule, e.g.
+            ``FreezeScheduleWrapper.frozen_tables``: the tables the current batch's
+            backward leaves unchanged. Their rows never count as stale; with every
+            table frozen, early lookups are exact and start even during warm-up.
         measure_staleness: measure the stale-row fraction (one small async
             all-reduce per semi-synchronous step). Without it, ``staleness=1``
             reports NaN; ``staleness=0`` always reports exactly 0.
@@ -157,7 +159,7 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         *,
         staleness: int = 1,
         warmup_batches: int = 0,
-        tables_frozen: Optional[Callable[[], bool]] = None,
+        frozen_tables: Optional[Callable[[], Collection[str]]] = None,
         measure_staleness: bool = True,
     ) -> None:
         if staleness not in (0, 1):
@@ -191,7 +193,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         )
         self.staleness = staleness
         self.warmup_batches = warmup_batches
-        self._tables_frozen = tables_frozen
+        self._frozen_tables = frozen_tables
+        self._train_steps = 0
         self.measure_staleness = measure_staleness
         self._measure = measure_staleness and staleness > 0
         self._shard_rows: Dict[str, ShardRows] = {}
@@ -214,18 +217,6 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         return self.staleness_meter.mean
 
     # -- pipeline stages ----------------------------------------------------------
-
-    def copy_batch_to_gpu(
-        self, dataloader_iter: Iterator[Pipelineable]
-    ) -> Tuple[Optional[Pipelineable], Optional[TrainPipelineContext]]:
-        # Like the parent, but no context (and no index) for the end-of-data None, so
-        # batch indices (and the warm-up count) run on across epochs without gaps.
-        with record_function(f"## copy_batch_to_gpu {self._next_index} ##"):
-            with self._stream_context(self._memcpy_stream):
-                batch = self._next_batch(dataloader_iter)
-                if batch is None:
-                    return None, None
-                return _to_device(batch, self._device, non_blocking=True), self._create_context()
 
     def fill_pipeline(self, dataloader_iter: Iterator[Pipelineable]) -> None:
         """From empty: batch 0 through input dist and lookup, batch 1 through input dist, batch 2 loaded."""
@@ -272,14 +263,17 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
                     context.row_keys[name] = self._shard_rows[name](dist_input)
                 context.embedding_a2a_requests[name] = module.compute_and_output_dist(module_context, dist_input)
 
-    def _frozen(self) -> bool:
-        return bool(self._tables_frozen()) if self._tables_frozen is not None else False
+    def _frozen(self) -> Set[str]:
+        return set(self._frozen_tables()) if self._frozen_tables is not None else set()
 
     def _lookup_before_backward(self) -> bool:
         """Whether the next batch's lookup may read the tables before the current batch's update."""
         if self.staleness == 0 or not self.batches or not self._model.training:
             return False
-        return self.contexts[0].index >= self.warmup_batches or self._frozen()
+        if self._train_steps + 1 >= self.warmup_batches:  # the next batch is training batch _train_steps + 1
+            return True
+        all_tables = set().union(*(table_names(m) for m in self._pipelined_modules))
+        return bool(all_tables) and all_tables <= self._frozen()
 
     def progress(self, dataloader_iter: Iterator[Pipelineable]) -> Any:
         if not self._model_attached:
@@ -301,11 +295,12 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             losses, output = self._model_fwd(batch)
         del batch
         self.dequeue_batch()
-        self.enqueue_batch(dataloader_iter)
 
         early = self._lookup_before_backward()
         if early:
             self.start_embedding_lookup(self.batches[0], self.contexts[0])
+        # Load batch i+3 while the lookup's output dist is in flight.
+        self.enqueue_batch(dataloader_iter)
         if len(self.batches) >= 2:
             self.wait_sparse_data_dist(self.contexts[1])
 
@@ -322,8 +317,10 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
                     self.contexts[0].staleness = self._measure_staleness(context, self.contexts[0])
             else:
                 self.start_embedding_lookup(self.batches[0], self.contexts[0])
-        if self._measure or self.staleness == 0:
-            self.staleness_meter.record(context.staleness, self._device)
+        if self._model.training:
+            self._train_steps += 1
+            if self._measure or self.staleness == 0:
+                self.staleness_meter.record(context.staleness, self._device)
         return output
 
     def _measure_staleness(self, previous: SemiSyncContext, current: SemiSyncContext) -> PendingStaleness:
@@ -331,10 +328,11 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         frozen = self._frozen()
         counts = torch.zeros(2, dtype=torch.float64, device=self._device)
         for name, keys in current.row_keys.items():
-            overlap = row_overlap(keys, previous.row_keys.get(name, keys[:0])).to(self._device)
-            if frozen or name not in previous.got_grad:
-                overlap[0] = 0.0
-            counts += overlap
+            rows = self._shard_rows[name]
+            overlap = row_overlap(keys, previous.row_keys.get(name, keys[:0]), rows.table_mask(frozen, keys.device))
+            if name not in previous.got_grad:
+                overlap[0] = 0.0  # no gradient reached the lookup: its tables did not move
+            counts += overlap.to(self._device)
         return self.staleness_meter.measure(counts)
 
     def attach(self, model: Optional[torch.nn.Module] = None, sparse_dist: bool = True) -> None:
@@ -348,4 +346,5 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
 
     def reset(self) -> None:
         super().reset()
+        self._train_steps = 0
         self.staleness_meter.reset()

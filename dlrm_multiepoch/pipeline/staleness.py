@@ -12,7 +12,7 @@ summed over ranks with one asynchronous ``all_reduce`` that is waited a step lat
 """
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Collection, Dict, List, Optional, Set
 
 import torch
 import torch.distributed as dist
@@ -24,29 +24,19 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 _TABLE_SHIFT = 40
 
 
-def _table_index_of_features(module: nn.Module) -> List[Optional[Dict[str, int]]]:
-    """Per sharding of a sharded EBC/EC: feature -> table index, or None for data-parallel."""
+def _shardings(module: nn.Module) -> list:
     shardings = getattr(module, "_embedding_shardings", None)
     if shardings is None:
         raise TypeError(
             f"{type(module).__name__} has no _embedding_shardings; staleness is measured for TorchRec's "
             "sharded EmbeddingBagCollection / EmbeddingCollection only (pass measure_staleness=False)"
         )
-    tables: Dict[str, int] = {}
-    out: List[Optional[Dict[str, int]]] = []
-    for sharding in shardings:
-        if isinstance(sharding, BaseDpEmbeddingSharding):
-            # Replicated tables see only this rank's ids but are updated by every
-            # rank's: their staleness is not measurable locally. They are left out.
-            out.append(None)
-            continue
-        features: Dict[str, int] = {}
-        for table in sharding.embedding_tables():
-            index = tables.setdefault(table.name, len(tables))
-            for feature in table.feature_names:
-                features[feature] = index
-        out.append(features)
-    return out
+    return shardings
+
+
+def table_names(module: nn.Module) -> Set[str]:
+    """Every table of a sharded EBC/EC, data-parallel ones included."""
+    return {table.name for sharding in _shardings(module) for table in sharding.embedding_tables()}
 
 
 class ShardRows:
@@ -62,8 +52,26 @@ class ShardRows:
     """
 
     def __init__(self, module: nn.Module) -> None:
-        self._features = _table_index_of_features(module)
+        self.tables: List[str] = []  # key >> 40 -> table name
+        self._features: List[Optional[Dict[str, int]]] = []  # per sharding; None: data-parallel
+        for sharding in _shardings(module):
+            if isinstance(sharding, BaseDpEmbeddingSharding):
+                # Replicated tables see only this rank's ids but are updated with every
+                # rank's: their staleness is not measurable locally. They are left out.
+                self._features.append(None)
+                continue
+            features: Dict[str, int] = {}
+            for table in sharding.embedding_tables():
+                if table.name not in self.tables:
+                    self.tables.append(table.name)
+                for feature in table.feature_names:
+                    features[feature] = self.tables.index(table.name)
+            self._features.append(features)
         self.has_data_parallel = any(f is None for f in self._features)
+
+    def table_mask(self, names: Collection[str], device: torch.device) -> torch.Tensor:
+        """Bool tensor over table indices: True for the tables in ``names``."""
+        return torch.tensor([t in names for t in self.tables], dtype=torch.bool, device=device)
 
     def __call__(self, dist_input: List[KeyedJaggedTensor]) -> torch.Tensor:
         if len(dist_input) != len(self._features):
@@ -85,10 +93,12 @@ class ShardRows:
         return torch.sort(torch.cat(keys)).values
 
 
-def row_overlap(keys: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+def row_overlap(keys: torch.Tensor, previous: torch.Tensor, skip_tables: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``[rows of keys also in previous, distinct rows of keys]`` as a float64 tensor.
 
-    Both inputs are sorted (duplicates allowed). No host synchronisation.
+    Both inputs are sorted (duplicates allowed). Rows of the tables marked in the
+    bool tensor ``skip_tables`` (indexed by ``key >> 40``) never count as shared.
+    No host synchronisation.
 
     Example::
 
@@ -104,7 +114,10 @@ def row_overlap(keys: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
     else:
         previous = previous.to(keys.device)
         at = torch.searchsorted(previous, keys).clamp_max(previous.numel() - 1)
-        stale = (first & (previous[at] == keys)).sum()
+        shared = first & (previous[at] == keys)
+        if skip_tables is not None and skip_tables.numel():
+            shared &= ~skip_tables.to(keys.device)[keys >> _TABLE_SHIFT]
+        stale = shared.sum()
     return torch.stack([stale, first.sum()]).to(torch.float64)
 
 

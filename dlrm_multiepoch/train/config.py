@@ -49,6 +49,10 @@ class TrainConfig:
             "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)'"
         },
     )
+    pretrained_tables: str = field(
+        default="",
+        metadata={"help": "checkpoint folder of pre-trained tables (apps/pretrain.py) to start from; empty: fresh"},
+    )
     tensorboard_dir: str = field(default="runs", metadata={"help": "parent folder of run folders"})
     run_name: str = field(default="", metadata={"help": "run folder name under --tensorboard_dir (default: derived)"})
     eval_every_n_steps: int = field(default=0, metadata={"help": "also evaluate every N train steps (0: per epoch only)"})

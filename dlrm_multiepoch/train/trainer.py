@@ -22,6 +22,7 @@ from dlrm_multiepoch.models.factory import build_model
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
+from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 
 TRAIN_SAMPLE = "train_sample"
@@ -90,14 +91,16 @@ class Trainer:
             split: BatchLoader(self.data, split, cfg.eval_batch_size, env.rank, env.world_size)
             for split in ("test", TRAIN_SAMPLE)
         }
+        run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
+        self.logger = MetricsLogger(run_dir, enabled=env.is_main)
         model = build_model(self.data, cfg.model, env.device)
         apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.embedding_learning_rate)
         self.model = shard_model(model, env, [s for s in cfg.sharding_types.split(",") if s])
+        if cfg.pretrained_tables:
+            load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
         self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch)
         self.pipeline = TrainPipelineSparseDist(self.model, self.optimizer, env.device)
-        run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
-        self.logger = MetricsLogger(run_dir, enabled=env.is_main)
         self.step = 0
         self._log_build()
 

@@ -1,0 +1,90 @@
+"""Pre-train the embedding tables, then fine-tune from them: ``python apps/pretrain.py --help``.
+
+Takes the training app's flags (same dataset, ``--embedding_dim``, ``--history_length``,
+``--batch_size``, optimizer and sharding flags: the tables must fit the fine-tuning
+model) plus the ``--pretrain_*`` flags below, and saves the tables with
+``torch.distributed.checkpoint`` to ``--pretrain_output``. Then::
+
+    python apps/train.py --model multipath --history_length 10 --pretrained_tables <output>
+
+Launch like the training app (torchrun / TorchX), e.g. on 2 CPU ranks::
+
+    torchrun --nproc_per_node 2 apps/pretrain.py --dataset bookcrossing --history_length 10 \\
+        --pretrain_output checkpoints/pretrained-bookcrossing
+"""
+
+import argparse
+import dataclasses
+import logging
+import sys
+from typing import List, Optional, Sequence, Tuple
+
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from dlrm_multiepoch.distributed import init_distributed
+from dlrm_multiepoch.train.config import TrainConfig, build_parser, parse_config
+from dlrm_multiepoch.train.pretrain import PretrainConfig, TablePretrainer
+from dlrm_multiepoch.train.trainer import load_data
+
+
+def _pretrain_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("pre-training")
+    group.add_argument("--pretrain_output", required=True, help="checkpoint folder to write the tables to")
+    group.add_argument("--pretrain_epochs", type=int, default=1, help="passes over the pre-training rows")
+    group.add_argument(
+        "--pretrain_train_fraction",
+        type=float,
+        default=0.5,
+        help="without a 'pretrain' split in the dataset: fraction of the train split pre-trained on",
+    )
+
+
+def parse_pretrain_config(argv: Optional[Sequence[str]] = None) -> Tuple[TrainConfig, PretrainConfig]:
+    """The training app's config plus the pre-training loop's; errors name the flag."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    full = build_parser()
+    full.description = __doc__.splitlines()[0]
+    _pretrain_flags(full)
+    full.parse_args(argv)  # --help, unknown flags and types, over both flag sets
+    own = argparse.ArgumentParser(add_help=False)
+    _pretrain_flags(own)
+    ns, rest = own.parse_known_args(argv)
+    cfg = parse_config(rest)
+    pretrain = PretrainConfig(
+        output=ns.pretrain_output,
+        epochs=ns.pretrain_epochs,
+        train_fraction=ns.pretrain_train_fraction,
+        batch_size=cfg.batch_size,
+        embedding_optimizer=cfg.optim.embedding_optimizer,
+        embedding_learning_rate=cfg.optim.embedding_learning_rate,
+        learning_rate=cfg.optim.learning_rate,
+        sharding_types=[s for s in cfg.sharding_types.split(",") if s],
+        seed=cfg.seed,
+        log_every_n_steps=cfg.log_every_n_steps,
+        limit_batches=cfg.limit_train_batches,
+    )
+    try:
+        pretrain.validate()
+    except ValueError as e:
+        full.error(str(e))
+    return cfg, pretrain
+
+
+@record
+def main(argv: Optional[List[str]] = None) -> None:
+    cfg, pretrain = parse_pretrain_config(argv)
+    env = init_distributed()
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("dlrm_multiepoch").setLevel(logging.INFO if env.is_main else logging.WARNING)
+    log = print if env.is_main else (lambda _: None)
+    try:
+        data = load_data(cfg, env)
+        log(f"model config for the tables: {dataclasses.asdict(cfg.model)}")
+        TablePretrainer(data, cfg.model, pretrain, env, log).train()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,17 @@
+"""dlrm-multiepoch: multi-epoch training components for TorchRec DLRM-style models."""
+
+from dlrm_multiepoch.data import Batch, BatchLoader, InteractionData
+from dlrm_multiepoch.freeze import FreezeScheduleWrapper
+from dlrm_multiepoch.gates import GradientGate
+from dlrm_multiepoch.schedule import PRESETS, FreezeSchedule, Window
+
+__all__ = [
+    "Batch",
+    "BatchLoader",
+    "FreezeSchedule",
+    "FreezeScheduleWrapper",
+    "GradientGate",
+    "InteractionData",
+    "PRESETS",
+    "Window",
+]

@@ -7,6 +7,10 @@ whose features are all singleton to ``EmbeddingCollection``s and the rest to an
 ``EmbeddingBagCollection``, and returns the ``KeyedTensor`` one ``EmbeddingBagCollection``
 over all tables would. Both inner modules are stock TorchRec modules, so
 ``DistributedModelParallel`` shards them with its default sharders.
+
+Measured on CPU (torch 2.13, docs/BENCHMARKS.md) it is no faster than the stock EBC:
+``F.embedding_bag`` with unit bags is as fast as a plain ``index_select`` there. The
+benchmark is there to settle the GPU case.
 """
 
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple

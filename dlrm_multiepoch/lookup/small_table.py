@@ -17,10 +17,10 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 # Largest table (rows) for which the dense backward is used by default, per device type.
-# cpu: measured with benchmarks/bench_small_table_backward.py (256k singleton lookups, D=64;
-# docs/BENCHMARKS.md): the one-hot GEMM wins up to 32 rows at 1 thread (0.53-0.68x the
-# stock time) and loses from 64 rows (1.3x, growing with rows); 2 threads moved the
-# crossover up, so 32 is the conservative choice.
+# cpu: measured with benchmarks/bench_small_table_backward.py (singleton bags, D=64, 256k
+# and 1M lookups, 1 and 2 threads; docs/BENCHMARKS.md): the one-hot GEMM won up to 32 rows
+# in every run (0.53-0.80x the stock time), was 0.57-1.30x at 64 and lost from 128 rows
+# in 3 of 4 runs (1.7-2.0x; 4-15x at 512-2048).
 # cuda: NOT measured yet (no GPU was available); 1024 is a placeholder to be replaced by the
 # same benchmark on a GPU. Override per module (``max_dense_rows=``) or with the
 # environment variable DLRM_DENSE_BACKWARD_MAX_ROWS.
@@ -105,8 +105,8 @@ class SmallTableEmbeddingBagCollection(EmbeddingBagCollection):
     """``EmbeddingBagCollection`` whose small tables get the dense-GEMM backward.
 
     Tables with at most ``max_dense_rows`` rows (default: ``dense_backward_max_rows`` of
-    the device) use ``dense_grad_embedding_bag``; the others the stock path. Same configs, outputs and state dict as ``EmbeddingBagCollection``. Being a
-    subclass (TorchRec shards by exact type), ``DistributedModelParallel`` leaves it
+    the device) use ``dense_grad_embedding_bag``; the others the stock path. Same configs,
+    outputs and state dict as ``EmbeddingBagCollection``. Being a subclass (TorchRec shards by exact type), ``DistributedModelParallel`` leaves it
     unsharded: its tables are replicated and trained data-parallel with the dense
     parameters, as TorchRec does for small tables anyway.
 

@@ -85,7 +85,7 @@ _SECTIONS = ("data", "model", "optim")
 
 
 def _leaf_fields(cls: Type[Any]) -> List[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if f.name not in _SECTIONS]
+    return [f for f in dataclasses.fields(cls) if not (cls is TrainConfig and f.name in _SECTIONS)]
 
 
 def build_parser() -> argparse.ArgumentParser:

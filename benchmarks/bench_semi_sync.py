@@ -14,7 +14,8 @@ TorchRec's ``TrainPipelineSemiSync`` is run when the device is CUDA; on CPU it f
 
 Run (glibc's mmap threshold pinned so large frees do not swing timings)::
 
-    python benchmarks/bench_semi_sync.py --epochs 7 --batch_size 4096
+    python benchmarks/bench_semi_sync.py                  # CPU: spawns 2 gloo ranks
+    torchrun --nproc_per_node 2 benchmarks/bench_semi_sync.py   # CUDA: 2 nccl ranks
 """
 
 import argparse
@@ -35,6 +36,7 @@ from torchrec.distributed import comm_ops  # noqa: E402
 from torchrec.distributed import dist_data  # noqa: E402
 
 from dlrm_multiepoch.data.dataset import BatchLoader  # noqa: E402
+from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline  # noqa: E402
 from tests.multiprocess import run_on_ranks  # noqa: E402
 from tests.pipeline_helpers import build_job  # noqa: E402
@@ -66,27 +68,23 @@ def _instrument() -> None:
 def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
     _instrument()
     names = args.contenders.split(",")
+    job_kwargs = dict(
+        num_rows=args.rows,
+        table_sizes={"user": args.table_rows, "item": args.table_rows * 2, "age": 8},
+        embedding_dim=args.dim,
+        dense_arch=f"256,{args.dim}",
+        over_arch="256,128",
+    )
+    if torch.cuda.is_available() and "torchrec_semi_sync" not in names:
+        names.append("torchrec_semi_sync")  # runs only on CUDA
     jobs, pipelines = {}, {}
-    device = None
     for name in names:
         kind, _, variant = name.partition(":")
-        job = build_job(
-            num_rows=args.rows,
-            table_sizes={"user": args.table_rows, "item": args.table_rows * 2, "age": 8},
-            embedding_dim=args.dim,
-            dense_arch=f"256,{args.dim}",
-            over_arch="256,128",
-        )
-        device = job.env.device
-        jobs[name] = job
+        jobs[name] = job = build_job(**job_kwargs)
         # "semi_sync:nomeasure" = semi_sync without the staleness measurement.
         extra = {"measure_staleness": False} if variant == "nomeasure" else {}
-        pipelines[name] = make_train_pipeline(kind, job.model, job.optimizer, device, **extra)
-    if device.type == "cuda":
-        names.append("torchrec_semi_sync")
-        job = build_job(num_rows=args.rows, embedding_dim=args.dim)
-        jobs["torchrec_semi_sync"] = job
-        pipelines["torchrec_semi_sync"] = make_train_pipeline("torchrec_semi_sync", job.model, job.optimizer, device)
+        pipelines[name] = make_train_pipeline(kind, job.model, job.optimizer, job.env.device, **extra)
+    device = jobs[names[0]].env.device
 
     rates: Dict[str, List[float]] = defaultdict(list)
     waits: Dict[str, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
@@ -135,17 +133,27 @@ def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
         print("  torchrec_semi_sync: not run (CPU: RuntimeError 'unknown parameter type' in record_stream)")
 
 
+def _torchrun_entry(args: argparse.Namespace) -> None:
+    env = init_distributed()
+    _bench(env.rank, env.world_size, args)
+    dist.destroy_process_group()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=7, help="epochs per contender; the first is not timed")
+    parser.add_argument("--epochs", type=int, default=21, help="epochs per contender; the first is not timed")
     parser.add_argument("--rows", type=int, default=65536, help="synthetic rows (3/4 train)")
-    parser.add_argument("--batch_size", type=int, default=4096, help="global batch size")
+    parser.add_argument("--batch_size", type=int, default=2048, help="global batch size")
     parser.add_argument("--table_rows", type=int, default=100_000, help="rows of the user table (item: 2x)")
     parser.add_argument("--dim", type=int, default=64, help="embedding dimension")
     parser.add_argument(
         "--contenders", default="sparse_dist,semi_sync,semi_sync:nomeasure", help="the first is the baseline"
     )
-    run_on_ranks(_bench, 2, parser.parse_args())
+    args = parser.parse_args()
+    if "RANK" in os.environ:  # launched by torchrun/torchx (needed for nccl on CUDA)
+        _torchrun_entry(args)
+    else:  # CPU: 2 gloo ranks spawned here
+        run_on_ranks(_bench, 2, args)
 
 
 if __name__ == "__main__":

@@ -3,15 +3,27 @@
 from dlrm_multiepoch.data import Batch, BatchLoader, InteractionData
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.gates import GradientGate
+from dlrm_multiepoch.lookup import (
+    FusedKJTLookup,
+    SingletonEmbeddingBagCollection,
+    SmallTableEmbeddingBagCollection,
+    count_all_to_all,
+    dense_grad_embedding_bag,
+)
 from dlrm_multiepoch.schedule import PRESETS, FreezeSchedule, Window
 
 __all__ = [
     "Batch",
     "BatchLoader",
     "FreezeSchedule",
+    "FusedKJTLookup",
     "FreezeScheduleWrapper",
     "GradientGate",
     "InteractionData",
     "PRESETS",
+    "SingletonEmbeddingBagCollection",
+    "SmallTableEmbeddingBagCollection",
     "Window",
+    "count_all_to_all",
+    "dense_grad_embedding_bag",
 ]

@@ -16,7 +16,7 @@ from torchrec.optim.keyed import CombinedOptimizer
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import DistEnv, init_distributed
-from dlrm_multiepoch.models.dlrm import ModelConfig, build_dlrm
+from dlrm_multiepoch.models import ModelConfig, build_dlrm
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer
 
 TABLE_SIZES: Dict[str, int] = {"user": 1000, "item": 2000, "age": 8}

@@ -38,5 +38,19 @@ def test_bad_value_names_the_flag(capsys):
     assert "--epochs" in capsys.readouterr().err
 
 
+def test_model_and_pipeline_choices():
+    cfg = parse_config(["--model", "multipath", "--pipeline", "semi_sync"])
+    assert cfg.model.model == "multipath" and cfg.pipeline == "semi_sync"
+
+
+def test_bad_pipeline_and_schedule_name_the_flag(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--pipeline", "async"])
+    assert "--pipeline must be one of sparse_dist, semi_sync, torchrec_semi_sync" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_config(["--freeze_schedule", "tables=frozen@[2,1)"])
+    assert "--freeze_schedule: group 'tables'" in capsys.readouterr().err
+
+
 def test_boolean_flags_take_no_prefix():
     assert parse_config(["--no-progress_bar"]).progress_bar is False

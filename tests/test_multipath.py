@@ -94,7 +94,7 @@ def test_eval_mode_computes_task_losses_only(data, batch):
     with torch.no_grad():
         loss, out = model(batch)
     assert set(out.losses) == {"like", "love"}
-    assert torch.equal(loss, out.losses["like"] + out.losses["love"])
+    assert torch.equal(loss, torch.stack([out.losses["like"], out.losses["love"]]).sum())
 
 
 @pytest.mark.parametrize("term", ["like", "love", "pairwise", "contrastive"])
@@ -125,7 +125,7 @@ def test_each_loss_reacts_to_its_own_weight(data, batch, term):
 def test_zero_task_weight_leaves_that_tasks_head_untouched(data, batch):
     model = _model(data, task_loss_weights="1,0", pairwise_loss_weight=0.0, contrastive_loss_weight=1.0)
     loss, out = model(batch)
-    assert torch.equal(loss, out.losses["like"] + out.losses["contrastive"])  # love logged, not trained
+    assert torch.equal(loss, torch.stack([out.losses["like"], out.losses["contrastive"]]).sum())  # love: logged only
     g = _grads(model, loss)
     for head in ("model.feature_cross.head.1", "model.sequence.head.1"):
         assert torch.count_nonzero(g[f"{head}.weight"][1]) == 0 and g[f"{head}.bias"][1] == 0  # love logit
@@ -138,7 +138,7 @@ def test_zero_contrastive_weight_skips_the_contrastive_head(data, batch):
     g = _grads(model, loss)
     assert "contrastive" not in out.losses
     assert not any(n.startswith("loss.next_item.") for n in g)
-    assert torch.equal(loss, out.losses["like"] + out.losses["love"] + 0.1 * out.losses["pairwise"])
+    assert torch.equal(loss, torch.stack([out.losses["like"], out.losses["love"], 0.1 * out.losses["pairwise"]]).sum())
 
 
 @pytest.mark.parametrize(
@@ -185,7 +185,8 @@ def test_shared_item_table_is_one_parameter(data, batch):
     # Gradients of both features land in that one parameter, row by row.
     weight.grad = None
     (views.candidate.sum() + 2 * views.history.sum()).backward()
-    expected = torch.bincount(cand_ids, minlength=TABLES["item"]) + 2 * torch.bincount(hist_ids, minlength=TABLES["item"])
+    rows = TABLES["item"]
+    expected = torch.bincount(cand_ids, minlength=rows) + 2 * torch.bincount(hist_ids, minlength=rows)
     assert torch.equal(weight.grad, expected.to(weight.dtype)[:, None].expand(-1, dim))
 
 

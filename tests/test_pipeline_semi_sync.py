@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
+from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.pipeline import PIPELINES, SemiSyncTrainPipeline, StalenessMeter, make_train_pipeline
 from dlrm_multiepoch.pipeline.staleness import row_overlap
 from tests.multiprocess import run_on_ranks
@@ -203,12 +204,48 @@ def _check_stale_reference(rank: int, world_size: int) -> None:
     assert expected[6:12] == [0.0] * 6 and all(e > 0 for e in expected[warmup:6] + expected[13:])
 
 
+def _check_freeze_schedule_wrapper(rank: int, world_size: int) -> None:
+    """With the real FreezeScheduleWrapper ("delayed": tables frozen in epoch 1)."""
+    results = {}
+    for name in ("sparse_dist", "semi_sync"):
+        job = build_job()
+        freeze = FreezeScheduleWrapper(job.model, "delayed", 6, 2, optimizer=job.optimizer)
+        pipeline = (
+            TrainPipelineSparseDist(job.model, job.optimizer, job.env.device)
+            if name == "sparse_dist"
+            else SemiSyncTrainPipeline(job.model, job.optimizer, job.env.device, frozen_tables=freeze.frozen_tables)
+        )
+        loader = BatchLoader(job.data, "train", GLOBAL_BATCH, rank, 2, shuffle=True)
+        losses, stale, weights = [], [], []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            it = iter(loader)
+            while True:
+                try:
+                    out = pipeline.progress(it)
+                except StopIteration:
+                    break
+                freeze.step()
+                losses.append(out.loss.clone())
+                stale.append(getattr(pipeline, "stale_fraction", None))
+            weights.append(snapshot(job.model))
+        results[name] = (torch.stack(losses), stale, weights)
+    (sync_losses, _, sync_weights), (losses, stale, weights) = results["sparse_dist"], results["semi_sync"]
+    assert torch.equal(losses[:6], sync_losses[:6])
+    _assert_same(weights[0], sync_weights[0], "frozen epoch: semi_sync vs sparse_dist")
+    assert stale[:7] == [0.0] * 7 and all(x > 0 for x in stale[7:])
+
+
 def test_staleness0_and_frozen_match_sparse_dist():
     run_on_ranks(_check_sync_equivalence, 2)
 
 
 def test_staleness1_matches_stale_reference_loop():
     run_on_ranks(_check_stale_reference, 2)
+
+
+def test_with_freeze_schedule_wrapper():
+    run_on_ranks(_check_freeze_schedule_wrapper, 2)
 
 
 # -- single-process units ----------------------------------------------------------

@@ -12,6 +12,7 @@ from dlrm_multiepoch.data.dataset import (
     TableSpec,
 )
 from dlrm_multiepoch.data.encode import IdMap
+from dlrm_multiepoch.data.synthetic import synthetic_data
 
 __all__ = [
     "Batch",
@@ -26,4 +27,5 @@ __all__ = [
     "TableSpec",
     "UNKNOWN_ID",
     "load_dataset",
+    "synthetic_data",
 ]

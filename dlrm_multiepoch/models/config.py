@@ -37,7 +37,9 @@ class ModelConfig:
     dcn_low_rank_dim: int = field(default=16, metadata={"help": "low-rank dimension of dlrm_dcn cross layers"})
     # Multi-path model (--model multipath). The feature-cross path reuses the dense arch,
     # --over_arch_layer_sizes and the dcn_* sizes above.
-    transformer_layers: int = field(default=1, metadata={"help": "multipath: transformer encoder layers of the sequence path"})
+    transformer_layers: int = field(
+        default=1, metadata={"help": "multipath: transformer encoder layers of the sequence path"}
+    )
     transformer_heads: int = field(
         default=2, metadata={"help": "multipath: attention heads (must divide --embedding_dim)"}
     )
@@ -52,7 +54,8 @@ class ModelConfig:
         default=0.1, metadata={"help": "multipath: weight of the in-batch pairwise (BPR) ranking loss; 0 disables it"}
     )
     contrastive_loss_weight: float = field(
-        default=0.1, metadata={"help": "multipath: weight of the next-item InfoNCE loss over the history; 0 disables it"}
+        default=0.1,
+        metadata={"help": "multipath: weight of the next-item InfoNCE loss over the history; 0 disables it"},
     )
     contrastive_temperature: float = field(
         default=0.1, metadata={"help": "temperature of the InfoNCE losses (multipath and pre-training)"}

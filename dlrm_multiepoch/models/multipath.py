@@ -2,11 +2,11 @@
 
 ::
 
-    KJT ──► MultiPathSparseArch ──► EmbeddingViews ─┬─ gates["feature_cross"] ─► FeatureCrossPath ──┐
-            (EBC: pooled tables,                    │   (+ DenseArch)  DCN-v2 low-rank + MLP + head  ├─► logits [B, T]
-             EC: item table for the candidate       ├─ gates["sequence"] ──────► SequencePath ───────┘
-             item AND the history)                  │   cross-attention + transformer + head
-                                                    └─ gates["contrastive"] ───► NextItemContrastive (loss only)
+    KJT ─► MultiPathSparseArch ─► EmbeddingViews ─┬─ gates["feature_cross"] ─► FeatureCrossPath ─┐
+           EBC: pooled tables                     │  (+ DenseArch) DCN-v2 low-rank, MLP, head     ├─► logits
+           EC:  item table, for the candidate     ├─ gates["sequence"] ─► SequencePath ───────────┘  [B, T]
+                item AND the history              │  cross-attention, transformer, head
+                                                  └─ gates["contrastive"] ─► NextItemContrastive (loss)
 
 The shallow feature-cross path and the deep sequence path each have their own task
 heads; their logits add up, so blocking one path's gate removes exactly that path's

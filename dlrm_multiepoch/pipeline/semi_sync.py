@@ -30,7 +30,7 @@ class SemiSyncContext(EmbeddingTrainPipelineContext):
     """
 
     row_keys: Dict[str, torch.Tensor] = field(default_factory=dict)
-    got_grad: set = field(default_factory=set)
+    got_grad: Set[str] = field(default_factory=set)
     staleness: Optional[PendingStaleness] = None
 
 
@@ -96,8 +96,9 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     as :attr:`stale_fraction` and :attr:`mean_stale_fraction`. A step records 0 when
     the lookup ran after the update or when the previous batch's backward sent no
     gradient into the tables (e.g. all frozen by detaching their output); rows of the
-    tables ``frozen_tables()`` names never count. At the end of a dataloader the pipeline drains (no
-    batch dropped or repeated); the next epoch's first lookup is fresh.
+    tables ``frozen_tables()`` names never count. At the end of a dataloader the
+    pipeline drains (no batch dropped or repeated); the next epoch's first lookup is
+    fresh. ``detach()``/``attach()`` only while drained.
 
     Args:
         model: ``DistributedModelParallel`` model; ``model(batch)`` returns ``(loss, output)``.
@@ -133,7 +134,7 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             it = iter(loader)
             while True:
                 try:
-                    loss, out = pipeline.progress(it)
+                    out = pipeline.progress(it)
                 except StopIteration:
                     break
                 writer.add_scalar("pipeline/stale_fraction", pipeline.stale_fraction, step)
@@ -272,6 +273,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             return False
         if self._train_steps + 1 >= self.warmup_batches:  # the next batch is training batch _train_steps + 1
             return True
+        if self._frozen_tables is None:
+            return False
         all_tables = set().union(*(table_names(m) for m in self._pipelined_modules))
         return bool(all_tables) and all_tables <= self._frozen()
 

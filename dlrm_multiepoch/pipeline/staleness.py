@@ -44,8 +44,8 @@ class ShardRows:
 
     After the input all-to-all a rank holds, per sharding, the ids of every rank's
     samples for the table shards it owns: exactly the rows its lookup reads and its
-    fused optimizer updates. Keys are ``table_index << 40 | id`` (ids are shard-local
-    for row-wise shardings, which is still one key per row).
+    fused optimizer updates. Keys are ``table_index << 40 | id`` (should a sharding
+    hand over shard-local ids, that is still one key per row of the shard).
 
     Args:
         module: a sharded ``EmbeddingBagCollection`` / ``EmbeddingCollection``.

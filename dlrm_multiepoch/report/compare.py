@@ -57,6 +57,33 @@ def format_comparison(runs: Sequence[str], split: str = "test", metric: str = "a
     return "\n".join(lines)
 
 
+def format_seed_table(
+    variants: Dict[str, Sequence[str]], tasks: Sequence[str], split: str = "test", metric: str = "auc"
+) -> str:
+    """Mean ± std over seeds per variant, task and epoch (a markdown table).
+
+    Args:
+        variants: variant name -> run folders of its seeds.
+        tasks: tasks to show, in order.
+    """
+    import numpy as np
+
+    tables = {name: [eval_table(run, split, metric) for run in runs] for name, runs in variants.items()}
+    epochs = sorted({e for ts in tables.values() for t in ts for per in t.values() for e in per if float(e).is_integer()})
+    lines = [
+        f"| variant | task | " + " | ".join(f"{split} {metric} ep {e:g}" for e in epochs) + " |",
+        "|" + "---|" * (len(epochs) + 2),
+    ]
+    for name, ts in tables.items():
+        for task in tasks:
+            cells = []
+            for e in epochs:
+                values = np.array([t[task][e] for t in ts if e in t.get(task, {})])
+                cells.append(f"{values.mean():.4f} ± {values.std(ddof=1) if len(values) > 1 else 0:.4f}" if len(values) else "")
+            lines.append(f"| {name} ({len(ts)} seeds) | {task} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m dlrm_multiepoch.report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

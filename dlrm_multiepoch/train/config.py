@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.pipeline.factory import PIPELINES
 from dlrm_multiepoch.schedule import FreezeSchedule
 
 
@@ -53,6 +54,16 @@ class TrainConfig:
         default="",
         metadata={"help": "checkpoint folder of pre-trained tables (apps/pretrain.py) to start from; empty: fresh"},
     )
+    pipeline: str = field(
+        default="sparse_dist",
+        metadata={
+            "help": "train pipeline: sparse_dist (TorchRec's, synchronous), semi_sync (ours: next batch's lookup "
+            "overlaps this batch's backward, staleness 1), torchrec_semi_sync (TorchRec's, CUDA only)"
+        },
+    )
+    pipeline_warmup_batches: int = field(
+        default=0, metadata={"help": "synchronous batches before a semi-sync pipeline starts overlapping"}
+    )
     tensorboard_dir: str = field(default="runs", metadata={"help": "parent folder of run folders"})
     run_name: str = field(default="", metadata={"help": "run folder name under --tensorboard_dir (default: derived)"})
     eval_every_n_steps: int = field(default=0, metadata={"help": "also evaluate every N train steps (0: per epoch only)"})
@@ -67,7 +78,9 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
-        for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches"):
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
+        for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
         # Syntax and window checks before any data or model is built; checks that need

@@ -147,16 +147,16 @@ class TablePretrainer:
         for epoch in range(cfg.epochs):
             self.loader.set_epoch(epoch)
             batches = itertools.islice(iter(self.loader), self.steps_per_epoch)
-            window: List[float] = []
+            window: List[torch.Tensor] = []
             while True:
                 try:
                     loss = self.pipeline.progress(batches)
                 except StopIteration:
                     break
                 step += 1
-                window.append(float(loss))
+                window.append(loss)  # a host sync only when logging
                 if len(window) == cfg.log_every_n_steps or step == self.steps_per_epoch * (epoch + 1):
-                    entry = {"epoch": epoch + 1, "step": step, "loss": float(np.mean(window))}
+                    entry = {"epoch": epoch + 1, "step": step, "loss": float(torch.stack(window).mean())}
                     history.append(entry)
                     self.log(f"pretrain epoch {epoch + 1} step {step}: contrastive loss {entry['loss']:.4f}")
                     window = []

@@ -17,6 +17,7 @@ from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
+from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
 from dlrm_multiepoch.train.config import TrainConfig
@@ -100,7 +101,14 @@ class Trainer:
             load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
         self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch)
-        self.pipeline = TrainPipelineSparseDist(self.model, self.optimizer, env.device)
+        self.pipeline = make_train_pipeline(
+            cfg.pipeline,
+            self.model,
+            self.optimizer,
+            env.device,
+            warmup_batches=cfg.pipeline_warmup_batches,
+            frozen_tables=self.freeze.frozen_tables if self.freeze is not None else None,
+        )
         self.step = 0
         self._log_build()
 
@@ -162,6 +170,14 @@ class Trainer:
             self.step += 1
             if self.freeze is not None:
                 self.freeze.step()
+            if isinstance(self.pipeline, SemiSyncTrainPipeline):
+                self.logger.scalars(
+                    {
+                        "pipeline/stale_fraction": self.pipeline.stale_fraction,
+                        "pipeline/mean_stale_fraction": self.pipeline.mean_stale_fraction,
+                    },
+                    self.step,
+                )
             window.append(out)
             bar.update(1)
             if len(window) == self.cfg.log_every_n_steps:

@@ -5,7 +5,7 @@ data-parallel (trained by the dense Adam). Frozen means bitwise unchanged weight
 optimizer state, for both kinds.
 """
 
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 import pytest
 import torch
@@ -19,33 +19,11 @@ from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.models.dlrm import ModelConfig, build_dlrm
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+from tests.freeze_helpers import changed, held_tables, snapshot, table_of
 from tests.multiprocess import run_on_ranks
 
 TABLES = ("user", "item", "age")
 STEPS_PER_EPOCH = 3  # 768 train rows / global batch 256
-
-
-def _flat(prefix: str, value, out: Dict[str, torch.Tensor]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flat(f"{prefix}.{k}", v, out)
-    elif hasattr(value, "local_shards"):  # ShardedTensor: this rank's shards
-        shards = [s.tensor for s in value.local_shards()]
-        if shards:
-            out[prefix] = torch.cat([s.flatten() for s in shards]).clone()
-    elif isinstance(value, torch.Tensor):
-        out[prefix] = value.detach().clone()
-
-
-def _snapshot(dmp, opt) -> Dict[str, torch.Tensor]:
-    out: Dict[str, torch.Tensor] = {}
-    _flat("w", dmp.state_dict(), out)
-    _flat("opt", opt.state_dict()["state"], out)
-    return out
-
-
-def _table_of(key: str):
-    return next((t for t in TABLES if f"embedding_bags.{t}." in key), None)
 
 
 def _setup(gate: bool = False):
@@ -60,7 +38,7 @@ def _setup(gate: bool = False):
     dmp = shard_model(model, env, ("data_parallel", "table_wise"))
     opt = build_optimizer(dmp, 1e-2)
     kinds = {
-        t: type(v).__name__ for k, v in dmp.state_dict().items() for t in [_table_of(k)] if t and k.endswith("weight")
+        t: type(v).__name__ for k, v in dmp.state_dict().items() for t in [table_of(k, TABLES)] if t and k.endswith("weight")
     }
     # The planner's choice is what this test relies on to cover both kinds of table.
     assert kinds == {"user": "ShardedTensor", "item": "ShardedTensor", "age": "Tensor"}, kinds
@@ -85,30 +63,28 @@ def _run_epoch(dmp, opt, loader, freeze, pipeline, epoch: int) -> None:
         freeze.step()
 
 
-def _changed(before, after, table=None, dense=False):
-    # A table-wise table lives on one rank: the other holds no key of it.
-    keys = [k for k in before.keys() | after.keys() if (_table_of(k) == table if table else (dense and _table_of(k) is None))]
-    return {k: k not in before or k not in after or not torch.equal(before[k], after[k]) for k in keys}
+def _changed(before, after, table: Optional[str] = None) -> Dict[str, bool]:
+    return changed(before, after, TABLES, table)
 
 
 def _check_delayed(rank: int, world_size: int, use_pipeline: bool) -> None:
     env, dmp, opt, loader = _setup()
     freeze = FreezeScheduleWrapper(dmp, "delayed", STEPS_PER_EPOCH, 2, optimizer=opt)
     pipeline = TrainPipelineSparseDist(dmp, opt, env.device) if use_pipeline else None
-    s0 = _snapshot(dmp, opt)
+    s0 = snapshot(dmp, opt)
     assert freeze.frozen_tables() == sorted(TABLES) and freeze.states() == {"tables": 0}
     _run_epoch(dmp, opt, loader, freeze, pipeline, 0)
-    s1 = _snapshot(dmp, opt)
+    s1 = snapshot(dmp, opt)
     assert freeze.global_step == STEPS_PER_EPOCH and freeze.states() == {"tables": 1}
     # No optimizer state appeared for any table (Adam never stepped age)...
-    assert not [k for k in s1.keys() ^ s0.keys() if _table_of(k)], s1.keys() ^ s0.keys()
+    assert not [k for k in s1.keys() ^ s0.keys() if table_of(k, TABLES)], s1.keys() ^ s0.keys()
     for t in TABLES:  # ...and weights, momentum1 (fused) and Adam state are bitwise unchanged
         assert not any(_changed(s0, s1, table=t).values()), (t, _changed(s0, s1, table=t))
-    dense = _changed(s0, s1, dense=True)
+    dense = _changed(s0, s1)
     assert all(v for k, v in dense.items() if k.startswith("w.")), dense
     _run_epoch(dmp, opt, loader, freeze, pipeline, 1)
-    s2 = _snapshot(dmp, opt)
-    held = [t for t in TABLES if any(k.startswith("w.") and _table_of(k) == t for k in s2)]
+    s2 = snapshot(dmp, opt)
+    held = held_tables(s2, TABLES)
     assert "age" in held and len(held) >= 2, held  # data-parallel age plus this rank's table-wise table
     for t in held:  # after the transition, weights and optimizer state of every held table move
         changed = _changed(s1, s2, table=t)
@@ -130,13 +106,13 @@ def _check_partial_early(rank: int, world_size: int) -> None:
     )
     _run_epoch(dmp, opt, loader, freeze, None, 0)  # steps 0-2 train everything
     assert freeze.frozen_tables() == ["age", "user"]
-    s1 = _snapshot(dmp, opt)
+    s1 = snapshot(dmp, opt)
     _run_epoch(dmp, opt, loader, freeze, None, 1)
-    s2 = _snapshot(dmp, opt)
+    s2 = snapshot(dmp, opt)
     for t in ("user", "age"):
         assert not any(_changed(s1, s2, table=t).values()), (t, _changed(s1, s2, table=t))
     item_moved = any(_changed(s1, s2, table="item").values())
-    holds_item = any(_table_of(k) == "item" and k.startswith("w.") for k in s2)
+    holds_item = "item" in held_tables(s2, TABLES)
     assert item_moved == holds_item
 
 
@@ -177,14 +153,14 @@ def _check_gate(rank: int, world_size: int) -> None:
     env, dmp, opt, loader = _setup(gate=True)
     freeze = FreezeScheduleWrapper(dmp, "gate:feature_cross=closed@[0,1)", STEPS_PER_EPOCH, 2, optimizer=opt)
     pipeline = TrainPipelineSparseDist(dmp, opt, env.device)
-    s0 = _snapshot(dmp, opt)
+    s0 = snapshot(dmp, opt)
     _run_epoch(dmp, opt, loader, freeze, pipeline, 0)
-    s1 = _snapshot(dmp, opt)
+    s1 = snapshot(dmp, opt)
     for t in TABLES:  # the gate is the tables' only path: closed, they get no gradient at all
         assert not any(_changed(s0, s1, table=t).values()), t
-    assert all(v for k, v in _changed(s0, s1, dense=True).items() if k.startswith("w."))
+    assert all(v for k, v in _changed(s0, s1).items() if k.startswith("w."))
     _run_epoch(dmp, opt, loader, freeze, pipeline, 1)
-    assert any(_changed(s1, _snapshot(dmp, opt), table="age").values())
+    assert any(_changed(s1, snapshot(dmp, opt), table="age").values())
 
 
 def test_closed_gate_on_sharded_dlrm() -> None:

@@ -13,6 +13,13 @@ real (the default planner makes small tables data-parallel). Backend: nccl on CU
 on CPU.
 
     python benchmarks/bench_fused_lookup.py --groups 3 --features 8 --batch 2048
+
+``--model multipath`` instead trains the multi-path model (``--model multipath``, all
+tables ``table_wise``, row-wise Adagrad tables, Adam dense) with ``--fused_lookup`` and
+``--no-fused_lookup`` under ``TrainPipelineSparseDist``, interleaved step by step in the
+same processes, and prints all-to-alls per step and the median step time of each:
+
+    python benchmarks/bench_fused_lookup.py --model multipath --batch 512 --history 20
 """
 
 import argparse
@@ -125,8 +132,76 @@ def _run(rank: int, world_size: int, port: int, args: argparse.Namespace) -> Non
         dist.destroy_process_group()
 
 
+def _epochs(loader):
+    """The loader's batches, epoch after epoch (the pipeline reads one batch ahead)."""
+    epoch = 0
+    while True:
+        loader.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def _run_multipath(rank: int, world_size: int, port: int, args: argparse.Namespace) -> None:
+    """Multi-path model training steps, ``fused_lookup`` on vs off, interleaved."""
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+
+    from dlrm_multiepoch.data.dataset import BatchLoader
+    from dlrm_multiepoch.data.synthetic import synthetic_data
+    from dlrm_multiepoch.distributed import init_distributed
+    from dlrm_multiepoch.models.config import ModelConfig
+    from dlrm_multiepoch.models.multipath import build_multipath
+    from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
+    torch.set_num_threads(args.threads)
+    env = init_distributed()
+    try:
+        tables = {"user": args.rows, "item": args.rows, "age": 8}
+        data = synthetic_data(args.batch * world_size * 16, tables, history_length=args.history, seed=0)
+        pipelines = {}
+        for name, fused in (("fused", True), ("separate", False)):
+            torch.manual_seed(0)
+            cfg = ModelConfig(model="multipath", embedding_dim=args.dim, dense_arch_layer_sizes=f"64,{args.dim}",
+                              fused_lookup=fused)
+            model = build_multipath(data, cfg, env.device)
+            apply_embedding_optimizer(model, "rowwise_adagrad", 0.05)
+            dmp = shard_model(model, env, ("table_wise",))
+            pipelines[name] = TrainPipelineSparseDist(dmp, build_optimizer(dmp, 1e-3), env.device)
+        iters = {name: _epochs(BatchLoader(data, "train", args.batch, rank, world_size, shuffle=True)) for name in pipelines}
+        times: Dict[str, List[float]] = {name: [] for name in pipelines}
+        calls: Dict[str, int] = {}
+        for step in range(args.warmup + args.steps):
+            for name, pipeline in pipelines.items():
+                if env.device.type == "cuda":
+                    torch.cuda.synchronize(env.device)
+                dist.barrier()
+                start = time.perf_counter()
+                with count_all_to_all() as counted:
+                    pipeline.progress(iters[name])
+                if env.device.type == "cuda":
+                    torch.cuda.synchronize(env.device)
+                elapsed = time.perf_counter() - start
+                if step >= args.warmup:
+                    times[name].append(elapsed)
+                    calls[name] = sum(counted.values())
+        if rank == 0:
+            med = {k: statistics.median(v) for k, v in times.items()}
+            print(f"device={env.device} world_size={world_size} multipath batch/rank={args.batch} "
+                  f"history={args.history} dim={args.dim} rows={args.rows} steps={args.steps}")
+            print("contender | all-to-alls/step (fwd+bwd) | median step ms | vs fused")
+            for name in pipelines:
+                print(f"{name:9s} | {calls[name]:3d} ({calls[name] / calls['fused']:.2f}x) | "
+                      f"{med[name] * 1e3:8.2f} | {med[name] / med['fused']:.2f}x")
+    finally:
+        dist.destroy_process_group()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=["lookup", "multipath"], default="lookup",
+                        help="lookup: FusedKJTLookup on one EBC; multipath: the model's --fused_lookup switch")
+    parser.add_argument("--history", type=int, default=20, help="multipath: history length")
     parser.add_argument("--groups", type=int, default=3)
     parser.add_argument("--features", type=int, default=8, help="features (one table each) per group")
     parser.add_argument("--batch", type=int, default=2048, help="per rank")
@@ -138,7 +213,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (CPU)")
     parser.add_argument("--world-size", type=int, default=2)
     args = parser.parse_args()
-    mp.start_processes(_run, args=(args.world_size, free_port(), args), nprocs=args.world_size, start_method="spawn")
+    run = _run_multipath if args.model == "multipath" else _run
+    mp.start_processes(run, args=(args.world_size, free_port(), args), nprocs=args.world_size, start_method="spawn")
 
 
 if __name__ == "__main__":

@@ -191,6 +191,7 @@ class FreezeScheduleWrapper:
         self.schedule = FreezeSchedule.parse(schedule) if isinstance(schedule, str) else schedule
         self.plan: ResolvedSchedule = self.schedule.resolve(steps_per_epoch, num_epochs)
         self.model = model
+        self.global_step = start_step
         inner = model.module if isinstance(model, DistributedModelParallel) else model
         self._embeddings = _find_embedding_modules(inner)
         self._table_module = {t: e for e in self._embeddings.values() for t in e.table_features}
@@ -217,6 +218,8 @@ class FreezeScheduleWrapper:
             self._hooks.append(_register_step_pre_hook(optimizer, lambda *_: self.clear_frozen_grads()))
         self._frozen_dense: List[torch.Tensor] = []
         self._states: Dict[str, int] = {}
+        # States change only where a window starts or ends: step() re-applies only there.
+        self._boundaries = {b for ws in self.plan.windows.values() for w in ws for b in (w.start, w.end)}
         self.global_step = start_step
         self._apply(log_all=True)
 
@@ -325,7 +328,12 @@ class FreezeScheduleWrapper:
 
     def step(self) -> None:
         """Advance one optimizer step; call after each ``optimizer.step()``/``pipeline.progress()``."""
-        self.set_progress(self.global_step + 1)
+        step = self.global_step + 1
+        if step > self.plan.total_steps:
+            raise ValueError(f"step {step} is outside the scheduled run of {self.plan.total_steps} steps")
+        self.global_step = step
+        if step in self._boundaries:  # O(1) on every other step: no per-step walk of tables or params
+            self._apply()
 
     def set_progress(self, step: int) -> None:
         """Jump to global step ``step`` (0-based: the next step to run)."""

@@ -100,6 +100,29 @@ def test_schedule_drives_gates_by_name() -> None:
         FreezeScheduleWrapper(gated, "gate:tower=closed", steps_per_epoch=2, num_epochs=2)
 
 
+def test_step_applies_the_same_state_as_jumping_to_each_step() -> None:
+    """step() re-applies only at window boundaries; every step must match a full re-apply."""
+    gated, _ = _pair()
+    schedule = "tables=frozen@[0,3step) train@[3step,end); table:u=frozen@[5step,7step); gate:cross=closed@[1,1.5)"
+    opt = torch.optim.SGD(gated.parameters(), lr=0.1)  # unsharded tables: the dense optimizer trains them
+    stepped = FreezeScheduleWrapper(gated, schedule, steps_per_epoch=4, num_epochs=2, optimizer=opt)
+    observed = []
+    for _ in range(8):
+        observed.append((stepped.states(), stepped.frozen_tables(), gated.cross_gate.open))
+        stepped.step()
+    with pytest.raises(ValueError, match="outside the scheduled run of 8 steps"):
+        stepped.step()
+    stepped.remove()
+    jumped = FreezeScheduleWrapper(gated, schedule, steps_per_epoch=4, num_epochs=2, optimizer=opt)
+    expected = []
+    for step in range(8):
+        jumped.set_progress(step)
+        expected.append((jumped.states(), jumped.frozen_tables(), gated.cross_gate.open))
+    assert observed == expected
+    assert [f for _, f, _ in observed] == [["i", "u"]] * 3 + [[], [], ["u"], ["u"], []]
+    assert [o for _, _, o in observed] == [True] * 4 + [False, False, True, True]
+
+
 def test_detach_value_keeps_structure_and_values() -> None:
     x = torch.randn(3, 4, requires_grad=True)
     kt = KeyedTensor(keys=["a", "b"], length_per_key=[1, 3], values=x)

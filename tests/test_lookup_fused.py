@@ -11,6 +11,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from dlrm_multiepoch.lookup import FusedKJTLookup, count_all_to_all
 from tests.multiprocess import run_on_ranks
+from tests.sharding_helpers import local_tables, shard_table_wise
 
 ROWS = 50
 
@@ -154,42 +155,6 @@ def test_bad_groups_raise() -> None:
 
 
 # ---------------------------------------------------------------- 2 ranks, table-wise sharded
-
-
-def shard_table_wise(module: torch.nn.Module, world_size: int, configs=None) -> torch.nn.Module:
-    """DMP with every table table-wise sharded, in-backward exact SGD, and the module's weights."""
-    import torch.distributed as dist
-    from fbgemm_gpu.split_embedding_configs import EmbOptimType
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.embedding import EmbeddingCollectionSharder
-    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
-
-    fused_params = {"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.5}
-    sharders = [EmbeddingBagCollectionSharder(fused_params=fused_params), EmbeddingCollectionSharder(fused_params=fused_params)]
-    full = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    if configs is None:
-        configs = module.embedding_bag_configs() if hasattr(module, "embedding_bag_configs") else module.embedding_configs()
-    constraints = {c.name: ParameterConstraints(sharding_types=["table_wise"]) for c in configs}
-    planner = EmbeddingShardingPlanner(topology=Topology(world_size=world_size, compute_device="cpu"), constraints=constraints)
-    plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
-    dmp = DistributedModelParallel(module, device=torch.device("cpu"), plan=plan, sharders=sharders)
-    load_full_tables(dmp, full)
-    return dmp
-
-
-def load_full_tables(dmp: torch.nn.Module, full: Dict[str, torch.Tensor]) -> None:
-    """Copies full (unsharded) tables into the local shards (DMP on CPU does not)."""
-    with torch.no_grad():
-        for key, sharded in dmp.state_dict().items():
-            for shard in sharded.local_shards():
-                r, c = shard.metadata.shard_offsets
-                h, w = shard.metadata.shard_sizes
-                shard.tensor.copy_(full[key.removeprefix("module.")][r : r + h, c : c + w])
-
-
-def local_tables(dmp: torch.nn.Module) -> Dict[str, torch.Tensor]:
-    return {k: s.tensor.clone() for k, v in dmp.state_dict().items() for s in v.local_shards()}
 
 
 def _sharded_fused_vs_separate(rank: int, world_size: int) -> None:

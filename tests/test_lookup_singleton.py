@@ -10,7 +10,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_multiepoch.lookup import SingletonEmbeddingBagCollection, detect_singleton_features
 from tests.multiprocess import run_on_ranks
-from tests.test_lookup_fused import local_tables, shard_table_wise
+from tests.sharding_helpers import local_tables, shard_table_wise
 
 ROWS = 40
 SINGLETONS = ["user_id", "item_id", "cand_item"]

@@ -238,3 +238,137 @@ def test_info_nce_excludes_same_item_and_missing_targets():
     got = in_batch_info_nce(q, t, ids, query_mask, target_mask, tau)
     torch.testing.assert_close(got, (row0 + row1) / 2, rtol=1e-12, atol=0)
     assert math.isfinite(float(got))
+
+
+# -- fused vs separate item lookups (--fused_lookup) ---------------------------------------
+
+
+def test_separate_lookups_equal_the_fused_lookup(data, batch):
+    fused, separate = _model(data), _model(data, fused_lookup=False)
+    assert fused.model.sparse_arch.separate_lookups is None
+    assert separate.model.sparse_arch.separate_lookups is not None
+    # The switch adds no weights and moves none: checkpoints load either way.
+    assert list(fused.state_dict()) == list(separate.state_dict())
+    for (name, a), (_, b) in zip(fused.state_dict().items(), separate.state_dict().items()):
+        assert torch.equal(a, b), name
+    loss_f, out_f = fused(batch)
+    loss_s, out_s = separate(batch)
+    assert torch.equal(loss_f, loss_s)
+    assert torch.equal(out_f.logits, out_s.logits)
+    assert out_f.losses.keys() == out_s.losses.keys()
+    assert all(torch.equal(out_f.losses[k], out_s.losses[k]) for k in out_f.losses)
+    g_f, g_s = _grads(fused, loss_f), _grads(separate, loss_s)
+    assert g_f.keys() == g_s.keys()
+    for name in g_f:
+        if name == ITEM_TABLE:
+            # One scatter-add over candidate + history ids vs two summed: rows hit by both
+            # add the same terms in another order.
+            torch.testing.assert_close(g_f[name], g_s[name], rtol=0, atol=1e-7)
+        else:
+            assert torch.equal(g_f[name], g_s[name]), name
+
+
+def test_separate_lookups_name_a_missing_feature(data, batch):
+    lookups = _model(data, fused_lookup=False).model.sparse_arch
+    no_history = batch.sparse_features.permute([batch.sparse_features.keys().index(k) for k in ("user", "item", "age")])
+    with pytest.raises(ValueError, match=r"lookup group 'history': features \['history'\] are not in the batch"):
+        lookups(no_history)
+
+
+def test_fused_lookup_flag_reaches_the_model():
+    from dlrm_multiepoch.train.config import build_parser
+
+    assert build_parser().parse_args([]).fused_lookup is True
+    assert build_parser().parse_args(["--no-fused_lookup"]).fused_lookup is False
+
+
+def _fused_vs_separate_on_2_ranks(rank: int, world_size: int) -> None:
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+    from torchrec.sparse.jagged_tensor import KeyedTensor
+
+    from dlrm_multiepoch.distributed import init_distributed
+    from dlrm_multiepoch.lookup import count_all_to_all
+    from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+    from tests.pipeline_helpers import snapshot
+    from tests.sharding_helpers import load_full_tables, local_tables
+
+    env = init_distributed()
+    data = synthetic_data(1024, TABLES, history_length=K, seed=1)
+    full = _model(data).state_dict()  # rank-independent tables
+
+    def sharded(fused_lookup: bool):
+        torch.manual_seed(0)  # same dense weights in both models
+        model = build_multipath(data, dataclasses.replace(BASE, fused_lookup=fused_lookup), env.device)
+        # Exact SGD: two in-backward updates (separate lookups) equal one of the summed gradient.
+        apply_embedding_optimizer(model, "sgd", 0.5)
+        dmp = shard_model(model, env, ("table_wise",))  # real all-to-alls for every table
+        load_full_tables(dmp, full)
+        return dmp
+
+    models = {"fused": sharded(True), "separate": sharded(False)}
+    start = snapshot(models["fused"])
+    assert start.keys() == snapshot(models["separate"]).keys()
+    assert all(torch.equal(start[k], v) for k, v in snapshot(models["separate"]).items())
+    batch = next(iter(BatchLoader(data, "train", 64, rank, world_size, shuffle=True)))
+    with torch.no_grad():  # the first call of a sharded module sets up its distributions
+        for dmp in models.values():
+            dmp(batch)
+
+    outs, grads, calls = {}, {}, {}
+    for name, dmp in models.items():
+        with count_all_to_all() as forward_calls:
+            loss, outs[name] = dmp(batch)
+        with count_all_to_all() as backward_calls:
+            loss.backward()
+        calls[name] = (forward_calls, backward_calls)
+        grads[name] = {n: p.grad.clone() for n, p in dmp.named_parameters() if p.grad is not None}
+    f, s = outs["fused"], outs["separate"]
+    assert torch.equal(f.loss, s.loss) and torch.equal(f.logits, s.logits)
+    assert all(torch.equal(f.losses[k], s.losses[k]) for k in f.losses)
+    assert grads["fused"].keys() == grads["separate"].keys() and grads["fused"]  # the dense weights
+    for n in grads["fused"]:
+        assert torch.equal(grads["fused"][n], grads["separate"][n]), n
+    after = {name: local_tables(dmp) for name, dmp in models.items()}
+    assert after["fused"].keys() == after["separate"].keys()
+    for k in after["fused"]:
+        torch.testing.assert_close(after["fused"][k], after["separate"][k], rtol=0, atol=1e-6, msg=k)
+    assert any(not torch.equal(after["fused"][k], start[k + "#0"]) for k in after["fused"] if k + "#0" in start)
+
+    # Collectives per lookup, measured on their own: the separate path pays the item
+    # table's lookup twice (input + output all-to-alls forward, gradient ones backward).
+    arch = models["fused"].module.model.sparse_arch
+    per_lookup = {}
+    for name in ("embedding_bag_collection", "embedding_collection"):
+        with count_all_to_all() as forward_calls:
+            out = getattr(arch, name)(batch.sparse_features).wait()
+        total = out.values().sum() if isinstance(out, KeyedTensor) else sum(jt.values().sum() for jt in out.values())
+        with count_all_to_all() as backward_calls:
+            total.backward()
+        per_lookup[name] = (forward_calls, backward_calls)
+    ebc, ec = per_lookup["embedding_bag_collection"], per_lookup["embedding_collection"]
+    for i in (0, 1):  # forward, backward
+        assert sum(ec[i].values()) > 0 and sum(ebc[i].values()) > 0
+        assert calls["fused"][i] == ebc[i] + ec[i], (i, calls["fused"][i], ebc[i], ec[i])
+        assert calls["separate"][i] == ebc[i] + ec[i] + ec[i], (i, calls["separate"][i], ebc[i], ec[i])
+
+    # Under TorchRec's pipeline: the fused item lookup runs ahead of the forward, the
+    # separate ones inside it (KJTs built in the model); both train the same way.
+    losses = {}
+    for name, dmp in models.items():
+        load_full_tables(dmp, full)
+        pipeline = TrainPipelineSparseDist(dmp, build_optimizer(dmp, 1e-3), env.device)
+        it = iter(BatchLoader(data, "train", 64, rank, world_size))
+        losses[name] = [float(pipeline.progress(it).loss) for _ in range(3)]
+        pipelined = {type(m).__name__ for m in pipeline._pipelined_modules}
+        if name == "fused":
+            assert pipelined == {"ShardedEmbeddingBagCollection", "ShardedEmbeddingCollection"}
+        else:
+            assert pipelined == {"ShardedEmbeddingBagCollection"}
+    assert losses["fused"][0] == losses["separate"][0]
+    assert losses["fused"] == pytest.approx(losses["separate"], rel=1e-5)
+
+
+def test_sharded_separate_lookups_equal_fused_with_twice_the_item_collectives():
+    from tests.multiprocess import run_on_ranks
+
+    run_on_ranks(_fused_vs_separate_on_2_ranks, 2)

@@ -85,6 +85,12 @@ class FusedKJTLookup(nn.Module):
     ``Dict[str, JaggedTensor]`` for an ``EmbeddingCollection``. Features shared by several
     tables appear under TorchRec's ``"feature@table"`` names, as in a direct call.
 
+    Under ``TrainPipelineSparseDist`` a KJT built inside the model cannot have its input
+    all-to-all started ahead of the forward (the pipeline only does that for KJTs taken
+    straight from the batch). To keep it pipelined, let the data loader emit the groups
+    already fused into the batch KJT (as ``MultiPathSparseArch`` does with the candidate
+    item and the history) and call the collection on it directly.
+
     Args:
         module: an ``EmbeddingBagCollection`` or ``EmbeddingCollection``, unsharded,
             sharded by ``DistributedModelParallel``, or the DMP itself.

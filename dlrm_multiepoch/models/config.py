@@ -60,6 +60,15 @@ class ModelConfig:
     contrastive_temperature: float = field(
         default=0.1, metadata={"help": "temperature of the InfoNCE losses (multipath and pre-training)"}
     )
+    fused_lookup: bool = field(
+        default=True,
+        metadata={
+            "help": "multipath: look up the candidate item and the history in ONE item-table lookup (one input "
+            "and one output all-to-all, started ahead of the forward by the train pipeline); --no-fused_lookup "
+            "looks them up separately, for comparison: twice the item table's all-to-alls, inside the forward, "
+            "and a sharded table's in-backward optimizer then steps once per lookup"
+        },
+    )
 
 
 def float_list(text: str, flag: str, count: int) -> List[float]:

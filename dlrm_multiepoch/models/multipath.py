@@ -31,6 +31,7 @@ from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, Keyed
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
 from dlrm_multiepoch.gates import GradientGate
+from dlrm_multiepoch.lookup.fused import FusedKJTLookup
 from dlrm_multiepoch.models.config import ModelConfig, float_list, int_list
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.losses import in_batch_info_nce, pairwise_ranking_loss, weighted_bce
@@ -59,7 +60,10 @@ class MultiPathSparseArch(nn.Module):
     so the item table lives alone in an ``EmbeddingCollection`` with both features: the
     candidate, one id per sample, comes back as a length-1 sequence, i.e. its embedding.
     This also makes the candidate and the history one lookup (one input and one output
-    all-to-all when sharded). Every other table is pooled in an
+    all-to-all when sharded): the batch KJT already carries both features, i.e. it is the
+    KJT ``FusedKJTLookup`` would concatenate, built once by the loader instead of in the
+    model. ``fused_lookup=False`` looks them up separately instead
+    (:class:`SeparateLookups`), for comparison. Every other table is pooled in an
     ``EmbeddingBagCollection``, whose output all-to-all carries one ``[B, D]`` block per
     feature. ``need_indices`` returns the item ids with the embeddings, for the
     contrastive loss (no second read of the input KJT).
@@ -72,6 +76,8 @@ class MultiPathSparseArch(nn.Module):
         data: table layout; one table must serve ``history`` plus one candidate feature.
         embedding_dim: dimension of every table.
         device: where the tables are created (``meta`` for ``DistributedModelParallel``).
+        fused_lookup: ``False`` looks up the candidate and the history separately (twice
+            the item table's collectives); same tables, same outputs.
 
     Example::
 
@@ -80,7 +86,13 @@ class MultiPathSparseArch(nn.Module):
         sparse.sequences["history"].values()  # [sum(lengths), 16]
     """
 
-    def __init__(self, data: InteractionData, embedding_dim: int, device: Optional[torch.device] = None) -> None:
+    def __init__(
+        self,
+        data: InteractionData,
+        embedding_dim: int,
+        device: Optional[torch.device] = None,
+        fused_lookup: bool = True,
+    ) -> None:
         super().__init__()
         item_tables = [t for t in data.tables if HISTORY_FEATURE in t.feature_names]
         if not item_tables:
@@ -129,13 +141,63 @@ class MultiPathSparseArch(nn.Module):
             device=device,
             need_indices=True,
         )
+        # No tables of its own: the item table stays at the path above either way, so parameter
+        # names and checkpoints do not depend on the switch.
+        self.separate_lookups: Optional[SeparateLookups] = (
+            None
+            if fused_lookup
+            else SeparateLookups({"candidate": [self.candidate_feature], "history": [self.history_feature]})
+        )
 
     def forward(self, features: KeyedJaggedTensor) -> SparseFeatures:
-        """The model's one table lookup (the place to route through a fused lookup)."""
-        return SparseFeatures(
-            pooled=self.embedding_bag_collection(features),
-            sequences=self.embedding_collection(features),
-        )
+        """The model's table lookups."""
+        pooled = self.embedding_bag_collection(features)
+        if self.separate_lookups is None:
+            # The batch KJT itself, so the train pipeline runs this input all-to-all ahead.
+            sequences = self.embedding_collection(features)
+        else:
+            sequences = self.separate_lookups(self.embedding_collection, features)
+        return SparseFeatures(pooled=pooled, sequences=sequences)
+
+
+class SeparateLookups(nn.Module):
+    """One lookup per feature group against the same collection: the unfused comparison.
+
+    Each group becomes its own KJT (the collection's other features as empty bags) and
+    its own lookup through ``FusedKJTLookup(collection, fused=False)``, so a sharded
+    collection pays one input and one output all-to-all per group, as separate candidate
+    and sequence lookups do in stock TorchRec. The collection is an argument, not a child:
+    this module then has no sharded children, so TorchRec's pipeline tracer treats it as a
+    leaf, and the collection stays registered (and sharded in place) at its owner's path.
+    Because the KJTs are built inside the model, ``TrainPipelineSparseDist`` cannot start
+    these lookups ahead of the forward; a sharded table with an in-backward optimizer
+    is updated once per lookup.
+
+    Args:
+        groups: group name -> the features it looks up; each feature in one group.
+
+    Example::
+
+        lookups = SeparateLookups({"candidate": ["item"], "history": ["history"]})
+        sequences = lookups(arch.embedding_collection, batch.sparse_features)
+        sequences["history"].values()  # [sum(lengths), D], as the collection returns it
+    """
+
+    def __init__(self, groups: Dict[str, List[str]]) -> None:
+        super().__init__()
+        self.groups = {name: list(keys) for name, keys in groups.items()}
+
+    def forward(self, collection: nn.Module, features: KeyedJaggedTensor) -> Dict[str, JaggedTensor]:
+        keys = features.keys()
+        for name, wanted in self.groups.items():
+            missing = [k for k in wanted if k not in keys]
+            if missing:
+                raise ValueError(f"lookup group {name!r}: features {missing} are not in the batch (it has {keys})")
+        groups = {name: features.permute([keys.index(k) for k in wanted]) for name, wanted in self.groups.items()}
+        # Built per call around the live collection: DistributedModelParallel swaps the
+        # sharded one in after construction (layout read from its configs: microseconds).
+        out = FusedKJTLookup(collection, fused=False)(groups)
+        return {key: jt for group in out.values() for key, jt in group.items()}
 
 
 class TableEmbeddings(NamedTuple):
@@ -534,7 +596,7 @@ def build_multipath(
         sparse_device: where the tables are created; ``meta`` (default) for
             ``DistributedModelParallel``, a real device to run unsharded.
     """
-    sparse_arch = MultiPathSparseArch(data, cfg.embedding_dim, sparse_device)
+    sparse_arch = MultiPathSparseArch(data, cfg.embedding_dim, sparse_device, fused_lookup=cfg.fused_lookup)
     k = max_history_length(data)
     model = MultiPathDLRM(
         sparse_arch,

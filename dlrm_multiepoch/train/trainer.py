@@ -6,7 +6,6 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer
@@ -17,9 +16,9 @@ from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
-from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
+from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
@@ -30,13 +29,8 @@ TRAIN_SAMPLE = "train_sample"
 
 
 def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
-    """Load the dataset on every rank; rank 0 first, so only it builds the cache."""
-    if env.is_main:
-        data = load_dataset(cfg.data, log=print)
-    if env.world_size > 1:
-        dist.barrier()
-    if not env.is_main:
-        data = load_dataset(cfg.data, log=lambda _: None)
+    """Load the dataset on every rank (the cache's file lock lets one rank build it)."""
+    data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
     # A fixed train sample, evaluated like the test split, shows memorisation.
     train = data.splits["train"]
     rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]

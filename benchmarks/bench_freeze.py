@@ -1,21 +1,24 @@
 """Step time of frozen tables vs joint training, and the wrapper's overhead, on 2 gloo ranks.
 
-Runs the default model (``build_dlrm`` with ``ModelConfig()``, tables sharded table-wise/
-row-wise with fused row-wise Adagrad, dense Adam) under ``TrainPipelineSparseDist``.
-Three contenders run interleaved, round after round, on the same model and data:
+Runs the app's default model (``build_dlrm`` with ``ModelConfig()``, the app's default
+sharding types, fused row-wise Adagrad tables, dense Adam) on the app's Book-Crossing
+data (``--data synthetic``: Zipf ids over tables of Book-Crossing's sizes) under
+``TrainPipelineSparseDist``. Three contenders run interleaved, round after round, in a
+rotating order, on the same model and batches:
 
 - ``bare``:   no wrapper (TorchRec as is);
 - ``joint``:  ``FreezeScheduleWrapper`` with the ``joint`` preset (hooks installed, nothing frozen);
 - ``frozen``: the ``frozen`` preset (every table's output cut from the graph).
 
-Prints the median per-step time (rank 0) of each and the ratios bare/frozen (speed-up of a frozen
-epoch) and joint/bare (wrapper overhead). glibc's malloc thresholds are pinned
-(``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) because dense-gradient
-benchmarks swing with them.
+Prints median and IQR of per-step wall and CPU time (rank 0) of each, and the median over
+rounds of bare/frozen (speed-up of a frozen epoch) and joint/bare (wrapper overhead).
+``--profile N`` prints instead the top ops of N joint and N frozen steps. glibc's malloc
+thresholds are pinned (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) because
+dense-gradient benchmarks swing with them; each rank runs one thread.
 
 Usage::
 
-    python benchmarks/bench_freeze.py [--rounds 7] [--steps 20] [--batch_size 1024]
+    python benchmarks/bench_freeze.py [--rounds 20] [--steps 40] [--batch_size 1024] [--data bookcrossing]
 """
 
 import argparse
@@ -136,8 +139,8 @@ def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch_size", type=int, default=1024, help="global batch size")
     parser.add_argument("--data", choices=("bookcrossing", "synthetic"), default="bookcrossing",
                         help="the app's Book-Crossing data, or synthetic Zipf ids over tables of its sizes")

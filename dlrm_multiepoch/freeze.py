@@ -220,7 +220,6 @@ class FreezeScheduleWrapper:
         self._states: Dict[str, int] = {}
         # States change only where a window starts or ends: step() re-applies only there.
         self._boundaries = {b for ws in self.plan.windows.values() for w in ws for b in (w.start, w.end)}
-        self.global_step = start_step
         self._apply(log_all=True)
 
     # ----- binding the schedule's groups to the model -----

@@ -42,7 +42,7 @@ from dlrm_multiepoch.data.dataset import BatchLoader  # noqa: E402
 from dlrm_multiepoch.data.synthetic import synthetic_data  # noqa: E402
 from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper  # noqa: E402
-from dlrm_multiepoch.models.dlrm import ModelConfig, build_dlrm  # noqa: E402
+from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model  # noqa: E402
 from tests.multiprocess import run_on_ranks  # noqa: E402
 
@@ -82,7 +82,8 @@ def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
     env = init_distributed()
     data = _data(args.data)
     torch.manual_seed(0)
-    model = build_dlrm(data, ModelConfig(), env.device)
+    dim = args.embedding_dim
+    model = build_dlrm(data, ModelConfig(embedding_dim=dim, dense_arch_layer_sizes=f"64,{dim}"), env.device)
     apply_embedding_optimizer(model, "rowwise_adagrad", 0.05)
     dmp = shard_model(model, env)  # the app's default --sharding_types
     opt = build_optimizer(dmp, 1e-3)
@@ -144,6 +145,7 @@ if __name__ == "__main__":
     parser.add_argument("--batch_size", type=int, default=1024, help="global batch size")
     parser.add_argument("--data", choices=("bookcrossing", "synthetic"), default="bookcrossing",
                         help="the app's Book-Crossing data, or synthetic Zipf ids over tables of its sizes")
+    parser.add_argument("--embedding_dim", type=int, default=16, help="table dimension (the app's default: 16)")
     parser.add_argument("--batches", type=int, default=64, help="distinct batches cycled through")
     parser.add_argument("--profile", type=int, default=0, help="instead: profile this many joint and frozen steps")
     args = parser.parse_args()

@@ -17,7 +17,7 @@ from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.gates import GradientGate
-from dlrm_multiepoch.models.dlrm import ModelConfig, build_dlrm
+from dlrm_multiepoch.models import ModelConfig, build_dlrm
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 from tests.freeze_helpers import changed, held_tables, snapshot, table_of
 from tests.multiprocess import run_on_ranks

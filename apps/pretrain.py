@@ -82,6 +82,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         data = load_data(cfg, env)
         log(f"model config for the tables: {dataclasses.asdict(cfg.model)}")
         TablePretrainer(data, cfg.model, pretrain, env, log).train()
+        dist.barrier()  # no rank tears the group down while a peer's collective is in flight
     finally:
         dist.destroy_process_group()
 

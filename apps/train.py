@@ -20,6 +20,7 @@ def main(argv=None) -> None:
     logging.getLogger("dlrm_multiepoch").setLevel(logging.INFO if env.is_main else logging.WARNING)
     try:
         Trainer(cfg, env).train()
+        dist.barrier()  # no rank tears the group down while a peer's collective is in flight
     finally:
         dist.destroy_process_group()
 

@@ -36,6 +36,10 @@ def _entry(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: 
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         fn(rank, world_size, *args)
+        # Let every rank finish its collectives before any tears the group down: a rank
+        # destroying gloo while a peer's async work is in flight aborts the process
+        # ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -14,7 +14,11 @@ from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.pipeline import PIPELINES, SemiSyncTrainPipeline, StalenessMeter, make_train_pipeline
 from dlrm_multiepoch.pipeline.staleness import row_overlap
 from tests.multiprocess import run_on_ranks
-from tests.pipeline_helpers import TABLE_SIZES, Job, build_job, snapshot, table_shards
+from dlrm_multiepoch.data.synthetic import synthetic_data
+from dlrm_multiepoch.distributed import init_distributed
+from dlrm_multiepoch.models import ModelConfig, build_dlrm
+from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer
+from tests.pipeline_helpers import TABLE_SIZES, Job, build_job, shard, snapshot, table_shards
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
 
 GLOBAL_BATCH = 256  # 2048 rows, 1536 in train: 6 steps per epoch
@@ -289,3 +293,21 @@ def test_factory_rejects_bad_names_and_torchrec_semi_sync_on_cpu():
 def test_constructor_rejects_unsupported_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SemiSyncTrainPipeline(torch.nn.Linear(2, 2), None, torch.device("cpu"), **kwargs)
+
+
+def _check_rejects_data_parallel_tables(rank: int, world_size: int) -> None:
+    env = init_distributed()
+    model = build_dlrm(synthetic_data(256, dict(TABLE_SIZES)), ModelConfig(), env.device)
+    apply_embedding_optimizer(model, "rowwise_adagrad", 0.05)
+    dmp = shard(model, env, {"user": "table_wise", "item": "table_wise", "age": "data_parallel"})
+    optimizer = build_optimizer(dmp, 1e-3)
+    with pytest.raises(ValueError, match=r"cannot train data-parallel tables \['model.sparse_arch.embedding_bag_collection.age'\]"):
+        SemiSyncTrainPipeline(dmp, optimizer, env.device, staleness=1)
+    # Synchronous lookups read the tables after the update: allowed.
+    SemiSyncTrainPipeline(dmp, optimizer, env.device, staleness=0)
+
+
+def test_rejects_data_parallel_tables_when_stale():
+    # Stale lookups of a data-parallel table crash the next backward (its dense
+    # optimizer modifies the weight in place after the lookup saved it): reject up front.
+    run_on_ranks(_check_rejects_data_parallel_tables, 1)

@@ -1,21 +1,18 @@
 """A ``TrainPipelineSparseDist`` that starts batch B's embedding lookup before B-1's backward."""
 
-import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Dict, Iterator, Optional, Set, Tuple, Type
+from typing import Any, Callable, Collection, Dict, Iterator, List, Optional, Set, Tuple, Type
 
 import torch
 from torch.autograd.profiler import record_function
 from torchrec.distributed.train_pipeline.pipeline_context import EmbeddingTrainPipelineContext
 from torchrec.distributed.train_pipeline.runtime_forwards import EmbeddingPipelinedForward
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
+from torchrec.distributed.types import ShardingType
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedTensor
 from torchrec.streamable import Pipelineable
 
 from dlrm_multiepoch.pipeline.staleness import PendingStaleness, ShardRows, StalenessMeter, row_overlap, table_names
-
-logger = logging.getLogger(__name__)
-
 
 @dataclass
 class SemiSyncContext(EmbeddingTrainPipelineContext):
@@ -40,6 +37,19 @@ def _output_tensors(out: Any) -> list:
     if isinstance(out, dict):
         return [jt.values() for jt in out.values() if isinstance(jt, JaggedTensor)]
     return []
+
+
+def data_parallel_tables(model: torch.nn.Module) -> List[str]:
+    """``module.table`` names that ``DistributedModelParallel``'s plan made data-parallel."""
+    plan = getattr(model, "plan", None)
+    if plan is None:
+        return []
+    return sorted(
+        f"{path}.{table}" if path else table
+        for path, module_plan in plan.plan.items()
+        for table, sharding in module_plan.items()
+        if sharding.sharding_type == ShardingType.DATA_PARALLEL.value
+    )
 
 
 class PrefetchedLookupForward(EmbeddingPipelinedForward):
@@ -192,6 +202,14 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             enable_inplace_copy_batch=enable_inplace_copy_batch,
             free_features_storage_early=free_features_storage_early,
         )
+        if staleness == 1 and data_parallel_tables(model):
+            raise ValueError(
+                f"SemiSyncTrainPipeline(staleness=1) cannot train data-parallel tables "
+                f"{data_parallel_tables(model)}: the dense optimizer updates their weights in place after the next "
+                "batch's early lookup has saved them for its backward (autograd: 'modified by an inplace "
+                "operation'). Shard them table_wise/column_wise (the app's default --sharding_types) or use "
+                "staleness=0 (--pipeline sparse_dist)"
+            )
         self.staleness = staleness
         self.warmup_batches = warmup_batches
         self._frozen_tables = frozen_tables
@@ -255,14 +273,19 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
                 if self._measure:
                     if name not in self._shard_rows:
                         self._shard_rows[name] = ShardRows(module)
-                        if self._shard_rows[name].has_data_parallel:
-                            logger.warning(
-                                "%s has data-parallel tables: they are looked up one dense step stale like the "
-                                "others but are left out of the measured stale fraction",
-                                name,
-                            )
                     context.row_keys[name] = self._shard_rows[name](dist_input)
                 context.embedding_a2a_requests[name] = module.compute_and_output_dist(module_context, dist_input)
+
+    @property
+    def train_steps(self) -> int:
+        """Training batches run since construction or :meth:`reset` (the warm-up counts these)."""
+        return self._train_steps
+
+    @train_steps.setter
+    def train_steps(self, steps: int) -> None:
+        # A resumed job sets the count it had reached, so its warm-up ends where the
+        # uninterrupted job's would have.
+        self._train_steps = steps
 
     def _frozen(self) -> Set[str]:
         return set(self._frozen_tables()) if self._frozen_tables is not None else set()

@@ -67,7 +67,6 @@ class ShardRows:
                 for feature in table.feature_names:
                     features[feature] = self.tables.index(table.name)
             self._features.append(features)
-        self.has_data_parallel = any(f is None for f in self._features)
 
     def table_mask(self, names: Collection[str], device: torch.device) -> torch.Tensor:
         """Bool tensor over table indices: True for the tables in ``names``."""

@@ -73,6 +73,18 @@ class TrainConfig:
     log_every_n_steps: int = field(default=20, metadata={"help": "train loss/throughput logging interval"})
     limit_train_batches: int = field(default=0, metadata={"help": "stop each epoch after N steps (0: no limit)"})
     progress_bar: bool = field(default=True, metadata={"help": "show a tqdm progress bar on rank 0"})
+    checkpoint: bool = field(
+        default=True,
+        metadata={"help": "save the training state to <run folder>/checkpoints/epoch_N after each epoch's evaluation"},
+    )
+    keep_checkpoints: int = field(default=2, metadata={"help": "complete checkpoints to keep (older ones are deleted)"})
+    resume: str = field(
+        default="",
+        metadata={
+            "help": "empty: start fresh; 'auto': resume from this run folder's latest complete checkpoint if one "
+            "exists (needs --run_name); or a checkpoint folder (e.g. runs/NAME/checkpoints/epoch_2)"
+        },
+    )
 
     def validate(self) -> None:
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps"):
@@ -83,6 +95,10 @@ class TrainConfig:
         for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+        if self.resume == "auto" and not self.run_name:
+            raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
         # Syntax and window checks before any data or model is built; checks that need
         # the model (unknown tables, modules, gates) run when the trainer builds it.
         try:

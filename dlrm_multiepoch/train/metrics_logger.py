@@ -17,6 +17,9 @@ class MetricsLogger:
     Args:
         run_dir: folder of this run's event files and summary.
         enabled: False on non-main ranks.
+        purge_step: when resuming, the first step not covered by the checkpoint:
+            TensorBoard hides events the interrupted job logged from this step on, so
+            the re-trained steps are not shown twice.
 
     Example::
 
@@ -24,14 +27,14 @@ class MetricsLogger:
         logger.scalars({"train/loss": 0.52}, step=100)
     """
 
-    def __init__(self, run_dir: str, enabled: bool = True) -> None:
+    def __init__(self, run_dir: str, enabled: bool = True, purge_step: Optional[int] = None) -> None:
         self.run_dir = run_dir
         self.enabled = enabled
         self.summary: Dict[str, Any] = {"evaluations": []}
         self._writer: Optional[SummaryWriter] = None
         if enabled:
             os.makedirs(run_dir, exist_ok=True)
-            self._writer = SummaryWriter(log_dir=run_dir)
+            self._writer = SummaryWriter(log_dir=run_dir, purge_step=purge_step)
 
     def scalars(self, values: Dict[str, float], step: int) -> None:
         if self._writer is None:
@@ -55,6 +58,17 @@ class MetricsLogger:
     def evaluation(self, entry: Dict[str, Any]) -> None:
         """Append one evaluation (epoch, step, metrics) to the summary and persist it."""
         self.summary["evaluations"].append(entry)
+        self._write_summary()
+
+    def restore(self, summary: Dict[str, Any]) -> None:
+        """Continue the summary of a resumed run: its evaluations come first, this run's records win.
+
+        Example::
+
+            logger.restore(checkpoint_state["summary"])  # summary.json keeps epochs 1..N
+        """
+        evaluations = list(summary.get("evaluations", [])) + self.summary["evaluations"]
+        self.summary = {**summary, **self.summary, "evaluations": evaluations}
         self._write_summary()
 
     def _write_summary(self) -> None:

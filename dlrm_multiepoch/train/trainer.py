@@ -1,6 +1,7 @@
 """The training loop: data -> batch -> sharded model -> pipeline -> optimizer -> evaluator -> logger."""
 
 import itertools
+import os
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -19,6 +20,14 @@ from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
+from dlrm_multiepoch.train.checkpoint import (
+    CHECKPOINTS_DIR,
+    CheckpointInfo,
+    check_compatible,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
@@ -87,11 +96,17 @@ class Trainer:
             for split in ("test", TRAIN_SAMPLE)
         }
         run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
-        self.logger = MetricsLogger(run_dir, enabled=env.is_main)
+        self.checkpoint_dir = os.path.join(run_dir, CHECKPOINTS_DIR)
+        # Found and checked before anything is built: a wrong --resume fails in seconds.
+        self.resume_from = find_checkpoint(cfg.resume, self.checkpoint_dir)
+        changes = check_compatible(self.resume_from, cfg.to_dict(), self.data.tables) if self.resume_from else []
+        # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
+        purge_step = self.resume_from.step + 1 if self.resume_from else None
+        self.logger = MetricsLogger(run_dir, enabled=env.is_main, purge_step=purge_step)
         model = build_model(self.data, cfg.model, env.device)
         apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.embedding_learning_rate)
         self.model = shard_model(model, env, [s for s in cfg.sharding_types.split(",") if s])
-        if cfg.pretrained_tables:
+        if cfg.pretrained_tables and self.resume_from is None:  # on resume the checkpoint has the tables
             load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
         self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch)
@@ -104,7 +119,12 @@ class Trainer:
             frozen_tables=self.freeze.frozen_tables if self.freeze is not None else None,
         )
         self.step = 0
+        self.start_epoch = 0
+        self._wall_time_before = 0.0  # of the runs this one resumes
+        self._train_start = time.perf_counter()
         self._log_build()
+        if self.resume_from is not None:
+            self._resume(self.resume_from, changes)
 
     def _log_build(self) -> None:
         n_params = sum(p.numel() for p in self.model.parameters())
@@ -121,14 +141,71 @@ class Trainer:
     # -- training ---------------------------------------------------------------
 
     def train(self) -> Dict[str, Any]:
-        """Train for ``cfg.epochs`` epochs, evaluating after each; return the summary."""
-        start = time.perf_counter()
-        for epoch in range(self.cfg.epochs):
-            self.train_epoch(epoch)
-            self.evaluate(epoch=epoch + 1)
-        self.logger.record("wall_time_s", time.perf_counter() - start)
+        """Train the epochs left of ``cfg.epochs``, evaluating and checkpointing after each; return the summary."""
+        self._train_start = time.perf_counter()
+        for epoch in range(self.start_epoch, self.cfg.epochs):
+            self.run_epoch(epoch)
+        self.logger.record("wall_time_s", self._wall_time())
         self.logger.close()
         return self.logger.summary
+
+    def run_epoch(self, epoch: int) -> None:
+        """Train epoch ``epoch`` (0-based), evaluate, and save a checkpoint (unless ``--no-checkpoint``)."""
+        self.train_epoch(epoch)
+        self.evaluate(epoch=epoch + 1)
+        if self.cfg.checkpoint:
+            self.save_checkpoint(epoch + 1)
+
+    def _wall_time(self) -> float:
+        return self._wall_time_before + time.perf_counter() - self._train_start
+
+    # -- checkpoints ------------------------------------------------------------
+
+    def save_checkpoint(self, epochs_done: int) -> str:
+        """Save the whole training state to ``<run_dir>/checkpoints/epoch_<epochs_done>`` (collective)."""
+        start = time.perf_counter()
+        state = {
+            "step": self.step,
+            "config": self.cfg.to_dict(),
+            "tables": {t.name: t.num_embeddings for t in self.data.tables},
+            "freeze": self.freeze.state_dict() if self.freeze is not None else None,
+            "summary": self.logger.summary,
+            "wall_time_s": self._wall_time(),
+            "world_size": self.env.world_size,
+        }
+        path = save_checkpoint(
+            self.checkpoint_dir, epochs_done, self.model, self.optimizer, state, keep=self.cfg.keep_checkpoints
+        )
+        self.logger.info(f"saved checkpoint {path} (step {self.step}) in {time.perf_counter() - start:.1f}s")
+        return path
+
+    def _resume(self, info: CheckpointInfo, changes: List[str]) -> None:
+        """Load ``info``'s state into the built parts; training continues with epoch ``info.epoch``."""
+        saved_freeze = info.state["freeze"]
+        # Compared in normalised form ("delayed" == its expansion); None: every group trains.
+        saved_schedule = saved_freeze["schedule"] if saved_freeze is not None else None
+        if saved_schedule != (str(self.freeze.schedule) if self.freeze is not None else None):
+            raise ValueError(
+                f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
+                f"{info.state['config']['freeze_schedule']!r}, this run has {self.cfg.freeze_schedule!r}"
+            )
+        load_checkpoint(info.path, self.model, self.optimizer)
+        if self.freeze is not None:
+            self.freeze.load_state_dict(saved_freeze)
+        self.step = info.step
+        self.start_epoch = info.epoch
+        self._wall_time_before = float(info.state["wall_time_s"])
+        if isinstance(self.pipeline, SemiSyncTrainPipeline):
+            # Its warm-up counts training batches across epochs, from construction.
+            self.pipeline.train_steps = info.step
+        self.logger.restore(info.state["summary"])
+        resumed = {"path": info.path, "epoch": info.epoch, "step": info.step}
+        self.logger.record("resumed_from", self.logger.summary.get("resumed_from", []) + [resumed])
+        self.logger.info(
+            f"resumed from {info.path}: {info.epoch} epoch(s) done, step {info.step}; training epochs "
+            f"{info.epoch + 1}..{self.cfg.epochs}"
+            + "".join(f"\n  changed since the checkpoint: {change}" for change in changes)
+        )
 
     @property
     def steps_per_epoch(self) -> int:

@@ -270,6 +270,10 @@ def test_meter_single_process():
     meter.record(None, torch.device("cpu"))
     meter.record(meter.measure(torch.tensor([1.0, 4.0], dtype=torch.float64)), torch.device("cpu"))
     assert meter.last == 0.25 and meter.mean == 0.125 and meter.steps == 2
+    assert meter.take_history() == [0.0, 0.25]
+    assert meter.take_history() == []  # taken once
+    meter.record(meter.measure(torch.tensor([3.0, 4.0], dtype=torch.float64)), torch.device("cpu"))
+    assert meter.take_history() == [0.75] and meter.mean == 1.0 / 3
 
 
 def test_factory_rejects_bad_names_and_torchrec_semi_sync_on_cpu():

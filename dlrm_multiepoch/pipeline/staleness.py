@@ -12,7 +12,8 @@ summed over ranks with one asynchronous ``all_reduce`` that is waited a step lat
 """
 
 from dataclasses import dataclass
-from typing import Collection, Dict, List, Optional, Set
+from collections import deque
+from typing import Collection, Deque, Dict, List, Optional, Set
 
 import torch
 import torch.distributed as dist
@@ -134,6 +135,9 @@ class PendingStaleness:
         return self.counts[0] / self.counts[1].clamp_min(1.0)
 
 
+HISTORY_LIMIT = 100_000
+
+
 class StalenessMeter:
     """Per-step stale-row fraction and its running mean over the steps recorded so far.
 
@@ -156,6 +160,9 @@ class StalenessMeter:
         self._group = process_group
         self._last: Optional[torch.Tensor] = None
         self._sum: Optional[torch.Tensor] = None
+        # Per-step fractions not yet taken by take_history(); bounded so a caller that
+        # never takes them cannot grow it without limit.
+        self._history: Deque[torch.Tensor] = deque(maxlen=HISTORY_LIMIT)
         self.steps = 0
 
     def measure(self, counts: torch.Tensor) -> PendingStaleness:
@@ -173,7 +180,20 @@ class StalenessMeter:
         )
         self._last = fraction
         self._sum = fraction.clone() if self._sum is None else self._sum + fraction
+        self._history.append(fraction)
         self.steps += 1
+
+    def take_history(self) -> List[float]:
+        """The per-step fractions recorded since the last call, oldest first.
+
+        One device synchronisation for all of them, so a training loop can log every
+        step's value at its logging interval instead of waiting on every step.
+        """
+        if not self._history:
+            return []
+        values = torch.stack(list(self._history)).tolist()
+        self._history.clear()
+        return values
 
     @property
     def last(self) -> float:
@@ -188,4 +208,5 @@ class StalenessMeter:
     def reset(self) -> None:
         self._last = None
         self._sum = None
+        self._history.clear()
         self.steps = 0

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 EPOCH_TAG = "eval/epoch"
@@ -66,8 +67,6 @@ def format_seed_table(
         variants: variant name -> run folders of its seeds.
         tasks: tasks to show, in order.
     """
-    import numpy as np
-
     tables = {name: [eval_table(run, split, metric) for run in runs] for name, runs in variants.items()}
     epochs = sorted({e for ts in tables.values() for t in ts for per in t.values() for e in per if float(e).is_integer()})
     lines = [

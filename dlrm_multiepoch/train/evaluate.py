@@ -29,18 +29,16 @@ def gather_outputs(outputs: List[ModelOutput]) -> Dict[str, torch.Tensor]:
     Every rank ran the same number of equal-size batches (the loader pads), so a plain
     ``all_gather`` of equal-shape tensors suffices.
     """
-    logits = torch.cat([o.logits for o in outputs]).float().cpu()
-    labels = torch.cat([o.labels for o in outputs]).float().cpu()
-    weights = torch.cat([o.weights for o in outputs]).float().cpu()
+    # One [N, 2 * tasks + 1] tensor on the outputs' device (where the backend gathers:
+    # CPU for gloo, CUDA for nccl), moved to the host once.
+    n_tasks = outputs[0].logits.shape[1]
+    packed = torch.cat([torch.cat([o.logits, o.labels, o.weights[:, None]], dim=1).float() for o in outputs])
     if dist.is_initialized() and dist.get_world_size() > 1:
-        # gloo gathers CPU tensors; nccl needs them on the current device.
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-        packed = torch.cat([logits, labels, weights[:, None]], dim=1).to(device)
         parts = [torch.empty_like(packed) for _ in range(dist.get_world_size())]
         dist.all_gather(parts, packed)
-        packed = torch.cat(parts).cpu()
-        n_tasks = logits.shape[1]
-        logits, labels, weights = packed[:, :n_tasks], packed[:, n_tasks : 2 * n_tasks], packed[:, -1]
+        packed = torch.cat(parts)
+    packed = packed.cpu()
+    logits, labels, weights = packed[:, :n_tasks], packed[:, n_tasks : 2 * n_tasks], packed[:, -1]
     keep = weights > 0
     return {"logits": logits[keep], "labels": labels[keep]}
 

@@ -241,14 +241,6 @@ class Trainer:
             self.step += 1
             if self.freeze is not None:
                 self.freeze.step()
-            if isinstance(self.pipeline, SemiSyncTrainPipeline):
-                self.logger.scalars(
-                    {
-                        "pipeline/stale_fraction": self.pipeline.stale_fraction,
-                        "pipeline/mean_stale_fraction": self.pipeline.mean_stale_fraction,
-                    },
-                    self.step,
-                )
             window.append(out)
             bar.update(1)
             if len(window) == self.cfg.log_every_n_steps:
@@ -267,6 +259,13 @@ class Trainer:
         for name in window[0].losses:
             values[f"train/loss_{name}"] = float(torch.stack([o.losses[name] for o in window]).mean())
         self.logger.scalars(values, self.step)
+        if isinstance(self.pipeline, SemiSyncTrainPipeline):
+            # Per-step values, read once per logging window: reading each step would
+            # wait on that step's all-reduce (and on CUDA sync the host) in the hot path.
+            stale = self.pipeline.staleness_meter.take_history()
+            for i, fraction in enumerate(stale):
+                self.logger.scalars({"pipeline/stale_fraction": fraction}, self.step - len(stale) + 1 + i)
+            self.logger.scalars({"pipeline/mean_stale_fraction": self.pipeline.mean_stale_fraction}, self.step)
         bar.set_postfix(loss=f"{loss:.4f}", samples_per_s=f"{values['train/samples_per_sec']:,.0f}")
         return time.perf_counter()
 

@@ -244,3 +244,17 @@ def test_checkpoint_flags() -> None:
         replace(cfg, run_name="").validate()
     with pytest.raises(ValueError, match="--keep_checkpoints must be >= 1, got 0"):
         replace(cfg, keep_checkpoints=0).validate()
+
+
+def test_prune_keeps_the_newest_up_to_the_saved_epoch(tmp_path):
+    # After resuming from epoch 2 of a run that had reached epoch 4, saving epoch 3
+    # must keep epoch 3 (latest.json points at it) and drop the superseded epoch 4.
+    from dlrm_multiepoch.train.checkpoint import STATE_FILE, _prune, complete_checkpoints
+
+    for epoch in (1, 2, 3, 4):
+        (tmp_path / f"epoch_{epoch}").mkdir()
+        (tmp_path / f"epoch_{epoch}" / STATE_FILE).write_text("{}")
+    (tmp_path / "epoch_5.tmp").mkdir()
+    _prune(str(tmp_path), keep=2, saved=3)
+    assert [e for e, _ in complete_checkpoints(str(tmp_path))] == [2, 3]
+    assert not (tmp_path / "epoch_5.tmp").exists()

@@ -335,7 +335,13 @@ def test_criteo_matches_torchrec_preprocessing(tmp_path: Path) -> None:
     np.testing.assert_array_equal(np.concatenate([train.dense, test.dense]), ref["dense"])
     np.testing.assert_array_equal(np.concatenate([train.labels["label"], test.labels["label"]]), ref["labels"][:, 0])
     sparse = np.stack([np.concatenate([train.sparse[f"cat_{j}"], test.sparse[f"cat_{j}"]]) for j in range(26)], axis=1)
-    np.testing.assert_array_equal(sparse, np.where(empty, 0, 1 + ref["sparse"] % (hash_size - 1)))
+    hashed = np.where(empty, 0, 1 + ref["sparse"] % (hash_size - 1))
+    # Train rows: TorchRec's ids through our hash. Test rows: the same, except hashed rows
+    # no train row reached, which fold into the trained missing row 0 (--min_count 1).
+    np.testing.assert_array_equal(sparse[:240], hashed[:240])
+    seen_in_train = np.stack([np.isin(hashed[240:, j], hashed[:240, j]) for j in range(26)], axis=1)
+    np.testing.assert_array_equal(sparse[240:], np.where(seen_in_train, hashed[240:], 0))
+    assert (~seen_in_train).any()  # the fold is exercised
     assert all(t.num_embeddings == hash_size for t in data.tables)
 
 

@@ -38,11 +38,6 @@ class Batch(Pipelineable):
     def batch_size(self) -> int:
         return self.weights.numel()
 
-    @property
-    def num_samples(self) -> int:
-        """Real (unpadded) samples in this batch."""
-        return int(self.weights.sum().item())
-
     def to(self, device: torch.device, non_blocking: bool = False) -> "Batch":
         return Batch(
             dense_features=self.dense_features.to(device=device, non_blocking=non_blocking),

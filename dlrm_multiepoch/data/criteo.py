@@ -128,11 +128,11 @@ def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[s
     dense = torchrec_dense_transform(dense_raw)
 
     train = np.arange(n - n_test)
-    if cfg.min_count > 1:
-        # Fold rare hashed rows (and rows no train value hashed to) into the missing row.
-        for j in range(CAT_FEATURE_COUNT):
-            counts = np.bincount(sparse[train, j], minlength=cfg.criteo_hash_size)
-            sparse[counts[sparse[:, j]] < cfg.min_count, j] = UNKNOWN_ID
+    # Fold rare hashed rows and rows no train value hashed to (count 0 < min_count, also
+    # at the default 1) into the trained missing row, as the other loaders fold ids.
+    for j in range(CAT_FEATURE_COUNT):
+        counts = np.bincount(sparse[train, j], minlength=cfg.criteo_hash_size)
+        sparse[counts[sparse[:, j]] < cfg.min_count, j] = UNKNOWN_ID
 
     data = InteractionData(
         name="criteo",

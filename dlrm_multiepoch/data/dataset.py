@@ -178,9 +178,7 @@ class BatchLoader:
         self.seed = seed
         self.epoch = 0
         self._features = data.feature_names
-        self._has_history = self.split.history is not None and any(
-            HISTORY_FEATURE in t.feature_names for t in data.tables
-        )
+        self._has_history = self.split.history is not None
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -216,19 +214,19 @@ class BatchLoader:
             if feature == HISTORY_FEATURE:
                 hist = padded(part.history, HISTORY_PAD) if self._has_history else np.full((per_rank, 0), HISTORY_PAD)
                 mask = hist != HISTORY_PAD
-                lengths.append(mask.sum(axis=1))
+                lengths.append(mask.sum(axis=1, dtype=np.int32))
                 values.append(hist[mask])
             else:
-                lengths.append(np.ones(per_rank, dtype=np.int64))
+                lengths.append(np.ones(per_rank, dtype=np.int32))
                 values.append(padded(part.sparse[feature], UNKNOWN_ID))
         kjt = KeyedJaggedTensor.from_lengths_sync(
             keys=self._features,
-            values=torch.from_numpy(np.concatenate(values).astype(np.int64)),
-            lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int32)),
+            values=torch.from_numpy(np.concatenate(values).astype(np.int64, copy=False)),
+            lengths=torch.from_numpy(np.concatenate(lengths)),
         )
         return Batch(
-            dense_features=torch.from_numpy(padded(part.dense, 0.0).astype(np.float32)),
+            dense_features=torch.from_numpy(padded(part.dense, 0.0).astype(np.float32, copy=False)),
             sparse_features=kjt,
-            labels={k: torch.from_numpy(padded(v, 0.0).astype(np.float32)) for k, v in part.labels.items()},
+            labels={k: torch.from_numpy(padded(v, 0.0).astype(np.float32, copy=False)) for k, v in part.labels.items()},
             weights=torch.from_numpy(weights),
         )

@@ -56,10 +56,12 @@ def build_movielens(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, Li
     """
     inter = read_atomic(wheel, INTER_FILE)
     require_columns(inter, ["user_id", "item_id", "rating", "timestamp"], f"{INTER_FILE} in {wheel}")
-    users = read_atomic(wheel, USER_FILE).drop_duplicates("user_id").set_index("user_id")
-    require_columns(users, ["age", "gender", "occupation", "zip_code"], f"{USER_FILE} in {wheel}")
-    items = read_atomic(wheel, ITEM_FILE).drop_duplicates("item_id").set_index("item_id")
-    require_columns(items, ["release_year", "class"], f"{ITEM_FILE} in {wheel}")
+    users = read_atomic(wheel, USER_FILE)
+    require_columns(users, ["user_id", "age", "gender", "occupation", "zip_code"], f"{USER_FILE} in {wheel}")
+    users = users.drop_duplicates("user_id").set_index("user_id")
+    items = read_atomic(wheel, ITEM_FILE)
+    require_columns(items, ["item_id", "release_year", "class"], f"{ITEM_FILE} in {wheel}")
+    items = items.drop_duplicates("item_id").set_index("item_id")
 
     rating = pd.to_numeric(inter["rating"], errors="coerce").to_numpy()
     times = pd.to_numeric(inter["timestamp"], errors="coerce").to_numpy()

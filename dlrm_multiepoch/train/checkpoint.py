@@ -53,6 +53,8 @@ _FOLDER = re.compile(r"^epoch_(\d+)$")
 SHAPE_FIELDS = (
     "data.dataset",
     "data.history_length",
+    "data.dense_cols",  # dense input width
+    "data.task_thresholds",  # number of tasks, i.e. head widths
     "model.model",
     "model.embedding_dim",
     "model.dense_arch_layer_sizes",
@@ -143,14 +145,20 @@ def save_checkpoint(
             os.path.join(folder, LATEST_FILE),
             {"path": checkpoint_name(epoch), "epoch": epoch, "step": int(trainer_state["step"])},
         )
-        _prune(folder, keep)
+        _prune(folder, keep, epoch)
     _barrier()
     return final
 
 
-def _prune(folder: str, keep: int) -> None:
-    """Delete all but the newest ``keep`` complete checkpoints, and interrupted saves."""
-    for epoch, _ in complete_checkpoints(folder)[:-keep]:
+def _prune(folder: str, keep: int, saved: int) -> None:
+    """Keep the ``keep`` newest complete checkpoints up to the one just ``saved``.
+
+    Checkpoints of later epochs belong to the run this one resumed from an older
+    checkpoint and superseded; interrupted saves are never resumable. Both go.
+    """
+    done = [epoch for epoch, _ in complete_checkpoints(folder)]
+    stale = [e for e in done if e > saved] + [e for e in done if e <= saved][:-keep]
+    for epoch in stale:
         shutil.rmtree(os.path.join(folder, checkpoint_name(epoch)))
     for name in os.listdir(folder):
         if name.endswith(_TMP_SUFFIX) and _FOLDER.match(name[: -len(_TMP_SUFFIX)]):

@@ -72,11 +72,10 @@ class _EmbeddingModule:
     dense_params: Dict[str, List[torch.Tensor]]
     # Table params with an in-backward (fused) optimizer: their optimizer settings.
     fused_settings: Dict[str, List[Mapping[str, Any]]]
+    # Set by FreezeScheduleWrapper._apply (only at window boundaries); read by the hook.
     frozen_tables: Set[str] = field(default_factory=set)
-
-    @property
-    def frozen_features(self) -> Set[str]:
-        return {f for t in self.frozen_tables for f in self.table_features[t]}
+    frozen_features: Set[str] = field(default_factory=set)
+    all_frozen: bool = False
 
 
 def _find_embedding_modules(model: nn.Module) -> Dict[str, _EmbeddingModule]:
@@ -207,7 +206,7 @@ class FreezeScheduleWrapper:
             if any(g == TABLES or g.startswith("table:") for g in self.schedule.groups)
         ]
         needs_optimizer = sorted(
-            g for g in self.schedule.groups if self._dense_params_of(g) and not g.startswith("gate:")
+            g for g in self.schedule.groups if self._dense_params_of(g)
         )
         if needs_optimizer and optimizer is None:
             raise ValueError(
@@ -296,7 +295,9 @@ class FreezeScheduleWrapper:
         frozen_dense: List[torch.Tensor] = []
         for e in self._embeddings.values():
             e.frozen_tables = {t for t in e.table_features if not self.table_trains(t, step)}
-            partial = e.frozen_tables and e.frozen_tables != set(e.table_features)
+            e.frozen_features = {f for t in e.frozen_tables for f in e.table_features[t]}
+            e.all_frozen = e.frozen_tables == set(e.table_features)
+            partial = e.frozen_tables and not e.all_frozen
             if partial:
                 for t in e.frozen_tables:
                     for settings in e.fused_settings[t]:
@@ -396,7 +397,7 @@ class FreezeScheduleWrapper:
             if not entry.frozen_tables:
                 return output
             # Capture the state now: a sharded output is only waited on later.
-            frozen, all_frozen = entry.frozen_features, entry.frozen_tables == set(entry.table_features)
+            frozen, all_frozen = entry.frozen_features, entry.all_frozen
             if isinstance(output, LazyAwaitable):
                 output.callbacks.append(lambda out: _detach_features(out, frozen, all_frozen))
                 return output

@@ -309,10 +309,6 @@ class ResolvedSchedule:
         self.total_steps = total_steps
         self.steps_per_epoch = steps_per_epoch
 
-    @property
-    def group_names(self) -> List[str]:
-        return list(self.windows)
-
     def state(self, group: str, step: int) -> Optional[bool]:
         """``True``/``False`` where a window of ``group`` covers ``step``, else ``None``."""
         for w in self.windows[group]:

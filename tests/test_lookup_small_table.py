@@ -90,7 +90,7 @@ def test_collection_equals_embedding_bag_collection() -> None:
     ebc = EmbeddingBagCollection(_tables())
     small = SmallTableEmbeddingBagCollection(_tables(), max_dense_rows=100)
     small.load_state_dict(ebc.state_dict())  # same state dict layout as an EBC
-    assert small.dense_backward_tables == ["age", "country", "hour"]  # city has 500 rows
+    assert small.dense_backward_tables == {"age", "country", "hour"}  # city has 500 rows
     kjt = _kjt(64, torch.Generator().manual_seed(1))
     expected, got = ebc(kjt), small(kjt)
     assert got.keys() == expected.keys()
@@ -102,9 +102,20 @@ def test_collection_equals_embedding_bag_collection() -> None:
         g_ref, g = ebc.embedding_bags[name].weight.grad, small.embedding_bags[name].weight.grad
         torch.testing.assert_close(g, g_ref, rtol=0, atol=1e-5, msg=name)
         assert g_ref.abs().sum() > 0, name
-    assert SmallTableEmbeddingBagCollection(_tables()).dense_backward_tables == [
+    assert SmallTableEmbeddingBagCollection(_tables()).dense_backward_tables == {
         t.name for t in _tables() if t.num_embeddings <= DENSE_BACKWARD_MAX_ROWS["cpu"]
-    ]
+    }
+
+
+def test_threshold_follows_the_device_the_weights_land_on() -> None:
+    # Models are built on the meta device for sharding; the choice waits for real weights.
+    small = SmallTableEmbeddingBagCollection(_tables(), device=torch.device("meta"))
+    with pytest.raises(RuntimeError, match="still on the meta device"):
+        small.dense_backward_tables
+    small.to_empty(device="cpu")
+    assert small.dense_backward_tables == {
+        t.name for t in _tables() if t.num_embeddings <= DENSE_BACKWARD_MAX_ROWS["cpu"]
+    }
 
 
 class _Model(torch.nn.Module):

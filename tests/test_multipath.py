@@ -276,10 +276,10 @@ def test_separate_lookups_name_a_missing_feature(data, batch):
 
 
 def test_fused_lookup_flag_reaches_the_model():
-    from dlrm_multiepoch.train.config import build_parser
+    from dlrm_multiepoch.train.config import parse_config
 
-    assert build_parser().parse_args([]).fused_lookup is True
-    assert build_parser().parse_args(["--no-fused_lookup"]).fused_lookup is False
+    assert parse_config([]).model.fused_lookup is True
+    assert parse_config(["--no-fused_lookup"]).model.fused_lookup is False
 
 
 def _fused_vs_separate_on_2_ranks(rank: int, world_size: int) -> None:

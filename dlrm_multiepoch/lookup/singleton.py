@@ -82,7 +82,6 @@ class SingletonEmbeddingBagCollection(nn.Module):
             gathered.setdefault(table.embedding_dim, []).append(_as_embedding_config(table))
         self._embedding_bag_configs = list(tables)
         self._is_weighted = is_weighted
-        self._singleton_features = [f for t in tables for f in t.feature_names if f in singletons]
         self.pooled: Optional[EmbeddingBagCollection] = (
             EmbeddingBagCollection(pooled_tables, is_weighted=is_weighted, device=device) if pooled_tables else None
         )

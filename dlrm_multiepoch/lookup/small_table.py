@@ -8,7 +8,7 @@ holds the measured crossover per device type (``benchmarks/bench_small_table_bac
 """
 
 import os
-from typing import List, Optional
+from typing import List, Optional, Set
 
 import torch
 import torch.nn.functional as F
@@ -131,12 +131,22 @@ class SmallTableEmbeddingBagCollection(EmbeddingBagCollection):
         max_dense_rows: Optional[int] = None,
     ) -> None:
         super().__init__(tables, is_weighted=is_weighted, device=device)
-        limit = max_dense_rows if max_dense_rows is not None else dense_backward_max_rows(self.device)
-        self.dense_backward_tables: List[str] = [
-            t.name
-            for t in tables
-            if t.num_embeddings <= limit
-        ]
+        self._max_dense_rows = max_dense_rows
+        self._dense_tables: Optional[Set[str]] = None
+
+    @property
+    def dense_backward_tables(self) -> Set[str]:
+        """Tables whose backward is the dense GEMM: at most the row threshold of the
+        device the weights live on. Decided on first use, not at construction: models
+        are built on the meta device and only then placed (e.g. by
+        ``DistributedModelParallel``)."""
+        if self._dense_tables is None:
+            device = next(iter(self.embedding_bags.values())).weight.device
+            if device.type == "meta":
+                raise RuntimeError("SmallTableEmbeddingBagCollection: weights are still on the meta device")
+            limit = self._max_dense_rows if self._max_dense_rows is not None else dense_backward_max_rows(device)
+            self._dense_tables = {c.name for c in self.embedding_bag_configs() if c.num_embeddings <= limit}
+        return self._dense_tables
 
     def forward(self, features: KeyedJaggedTensor) -> KeyedTensor:
         feature_dict = features.to_dict()

@@ -10,11 +10,11 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
+from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData, TableSpec
 from dlrm_multiepoch.models.config import ModelConfig, int_list
 
 
-def embedding_bag_configs(data: InteractionData, embedding_dim: int) -> List[EmbeddingBagConfig]:
+def embedding_bag_configs(tables: Sequence[TableSpec], embedding_dim: int) -> List[EmbeddingBagConfig]:
     """One ``EmbeddingBagConfig`` per dataset table.
 
     Tables that also serve the history sequence mean-pool, so the history bag is the
@@ -28,7 +28,7 @@ def embedding_bag_configs(data: InteractionData, embedding_dim: int) -> List[Emb
             feature_names=list(t.feature_names),
             pooling=PoolingType.MEAN if HISTORY_FEATURE in t.feature_names else PoolingType.SUM,
         )
-        for t in data.tables
+        for t in tables
     ]
 
 
@@ -104,7 +104,7 @@ def build_dlrm(data: InteractionData, cfg: ModelConfig, dense_device: torch.devi
         )
     over_sizes = int_list(cfg.over_arch_layer_sizes, "over_arch_layer_sizes") + [len(data.tasks)]
     ebc = EmbeddingBagCollection(
-        tables=embedding_bag_configs(data, cfg.embedding_dim), device=torch.device("meta")
+        tables=embedding_bag_configs(data.tables, cfg.embedding_dim), device=torch.device("meta")
     )
     common = dict(
         embedding_bag_collection=ebc,

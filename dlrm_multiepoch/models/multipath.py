@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torchrec.models.dlrm import DenseArch
 from torchrec.modules.crossnet import LowRankCrossNet
-from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig, PoolingType
+from torchrec.modules.embedding_configs import EmbeddingConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.modules.mlp import MLP
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
@@ -33,7 +33,7 @@ from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
 from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.lookup.fused import FusedKJTLookup
 from dlrm_multiepoch.models.config import ModelConfig, float_list, int_list
-from dlrm_multiepoch.models.dlrm import ModelOutput
+from dlrm_multiepoch.models.dlrm import ModelOutput, embedding_bag_configs
 from dlrm_multiepoch.models.losses import in_batch_info_nce, pairwise_ranking_loss, weighted_bce
 
 # Names of the places where the tables' output enters each path (see module docstring).
@@ -112,22 +112,11 @@ class MultiPathSparseArch(nn.Module):
         if not pooled_tables:
             raise ValueError(f"--model multipath needs at least one table besides the item table {item.name!r}")
         self.embedding_dim = embedding_dim
-        self.item_table = item.name
         self.candidate_feature = candidates[0]
         self.history_feature = HISTORY_FEATURE
         self.pooled_features: List[str] = [f for t in pooled_tables for f in t.feature_names]
         self.embedding_bag_collection = EmbeddingBagCollection(
-            tables=[
-                EmbeddingBagConfig(
-                    name=t.name,
-                    embedding_dim=embedding_dim,
-                    num_embeddings=t.num_embeddings,
-                    feature_names=list(t.feature_names),
-                    pooling=PoolingType.SUM,
-                )
-                for t in pooled_tables
-            ],
-            device=device,
+            tables=embedding_bag_configs(pooled_tables, embedding_dim), device=device
         )
         self.embedding_collection = EmbeddingCollection(
             tables=[

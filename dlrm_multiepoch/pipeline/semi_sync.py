@@ -202,10 +202,11 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             enable_inplace_copy_batch=enable_inplace_copy_batch,
             free_features_storage_early=free_features_storage_early,
         )
-        if staleness == 1 and data_parallel_tables(model):
+        replicated = data_parallel_tables(model) if staleness == 1 else []
+        if replicated:
             raise ValueError(
                 f"SemiSyncTrainPipeline(staleness=1) cannot train data-parallel tables "
-                f"{data_parallel_tables(model)}: the dense optimizer updates their weights in place after the next "
+                f"{replicated}: the dense optimizer updates their weights in place after the next "
                 "batch's early lookup has saved them for its backward (autograd: 'modified by an inplace "
                 "operation'). Shard them table_wise/column_wise (the app's default --sharding_types) or use "
                 "staleness=0 (--pipeline sparse_dist)"

@@ -152,7 +152,7 @@ class StalenessMeter:
     Example::
 
         meter = StalenessMeter()
-        meter.record(meter.measure(stale_rows, looked_up_rows))
+        meter.record(meter.measure(torch.tensor([stale, looked_up], dtype=torch.float64)), device)
         writer.add_scalar("pipeline/stale_fraction", meter.last, step)
     """
 

@@ -106,6 +106,10 @@ class TrainConfig:
         except ValueError as e:
             raise ValueError(f"--freeze_schedule: {e}") from None
 
+    @property
+    def sharding_type_list(self) -> List[str]:
+        return [s for s in self.sharding_types.split(",") if s]
+
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 

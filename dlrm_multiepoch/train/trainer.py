@@ -105,7 +105,7 @@ class Trainer:
         self.logger = MetricsLogger(run_dir, enabled=env.is_main, purge_step=purge_step)
         model = build_model(self.data, cfg.model, env.device)
         apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.embedding_learning_rate)
-        self.model = shard_model(model, env, [s for s in cfg.sharding_types.split(",") if s])
+        self.model = shard_model(model, env, cfg.sharding_type_list)
         if cfg.pretrained_tables and self.resume_from is None:  # on resume the checkpoint has the tables
             load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)

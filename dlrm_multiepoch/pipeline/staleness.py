@@ -13,7 +13,7 @@ summed over ranks with one asynchronous ``all_reduce`` that is waited a step lat
 
 from dataclasses import dataclass
 from collections import deque
-from typing import Collection, Deque, Dict, List, Optional, Set
+from typing import Collection, Deque, Dict, FrozenSet, List, Optional, Set, Tuple
 
 import torch
 import torch.distributed as dist
@@ -55,6 +55,8 @@ class ShardRows:
     def __init__(self, module: nn.Module) -> None:
         self.tables: List[str] = []  # key >> 40 -> table name
         self._features: List[Optional[Dict[str, int]]] = []  # per sharding; None: data-parallel
+        self._masks: Dict[Tuple[FrozenSet[str], torch.device], torch.Tensor] = {}
+        self._table_indices: Dict[Tuple[Tuple[str, ...], torch.device], torch.Tensor] = {}
         for sharding in _shardings(module):
             if isinstance(sharding, BaseDpEmbeddingSharding):
                 # Replicated tables see only this rank's ids but are updated with every
@@ -70,8 +72,21 @@ class ShardRows:
             self._features.append(features)
 
     def table_mask(self, names: Collection[str], device: torch.device) -> torch.Tensor:
-        """Bool tensor over table indices: True for the tables in ``names``."""
-        return torch.tensor([t in names for t in self.tables], dtype=torch.bool, device=device)
+        """Bool tensor over table indices: True for the tables in ``names``.
+
+        Cached: the frozen set changes only at schedule boundaries, and building a
+        device tensor from a Python list each step would sync the host on CUDA.
+        """
+        key = (frozenset(names), device)
+        if key not in self._masks:
+            self._masks[key] = torch.tensor([t in names for t in self.tables], dtype=torch.bool, device=device)
+        return self._masks[key]
+
+    def _table_index(self, features: Dict[str, int], keys: List[str], device: torch.device) -> torch.Tensor:
+        key = (tuple(keys), device)
+        if key not in self._table_indices:
+            self._table_indices[key] = torch.tensor([features[k] for k in keys], dtype=torch.int64, device=device)
+        return self._table_indices[key]
 
     def __call__(self, dist_input: List[KeyedJaggedTensor]) -> torch.Tensor:
         if len(dist_input) != len(self._features):
@@ -84,12 +99,16 @@ class ShardRows:
             if missing:
                 raise KeyError(f"features {missing} belong to no table of this sharding; tables map {sorted(features)}")
             values = kjt.values()
-            table = torch.tensor([features[k] for k in kjt.keys()], dtype=torch.int64, device=values.device)
-            per_key = torch.tensor(kjt.length_per_key(), dtype=torch.int64, device=values.device)
+            table = self._table_index(features, kjt.keys(), values.device)
+            if kjt.variable_stride_per_key():
+                per_key = torch.tensor(kjt.length_per_key(), dtype=torch.int64, device=values.device)
+            else:  # stays on the device: no host sync
+                per_key = kjt.lengths().view(len(kjt.keys()), -1).sum(1).to(torch.int64)
             table_of_value = torch.repeat_interleave(table, per_key, output_size=values.numel())
             keys.append((table_of_value << _TABLE_SHIFT) | values.to(torch.int64))
         if not keys:
-            return torch.empty(0, dtype=torch.int64)
+            device = dist_input[0].values().device if dist_input else None
+            return torch.empty(0, dtype=torch.int64, device=device)
         return torch.sort(torch.cat(keys)).values
 
 

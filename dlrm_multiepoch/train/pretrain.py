@@ -128,6 +128,11 @@ class TablePretrainer:
         )
         self.steps_per_epoch = len(self.loader) if not cfg.limit_batches else min(len(self.loader), cfg.limit_batches)
 
+    def _log_window(self, epoch: int, step: int, window: List[torch.Tensor]) -> Dict[str, float]:
+        entry = {"epoch": epoch + 1, "step": step, "loss": float(torch.stack(window).mean())}
+        self.log(f"pretrain epoch {epoch + 1} step {step}: contrastive loss {entry['loss']:.4f}")
+        return entry
+
     def train(self) -> Dict[str, Any]:
         """Pre-train, save the tables to ``cfg.output`` and return a summary.
 
@@ -155,11 +160,11 @@ class TablePretrainer:
                     break
                 step += 1
                 window.append(loss)  # a host sync only when logging
-                if len(window) == cfg.log_every_n_steps or step == self.steps_per_epoch * (epoch + 1):
-                    entry = {"epoch": epoch + 1, "step": step, "loss": float(torch.stack(window).mean())}
-                    history.append(entry)
-                    self.log(f"pretrain epoch {epoch + 1} step {step}: contrastive loss {entry['loss']:.4f}")
+                if len(window) == cfg.log_every_n_steps:
+                    history.append(self._log_window(epoch, step, window))
                     window = []
+            if window:  # the epoch's last, short window
+                history.append(self._log_window(epoch, step, window))
         seconds = time.perf_counter() - start
         tables = save_tables(self.model, cfg.output)
         summary = {

@@ -25,7 +25,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.train.config import TrainConfig, build_parser, parse_config
 from dlrm_multiepoch.train.pretrain import PretrainConfig, TablePretrainer
-from dlrm_multiepoch.train.trainer import load_data
+from dlrm_multiepoch.train.build import load_data
 
 
 def _pretrain_flags(parser: argparse.ArgumentParser) -> None:

@@ -2,6 +2,7 @@
 
 import os
 from dataclasses import dataclass
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -58,3 +59,51 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# -- collectives that also work without a process group (a plain single-process run) --
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        dist.barrier()
+
+
+def all_gather_object(value: Any) -> List[Any]:
+    """Every rank's ``value``, in rank order (``[value]`` without a process group)."""
+    if world_size() == 1:
+        return [value]
+    out: List[Any] = [None] * world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def broadcast_object(value: Any, src: int = 0) -> Any:
+    """Rank ``src``'s ``value`` on every rank: decisions taken once, e.g. from a folder listing."""
+    if world_size() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def elastic_job_id() -> Optional[str]:
+    """The torchrun/TorchX job id (``TORCHELASTIC_RUN_ID``), the same across restarts; None outside one.
+
+    TorchX sets it to the app id (stable across scheduler retries); ``torchrun
+    --standalone`` to a random id per launch, kept by its own worker restarts.
+    """
+    return os.environ.get("TORCHELASTIC_RUN_ID") or None
+
+
+def restart_count() -> int:
+    """How many times torchrun restarted this job's workers (``TORCHELASTIC_RESTART_COUNT``)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)

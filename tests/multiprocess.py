@@ -12,8 +12,9 @@ The function must be defined at module level (it is pickled into the children). 
 exception on any rank fails the test with that rank's traceback.
 """
 
+import contextlib
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -48,3 +49,23 @@ def run_on_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any) -> Non
     mp.start_processes(
         _entry, args=(world_size, free_port(), fn, args), nprocs=world_size, join=True, start_method="spawn"
     )
+
+
+@contextlib.contextmanager
+def single_rank_group() -> Iterator[None]:
+    """A 1-rank gloo process group in this process (for a world-size-1 run beside spawned ones).
+
+    The environment the group needs is set for its lifetime only, and the group is
+    destroyed on exit, so later tests see an uninitialised process group.
+    """
+    saved = dict(os.environ)
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        os.environ.pop(key, None)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(saved)

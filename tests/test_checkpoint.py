@@ -1,223 +1,320 @@
-"""Per-epoch checkpoints and resume: a resumed run is bitwise the uninterrupted one.
+"""Checkpoints and resume: exact mid-epoch resume, fallback past damage, other world sizes, non-finite losses.
 
-The multi-rank test trains on a MovieLens subset on 2 gloo ranks: run A two epochs
-uninterrupted; run B one epoch (checkpoint), then epoch 2 trained and logged but
-"killed" before its checkpoint, leaving an interrupted save behind; then a new Trainer
-resumes B with ``resume="auto"``. The planner shards ``user``/``item`` table-wise (fused
-row-wise Adagrad) and replicates the small tables (trained by the dense Adam). The
-freeze schedule switches at the resume point (tables train in epoch 1, frozen in
-epoch 2; the over arch the other way round), so the fused Adagrad momentum, the Adam
-moments (present for the tables and dense arch, absent for the still-frozen over arch)
-and the freeze state all have to round-trip.
+The multi-rank test trains ``resume_config`` (a MovieLens subset, see
+``tests/resume_helpers.py``) on 2 gloo ranks and compares with the uninterrupted
+run ``a`` of the session fixture:
+
+- B is "killed" in epoch 1 after its step-8 checkpoint, which is then damaged, with
+  an interrupted step-10 save left behind: ``resume="auto"`` falls back to step 4
+  (mid-epoch, before the over arch ever trained, so its Adam state must stay absent),
+  crosses the freeze-schedule switch, and ends bitwise equal to ``a``.
+- S (1 rank, this process) saves step 12; D loads it on 2 ranks: every saved value
+  lands bitwise in D's shards. W (1 rank) loads ``a``'s 2-rank step 12 the same way.
+  Both then train on: their metrics match the run they continue to float rounding.
+- E skips non-finite batches (a diverging learning rate): equal, bitwise, to a run
+  that stopped before them. G stops at the first one, naming it and the last checkpoint.
 """
 
 import json
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 import pytest
 import torch
 import torch.distributed as dist
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from torch.distributed._shard.sharded_tensor import ShardedTensor
+from torch import nn
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from torchrec.optim.keyed import KeyedOptimizerWrapper
 
-from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.dataset import TableSpec
-from dlrm_multiepoch.distributed import init_distributed
-from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.distributed import all_gather_object, init_distributed
 from dlrm_multiepoch.train.checkpoint import (
     STATE_FILE,
+    CheckpointError,
     CheckpointInfo,
+    Checkpointer,
     check_compatible,
     complete_checkpoints,
     find_checkpoint,
+    protect,
+    prune,
 )
-from dlrm_multiepoch.train.config import TrainConfig, parse_config
+from dlrm_multiepoch.train.checkpoint.find import record_files
+from dlrm_multiepoch.train.checkpoint.layout import FORMAT_VERSION
+from dlrm_multiepoch.train.config import OptimConfig, parse_config
+from dlrm_multiepoch.train.nonfinite import NonFiniteLossError
+from dlrm_multiepoch.train.run_folder import open_run_folder
 from dlrm_multiepoch.train.trainer import Trainer
-from tests.multiprocess import run_on_ranks
+from tests.multiprocess import run_on_ranks, single_rank_group
+from tests.resume_helpers import (
+    STEPS_PER_EPOCH,
+    assert_bitwise_equal,
+    assert_matches_full,
+    local_tensors,
+    resume_config,
+    scalars,
+)
 
-STEPS_PER_EPOCH = 10  # 2400 train rows of the 3000-row MovieLens sample, global batch 256
-SCHEDULE = "tables=train@[0,1) frozen@[1,end); module:over_arch.*=frozen@[0,1) train@[1,end)"
-
-
-def _cfg(tmp: str, run_name: str, **overrides: Any) -> TrainConfig:
-    settings: Dict[str, Any] = dict(
-        epochs=2,
-        batch_size=256,
-        eval_batch_size=1024,
-        train_eval_rows=500,
-        log_every_n_steps=3,
-        progress_bar=False,
-        sharding_types="data_parallel,table_wise",
-        freeze_schedule=SCHEDULE,
-    )
-    return TrainConfig(
-        data=DataConfig(dataset="movielens", max_rows=3000),
-        model=ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16,8", over_arch_layer_sizes="16"),
-        tensorboard_dir=tmp,
-        run_name=run_name,
-        **(settings | overrides),
-    )
+DIVERGING = OptimConfig(learning_rate=1e3, embedding_learning_rate=1e18)  # finite at step 1, NaN from step 2
 
 
-def _local_tensors(state: Any, prefix: str = "") -> Dict[str, List[Tuple[Tuple[int, ...], torch.Tensor]]]:
-    """Every tensor of a nested state dict, as this rank's (shard offsets, tensor) pieces."""
-    out: Dict[str, List[Tuple[Tuple[int, ...], torch.Tensor]]] = {}
-    for key, value in state.items():
-        if isinstance(value, dict):
-            out |= _local_tensors(value, f"{prefix}{key}/")
-        elif isinstance(value, ShardedTensor):
-            out[prefix + key] = [(tuple(s.metadata.shard_offsets), s.tensor) for s in value.local_shards()]
-        elif isinstance(value, torch.Tensor):
-            out[prefix + key] = [((), value)]
-    return out
+def _final_metrics(summary: Dict[str, Any]) -> Dict[str, float]:
+    last = summary["evaluations"][-1]
+    return {f"{s}/{t}/{m}": last[s][t][m] for s in ("test", "train_sample") for t in ("like", "love") for m in ("auc", "logloss")}
 
 
-def _assert_bitwise_equal(a: Any, b: Any, what: str) -> None:
-    ta, tb = _local_tensors(a), _local_tensors(b)
-    assert sorted(ta) == sorted(tb), f"{what}: keys differ: {sorted(set(ta) ^ set(tb))}"
-    for key in ta:
-        assert [o for o, _ in ta[key]] == [o for o, _ in tb[key]], f"{what}: {key} is sharded differently"
-        for (_, x), (_, y) in zip(ta[key], tb[key]):
-            assert torch.equal(x, y), f"{what}: {key} differs"
-
-
-def _scalars(run_dir: str, tag: str) -> List[Tuple[int, float]]:
-    acc = EventAccumulator(run_dir)
-    acc.Reload()
-    return [(e.step, e.value) for e in acc.Scalars(tag)]
-
-
-def _resume_is_exact(rank: int, world_size: int, tmp: str) -> None:
+def _two_rank_checks(rank: int, world_size: int, tmp: str, ref: str) -> None:
     env = init_distributed()
-    a = Trainer(_cfg(tmp, "a", keep_checkpoints=1), env)
-    summary_a = a.train()
-    steps_per_epoch = a.steps_per_epoch
-    assert steps_per_epoch == STEPS_PER_EPOCH
-
-    b1 = Trainer(_cfg(tmp, "b"), env)
-    b1.run_epoch(0)
-    b1.train_epoch(1)  # epoch 2 trains and logs, then the job dies before its checkpoint...
+    steps = STEPS_PER_EPOCH
+    b1 = Trainer(resume_config(tmp, "b"), env)
+    b1.train_epoch(0)  # saves step_4 and step_8, trains steps 9-10, then "dies" before the epoch's evaluation
     b1.logger.close()
     del b1
-    if rank == 0:  # ...in the middle of saving it
-        os.makedirs(f"{tmp}/b/checkpoints/epoch_2.tmp")
-        Path(f"{tmp}/b/checkpoints/epoch_2.tmp/__0_0.distcp").write_bytes(b"partial")
+    if rank == 0:  # the newest checkpoint is damaged, and a save was interrupted
+        shard = next(p for p in sorted(Path(f"{tmp}/b/checkpoints/step_8").iterdir()) if p.suffix == ".distcp")
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+        os.makedirs(f"{tmp}/b/checkpoints/step_10.tmp")
+        Path(f"{tmp}/b/checkpoints/step_10.tmp/__0_0.distcp").write_bytes(b"partial")
     dist.barrier()
 
-    b2 = Trainer(_cfg(tmp, "b", resume="auto"), env)
-    assert b2.resume_from is not None and b2.resume_from.path == f"{tmp}/b/checkpoints/epoch_1"
-    assert (b2.start_epoch, b2.step, b2.freeze.global_step) == (1, steps_per_epoch, steps_per_epoch)
-    assert b2.freeze.frozen_tables() == sorted(t.name for t in b2.data.tables)
+    b2 = Trainer(resume_config(tmp, "b", resume="auto"), env)
+    assert b2.resume_from is not None and b2.resume_from.path == f"{tmp}/b/checkpoints/step_4"
+    assert (b2.progress.epoch, b2.progress.batch_in_epoch, b2.step, b2.freeze.global_step) == (0, 4, 4, 4)
     summary_b = b2.train()
 
-    _assert_bitwise_equal(a.model.state_dict(), b2.model.state_dict(), "model")
-    opt_a = a.optimizer.state_dict()
-    _assert_bitwise_equal(opt_a, b2.optimizer.state_dict(), "optimizer state")
+    # A's final checkpoint, loaded: nothing is left to train, and every tensor equals B's.
+    c = Trainer(resume_config(tmp, "c", resume=f"{ref}/a/checkpoints/step_20"), env)
+    assert (c.progress.epoch, c.step) == (2, 2 * steps)
+    assert_bitwise_equal(c.model.state_dict(), b2.model.state_dict(), "model")
+    opt_c = c.optimizer.state_dict()
+    assert_bitwise_equal(opt_c, b2.optimizer.state_dict(), "optimizer state")
     # Every kind of optimizer state is covered: fused table momentum (non-zero: tables
-    # trained in epoch 1, before the checkpoint) and Adam moments of data-parallel
-    # tables and of dense layers.
-    pieces = _local_tensors(opt_a)
+    # trained in epoch 1) and Adam moments of data-parallel tables and of dense layers.
+    pieces = local_tensors(opt_c)
     momentum = [t for k, ts in pieces.items() if k.endswith("momentum1") for _, t in ts]
     assert momentum and any(bool(t.abs().sum() > 0) for t in momentum)
     assert any(k.endswith("/exp_avg") and "embedding_bags" in k for k in pieces)
     assert any(k.endswith("/exp_avg") and "over_arch" in k for k in pieces)
-    # Evaluations: epoch 1 restored from the checkpoint, epoch 2 computed again, all equal.
-    evals_a, evals_b = summary_a["evaluations"], summary_b["evaluations"]
-    assert [e["epoch"] for e in evals_b] == [1, 2] and evals_b == evals_a
-    assert summary_b["resumed_from"] == [{"path": f"{tmp}/b/checkpoints/epoch_1", "epoch": 1, "step": steps_per_epoch}]
-
-    # The resumed run's own checkpoint data is consistent: re-resuming finds epoch 2, nothing to train.
-    c = Trainer(_cfg(tmp, "b", resume="auto"), env)
-    assert (c.start_epoch, c.step) == (2, 2 * steps_per_epoch)
+    summary_a = json.loads(Path(f"{ref}/a/summary.json").read_text())
+    assert [e["epoch"] for e in summary_b["evaluations"]] == [1, 2]
+    assert summary_b["evaluations"] == summary_a["evaluations"]
+    assert summary_b["resumed_from"] == [{"path": f"{tmp}/b/checkpoints/step_4", "step": 4, "epoch": 0, "batch": 4}]
     c.logger.close()
 
-    # A shape-changing flag is refused before anything is built, naming the flag.
-    with pytest.raises(ValueError, match="--embedding_dim 8, this run has 4"):
-        bad = _cfg(tmp, "c", resume=f"{tmp}/a/checkpoints/epoch_2")
-        Trainer(replace(bad, model=replace(bad.model, embedding_dim=4, dense_arch_layer_sizes="16,4")), env)
+    # 1 -> 2 ranks: S's single-rank checkpoint lands bitwise in D's shards, then D trains on.
+    d = Trainer(resume_config(tmp, "d", resume=f"{tmp}/s/checkpoints/step_12"), env)
+    full = torch.load(f"{tmp}/s_step_12.pt", weights_only=False)
+    both = {"model": d.model.state_dict(), "optimizer": d.optimizer.state_dict()}
+    seen = set().union(*all_gather_object(assert_matches_full(both, full, "1 -> 2 ranks")))
+    assert seen == set(local_tensors(full))  # the ranks hold every saved value between them
+    assert (d.progress.epoch, d.progress.batch_in_epoch) == (1, 2)
+    d.train()
+
+    # Skipping non-finite batches is an exact no-op: E equals F, which stopped before them.
+    diverging: Dict[str, Any] = dict(epochs=1, freeze_schedule="joint", optim=DIVERGING, log_every_n_steps=1)
+    e = Trainer(resume_config(tmp, "e", skip_nonfinite_batches=True, checkpoint=False, **diverging), env)
+    summary_e = e.train()
+    skipped = e.skipper.skipped
+    assert 0 < skipped < steps
+    f = Trainer(resume_config(tmp, "f", limit_train_batches=steps - skipped, checkpoint=False, **diverging), env)
+    f.train_epoch(0)
+    assert_bitwise_equal(e.model.state_dict(), f.model.state_dict(), "model after skipped batches")
+    assert_bitwise_equal(e.optimizer.state_dict(), f.optimizer.state_dict(), "optimizer after skipped batches")
+    f.logger.close()
+    # Diverged weights give NaN metrics: null in summary.json, which strict JSON readers accept.
+    assert summary_e["evaluations"][-1]["test"]["like"]["logloss"] is None
+    if rank == 0:
+        json.loads(Path(f"{tmp}/e/summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"bare {c}"))
+
+    # Without skipping, every rank stops at the first non-finite loss, naming it and the last checkpoint.
+    g = Trainer(resume_config(tmp, "g", checkpoint_every_n_steps=1, **diverging), env)
+    with pytest.raises(NonFiniteLossError, match=r"at step 2 .*Last good checkpoint: \S+/g/checkpoints/step_1\."):
+        g.train()
+    g.logger.close()
 
     if rank == 0:
-        # keep_checkpoints=1 left A only its last; B keeps 2; the interrupted save is gone.
-        assert sorted(os.listdir(f"{tmp}/a/checkpoints")) == ["epoch_2", "latest.json"]
-        assert sorted(os.listdir(f"{tmp}/b/checkpoints")) == ["epoch_1", "epoch_2", "latest.json"]
-        latest = json.loads(Path(f"{tmp}/b/checkpoints/latest.json").read_text())
-        assert latest == {"path": "epoch_2", "epoch": 2, "step": 2 * steps_per_epoch}
-        # summary.json keeps every evaluation; TensorBoard shows each step once, with
-        # the interrupted job's epoch-2 scalars replaced by the resumed job's.
+        # B kept its 2 newest; the damaged step_8 was re-saved, the interrupted save removed.
+        assert sorted(os.listdir(f"{tmp}/b/checkpoints")) == ["step_16", "step_20"]
         on_disk = json.loads(Path(f"{tmp}/b/summary.json").read_text())
         assert [e["epoch"] for e in on_disk["evaluations"]] == [1, 2]
+        # TensorBoard shows each step once, the interrupted job's steps after the checkpoint replaced.
         for tag in ("train/loss", "test/like/auc", "freeze/tables"):
-            assert _scalars(f"{tmp}/b", tag) == _scalars(f"{tmp}/a", tag), tag
-        assert max(step for step, _ in _scalars(f"{tmp}/b", "train/loss")) == 2 * steps_per_epoch
+            assert scalars(f"{tmp}/b", tag) == scalars(f"{ref}/a", tag), tag
 
 
-def test_resumed_run_is_bitwise_equal_to_uninterrupted_run(tmp_path: Path) -> None:
-    run_on_ranks(_resume_is_exact, 2, str(tmp_path))
+def test_resume_mid_epoch_after_damage_and_on_other_world_sizes(tmp_path: Path, uninterrupted_runs: Path) -> None:
+    tmp, ref = str(tmp_path), str(uninterrupted_runs)
+    with single_rank_group():
+        summary_s = Trainer(resume_config(tmp, "s", keep_checkpoints=10), init_distributed()).train()
+    dcp_to_torch_save(f"{tmp}/s/checkpoints/step_12", f"{tmp}/s_step_12.pt")
+    run_on_ranks(_two_rank_checks, 2, tmp, ref)
 
-
-def _semi_sync_resume_is_exact(rank: int, world_size: int, tmp: str) -> None:
-    env = init_distributed()
-    # Warm-up (synchronous lookups) ends inside epoch 2, while the tables train: the
-    # resumed pipeline must count the warm-up from the run's start, not its own.
-    # Table-wise only: the semi-sync pipeline does not take training data-parallel tables.
-    settings: Dict[str, Any] = dict(pipeline="semi_sync", pipeline_warmup_batches=STEPS_PER_EPOCH + 3)
-    settings |= dict(freeze_schedule="joint", sharding_types="table_wise")
-    a = Trainer(_cfg(tmp, "a", **settings), env)
-    assert a.steps_per_epoch == STEPS_PER_EPOCH
-    summary_a = a.train()
-    b1 = Trainer(_cfg(tmp, "b", **settings), env)
-    b1.run_epoch(0)
-    b1.logger.close()
-    b2 = Trainer(_cfg(tmp, "b", resume="auto", **settings), env)
-    summary_b = b2.train()
-    _assert_bitwise_equal(a.model.state_dict(), b2.model.state_dict(), "model")
-    _assert_bitwise_equal(a.optimizer.state_dict(), b2.optimizer.state_dict(), "optimizer state")
-    assert summary_b["evaluations"] == summary_a["evaluations"]
-
-
-def test_semi_sync_resume_is_exact_across_warmup(tmp_path: Path) -> None:
-    run_on_ranks(_semi_sync_resume_is_exact, 2, str(tmp_path))
+    # 2 -> 1 rank: A's 2-rank step-12 checkpoint lands bitwise in W's single shards.
+    dcp_to_torch_save(f"{ref}/a/checkpoints/step_12", f"{tmp}/a_step_12.pt")
+    with single_rank_group():
+        w = Trainer(resume_config(tmp, "w", resume=f"{ref}/a/checkpoints/step_12"), init_distributed())
+        full = torch.load(f"{tmp}/a_step_12.pt", weights_only=False)
+        state = {"model": w.model.state_dict(), "optimizer": w.optimizer.state_dict()}
+        assert assert_matches_full(state, full, "2 -> 1 ranks") == set(local_tensors(full))
+        summary_w = w.train()
+    # After the load, another world size sums the same gradients in another order: the
+    # metrics agree to float rounding, not bitwise (measured: logloss within 1e-7 relative, AUC
+    # within 3e-5, a few of the 500-row sample's pairs swapping order).
+    summary_a = json.loads((uninterrupted_runs / "a" / "summary.json").read_text())
+    summary_d = json.loads((tmp_path / "d" / "summary.json").read_text())
+    for run, reference in ((summary_w, summary_a), (summary_d, summary_s)):
+        got, want = _final_metrics(run), _final_metrics(reference)
+        for key in want:
+            tolerance = dict(abs_tol=1e-3) if key.endswith("auc") else dict(rel_tol=1e-6)
+            assert math.isclose(got[key], want[key], **tolerance), (key, got[key], want[key])
 
 
 # ---------------------------------------------------------------- single-process checks
 
 
-def _fake_checkpoint(path: Path, epoch: int, complete: bool = True) -> None:
+def _fake_checkpoint(folder: Path, step: int, job_id: Any = None, payload: bytes = b"shard-bytes" * 10) -> Path:
+    """A checkpoint folder with a manifest recorded like a real save's."""
+    path = folder / f"step_{step}"
     path.mkdir(parents=True)
-    (path / ".metadata").write_bytes(b"")
-    if complete:
-        (path / STATE_FILE).write_text(json.dumps({"format": 1, "epoch": epoch, "step": 10 * epoch}))
+    (path / ".metadata").write_bytes(b"metadata")
+    (path / "__0_0.distcp").write_bytes(payload)
+    state = {"format": FORMAT_VERSION, "step": step, "job_id": job_id, "parts": {}, "files": record_files(str(path))}
+    (path / STATE_FILE).write_text(json.dumps(state))
+    return path
 
 
-def test_interrupted_save_is_ignored_by_auto_and_rejected_by_path(tmp_path: Path) -> None:
+def test_newest_intact_checkpoint_is_found_without_a_pointer_and_damage_falls_back(tmp_path: Path) -> None:
     folder = tmp_path / "checkpoints"
-    _fake_checkpoint(folder / "epoch_1", 1)
-    (folder / "latest.json").write_text(json.dumps({"path": "epoch_1", "epoch": 1, "step": 10}))
-    _fake_checkpoint(folder / "epoch_2.tmp", 2, complete=False)
-    assert complete_checkpoints(str(folder)) == [(1, str(folder / "epoch_1"))]
-    info = find_checkpoint("auto", str(folder))
-    assert info is not None and (info.path, info.epoch, info.step) == (str(folder / "epoch_1"), 1, 10)
-    with pytest.raises(ValueError, match=r"epoch_2\.tmp'.*incomplete checkpoint.*trainer_state\.json.*epoch_1"):
-        find_checkpoint(str(folder / "epoch_2.tmp"), str(folder))
-    with pytest.raises(FileNotFoundError, match="epoch_7'.*no such checkpoint folder"):
-        find_checkpoint(str(folder / "epoch_7"), str(folder))
+    for step in (4, 8, 12):
+        _fake_checkpoint(folder, step)
+    (folder / "step_16.tmp").mkdir()  # an interrupted save
+    (folder / "step_20").mkdir()  # a folder without its state file
+    notes: List[str] = []
+    assert find_checkpoint("auto", str(folder), log=notes.append).path == str(folder / "step_12")
+    assert notes == []
+
+    shard = folder / "step_12" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:7])
+    (folder / "step_8" / STATE_FILE).write_text('{"format": 2, "st')
+    info = find_checkpoint("auto", str(folder), log=notes.append)
+    assert info is not None and info.path == str(folder / "step_4") and info.step == 4
+    assert "step_12: file __0_0.distcp has 7 bytes, the save wrote 110 (truncated?)" in notes[0]
+    assert "step_8: " in notes[1] and "trainer_state.json is not valid JSON" in notes[1]
+    assert f"resuming from {folder / 'step_4'}, the newest intact checkpoint" in notes[2]
+
+    # Same size, other bytes: the checksum catches it. Nothing intact is left: start fresh is refused.
+    shard = folder / "step_4" / "__0_0.distcp"
+    shard.write_bytes(b"X" + shard.read_bytes()[1:])
+    assert find_checkpoint("auto", str(folder), log=notes.append) is None
+    assert "another sha256 than the save recorded" in notes[-1]
+    with pytest.raises(CheckpointError, match=r"--resume .*step_4'.*another sha256.*beside it: \[.*step_8"):
+        find_checkpoint(str(folder / "step_4"), str(folder))
+    with pytest.raises(CheckpointError, match=r"step_20: incomplete \(no trainer_state.json"):
+        find_checkpoint(str(folder / "step_20"), str(folder))
+    with pytest.raises(FileNotFoundError, match="step_7: no such folder"):
+        find_checkpoint(str(folder / "step_7"), str(folder))
     assert find_checkpoint("", str(folder)) is None
-    assert find_checkpoint("auto", str(tmp_path / "fresh-run" / "checkpoints")) is None
-    # latest.json naming a folder that is gone is an error, not a silent fresh start.
-    (folder / "latest.json").write_text(json.dumps({"path": "epoch_3", "epoch": 3, "step": 30}))
-    with pytest.raises(ValueError, match="names 'epoch_3', which is missing or incomplete"):
-        find_checkpoint("auto", str(folder))
+    assert find_checkpoint("auto", str(tmp_path / "fresh" / "checkpoints")) is None
+
+
+def test_a_restarted_job_resumes_its_own_newest_checkpoint_whatever_resume_says(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    _fake_checkpoint(folder, 4, job_id="job-1")
+    _fake_checkpoint(folder, 8, job_id="job-2")
+    notes: List[str] = []
+    assert find_checkpoint("", str(folder), job_id="job-1", log=notes.append).path == str(folder / "step_4")
+    assert "of job job-1: resuming from its checkpoint" in notes[0]
+    assert find_checkpoint(str(folder / "step_8"), str(folder), job_id="job-1").path == str(folder / "step_4")
+    assert find_checkpoint("", str(folder), job_id="job-3") is None
+    assert find_checkpoint("auto", str(folder), job_id="job-3").path == str(folder / "step_8")
+
+
+def test_a_fresh_start_refuses_earlier_work_unless_overwrite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = resume_config(str(tmp_path), "run")
+    run = tmp_path / "run"
+    _fake_checkpoint(run / "checkpoints", 10)
+    (run / "checkpoints" / "epoch_1").mkdir()  # the older per-epoch format
+    with pytest.raises(ValueError, match=r"refusing to start a fresh run in .*run: .*epoch_1, .*step_10\. Pass --resume auto"):
+        open_run_folder(cfg, log=lambda _: None)
+    (run / "events.out.tfevents.1.host").write_bytes(b"")
+    (run / "summary.json").write_text("{}")
+    removed: List[str] = []
+    folder = open_run_folder(replace(cfg, overwrite=True), log=removed.append)
+    assert (folder.resume_from, folder.purge_step) == (None, 0)  # the old events are hidden in TensorBoard
+    assert len(removed) == 3 and not (run / "summary.json").exists() and os.listdir(run / "checkpoints") == []
+
+    # Results without checkpoints: refused on a plain fresh start, not when --resume auto
+    # continues a launch that died before its first checkpoint, nor on a restart of the same job.
+    (run / "summary.json").write_text(json.dumps({"job_id": "job-1"}))
+    with pytest.raises(ValueError, match=r"summary\.json"):
+        open_run_folder(cfg, log=lambda _: None)
+    assert open_run_folder(replace(cfg, resume="auto"), log=lambda _: None).resume_from is None
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-1")
+    assert open_run_folder(cfg, log=lambda _: None).job_id == "job-1"
+
+
+def test_prune_keeps_protected_checkpoints_and_drops_superseded_ones(tmp_path: Path) -> None:
+    for step in (1, 2, 3, 4, 5):
+        _fake_checkpoint(tmp_path, step)
+    protect(str(tmp_path / "step_2"), "best validation AUC")
+    (tmp_path / "step_6.tmp").mkdir()
+    # Saving step 4 after resuming from step 3: step 5 belongs to a superseded run.
+    removed = prune(str(tmp_path), keep=2, saved=4)
+    assert sorted(os.path.basename(p) for p in removed) == ["step_1", "step_5", "step_6.tmp"]
+    assert [s for s, _ in complete_checkpoints(str(tmp_path))] == [2, 3, 4]
+
+
+class _JsonPart:
+    def __init__(self) -> None:
+        self.value = {"lr_scale": 0.5, "undefined": float("nan")}
+
+    def state_dict(self) -> Dict[str, Any]:
+        return dict(self.value)
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.value = dict(state)
+
+
+class _TensorPart:
+    def __init__(self) -> None:
+        self.counts = torch.zeros(5)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"counts": self.counts}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.counts.copy_(state["counts"])
+
+
+def test_checkpointer_saves_json_parts_in_the_state_file_and_tensor_parts_in_dcp(tmp_path: Path) -> None:
+    model = nn.Linear(3, 2)
+    optimizer = KeyedOptimizerWrapper(dict(model.named_parameters()), lambda p: torch.optim.SGD(p, lr=0.1))
+    parts: Dict[str, Any] = {"schedule": _JsonPart(), "counts": _TensorPart()}
+    ckpt = Checkpointer(str(tmp_path), model, optimizer, parts, log=lambda _: None)
+    parts["counts"].counts += torch.arange(5.0)
+    path = ckpt.save(7, {"config": {}})
+    state = json.loads(Path(path, STATE_FILE).read_text())
+    assert state["parts"] == {"schedule": {"lr_scale": 0.5, "undefined": None}} and state["tensor_parts"] == ["counts"]
+    weight = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.zero_()
+    parts["counts"].counts.zero_()
+    info = ckpt.find("auto")
+    ckpt.load(info)
+    assert torch.equal(model.weight, weight) and torch.equal(parts["counts"].counts, torch.arange(5.0))
+    assert parts["schedule"].value == {"lr_scale": 0.5, "undefined": None}
+    parts["late"] = _JsonPart()  # registered after the save: the checkpoint cannot restore it
+    with pytest.raises(ValueError, match=r"holds no state for \['late'\]"):
+        ckpt.load(info)
 
 
 def test_config_mismatch_names_the_field(tmp_path: Path) -> None:
-    base = _cfg(str(tmp_path), "run")
+    base = resume_config(str(tmp_path), "run")
     tables = [TableSpec("user", 100, ["user"]), TableSpec("item", 200, ["item"])]
-    info = CheckpointInfo(
-        path="ckpt", state={"config": base.to_dict(), "tables": {"user": 100, "item": 200}, "epoch": 1, "step": 5}
-    )
+    info = CheckpointInfo(path="ckpt", state={"config": base.to_dict(), "tables": {"user": 100, "item": 200}, "step": 5})
     longer = replace(base, epochs=3, optim=replace(base.optim, learning_rate=0.01))
     assert check_compatible(info, longer.to_dict(), tables) == ["--learning_rate 0.001 -> 0.01", "--epochs 2 -> 3"]
     for section, name, value in [
@@ -236,25 +333,17 @@ def test_config_mismatch_names_the_field(tmp_path: Path) -> None:
         check_compatible(info, other_rows.to_dict(), [tables[0], TableSpec("item", 190, ["item"])])
 
 
-def test_checkpoint_flags() -> None:
+def test_checkpoint_flags(tmp_path: Path) -> None:
     cfg = parse_config(["--no-checkpoint", "--keep_checkpoints", "3", "--resume", "auto", "--run_name", "r"])
     assert (cfg.checkpoint, cfg.keep_checkpoints, cfg.resume) == (False, 3, "auto")
+    cfg = parse_config(["--checkpoint_every_n_steps", "50", "--overwrite", "--skip_nonfinite_batches"])
+    assert (cfg.checkpoint_every_n_steps, cfg.overwrite, cfg.skip_nonfinite_batches) == (50, True, True)
     assert parse_config([]).checkpoint is True and parse_config([]).keep_checkpoints == 2
     with pytest.raises(ValueError, match="--resume auto needs --run_name"):
-        replace(cfg, run_name="").validate()
+        replace(cfg, resume="auto", run_name="").validate()
     with pytest.raises(ValueError, match="--keep_checkpoints must be >= 1, got 0"):
         replace(cfg, keep_checkpoints=0).validate()
-
-
-def test_prune_keeps_the_newest_up_to_the_saved_epoch(tmp_path):
-    # After resuming from epoch 2 of a run that had reached epoch 4, saving epoch 3
-    # must keep epoch 3 (latest.json points at it) and drop the superseded epoch 4.
-    from dlrm_multiepoch.train.checkpoint import STATE_FILE, _prune, complete_checkpoints
-
-    for epoch in (1, 2, 3, 4):
-        (tmp_path / f"epoch_{epoch}").mkdir()
-        (tmp_path / f"epoch_{epoch}" / STATE_FILE).write_text("{}")
-    (tmp_path / "epoch_5.tmp").mkdir()
-    _prune(str(tmp_path), keep=2, saved=3)
-    assert [e for e, _ in complete_checkpoints(str(tmp_path))] == [2, 3]
-    assert not (tmp_path / "epoch_5.tmp").exists()
+    with pytest.raises(ValueError, match="--checkpoint_every_n_steps must be >= 0"):
+        replace(cfg, checkpoint_every_n_steps=-1).validate()
+    with pytest.raises(ValueError, match=r"--resume '\S+nope': no such checkpoint folder"):
+        replace(cfg, resume=str(tmp_path / "nope")).validate()

@@ -32,7 +32,7 @@ def test_unknown_flag_is_rejected_by_name(capsys):
 def test_bad_value_names_the_flag(capsys):
     with pytest.raises(SystemExit):
         parse_config(["--batch_size", "0"])
-    assert "--batch_size must be positive, got 0" in capsys.readouterr().err
+    assert "--batch_size must be a positive integer, got 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse_config(["--epochs", "two"])
     assert "--epochs" in capsys.readouterr().err

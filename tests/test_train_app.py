@@ -1,34 +1,74 @@
-"""End to end: the training app on 2 gloo ranks, launched by torchrun, on real data."""
+"""End to end: the training app on 2 gloo ranks, launched by torchrun (with restarts), on real data."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Dict, List, Optional, Sequence
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.resume_helpers import E2E_FLAGS, scalars
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_app(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+def app_command(tmp_path: Path, *flags: str, torchrun: Sequence[str] = ()) -> List[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *torchrun,
         str(REPO / "apps" / "train.py"), "--tensorboard_dir", str(tmp_path), "--run_name", "run", *flags,
     ]  # fmt: skip
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_path):
-    proc = run_app(
-        tmp_path,
-        "--dataset", "movielens", "--max_rows", "6000", "--epochs", "2", "--batch_size", "512",
-        "--eval_every_n_steps", "5", "--train_eval_rows", "1000", "--log_every_n_steps", "2", "--no-progress_bar",
-        "--freeze_schedule", "tables=frozen@[0,1) train@[1,end)", "--pipeline", "semi_sync",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+def _app_env() -> Dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+
+
+def _worker_of_rank(agent: int, rank: int) -> Optional[int]:
+    """The pid of the torchrun worker (a child of ``agent``) that runs ``rank``."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # exited meanwhile, or not ours to read
+        if ppid == agent and f"RANK={rank}".encode() in environ:
+            return int(pid)
+    return None
+
+
+def test_two_rank_run_killed_mid_epoch_restarts_by_itself_and_equals_the_uninterrupted_run(
+    tmp_path: Path, uninterrupted_runs: Path
+) -> None:
+    """SIGKILL one of 2 ranks mid-epoch: torchrun restarts the job, which resumes from its own
+    newest checkpoint without --resume, and ends with the uninterrupted run's metrics."""
+    cmd = app_command(tmp_path, *E2E_FLAGS, torchrun=["--max_restarts", "1"])
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = tmp_path / "run" / "checkpoints" / "step_5"
+        deadline = time.monotonic() + 300
+        while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victim = _worker_of_rank(proc.pid, 1)
+        assert first.exists() and victim is not None, "the job never reached its first step checkpoint"
+        os.kill(victim, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-8000:]
+    assert "restart 1 of job" in output and "resuming from its checkpoint" in output
     run_dir = tmp_path / "run"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    reference = json.loads((uninterrupted_runs / "e2e" / "summary.json").read_text())
+    assert len(summary["resumed_from"]) == 1 and summary["resumed_from"][0]["step"] >= 5
+    assert summary["evaluations"] == reference["evaluations"]
+    for tag in ("train/loss", "test/like/auc", "pipeline/stale_fraction"):
+        assert scalars(str(run_dir), tag) == scalars(str(uninterrupted_runs / "e2e"), tag), tag
+
     acc = EventAccumulator(str(run_dir))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
@@ -38,13 +78,12 @@ def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_pat
     # The freeze state is logged per group: frozen (0) in epoch 1, training (1) in epoch 2.
     states = [e.value for e in acc.Scalars("freeze/tables")]
     assert states[0] == 0.0 and states[-1] == 1.0
-    assert "freeze schedule at step 0 (epoch 0.000): tables frozen" in proc.stderr + proc.stdout
+    assert "freeze schedule at step 0 (epoch 0.000): tables frozen" in output
     # Semi-sync lookups are exact while the tables are frozen and stale (some rows) after.
     stale = {e.step: e.value for e in acc.Scalars("pipeline/stale_fraction")}
     steps_per_epoch = max(stale) // 2
     assert all(v == 0.0 for step, v in stale.items() if step <= steps_per_epoch)
     assert any(v > 0.0 for step, v in stale.items() if step > steps_per_epoch + 1)
-    summary = json.loads((run_dir / "summary.json").read_text())
     epochs = [e["epoch"] for e in summary["evaluations"]]
     assert epochs[-1] == 2 and 1 in epochs and len(epochs) > 2  # per epoch plus every 5 steps
     # Each evaluation covers every test row exactly once across the two ranks.

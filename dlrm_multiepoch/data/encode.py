@@ -95,15 +95,16 @@ def time_split(times: np.ndarray, test_fraction: float, what: str) -> Tuple[np.n
 
 
 def standardize(values: np.ndarray, train_rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Z-score ``values`` with train mean/std; NaN (missing) becomes 0 with flag 1.
+    """Z-score ``values`` with train mean/std; NaN and +-inf (missing) become 0 with flag 1.
 
     Returns:
-        ``(z, missing)``, both ``float32 [N]``.
+        ``(z, missing)``, both ``float32 [N]``; ``z`` may hold non-finite values only if
+        finite inputs overflow (|x| near 1e308), which callers must refuse.
     """
     values = np.asarray(values, dtype=np.float64)
-    missing = np.isnan(values)
+    missing = ~np.isfinite(values)
     train = values[train_rows]
-    train = train[~np.isnan(train)]
+    train = train[np.isfinite(train)]
     mean = float(train.mean()) if train.size else 0.0
     std = float(train.std()) if train.size else 0.0
     z = (values - mean) / (std if std > 0 else 1.0)

@@ -48,6 +48,11 @@ def parse_thresholds(value: str) -> Dict[str, float]:
     return tasks
 
 
+def _examples(values: pd.Series, limit: int = 3) -> str:
+    shown = values.drop_duplicates().head(limit).tolist()
+    return f" (e.g. {shown})" if shown else ""
+
+
 def read_table(path: Path) -> Tuple[pd.DataFrame, List[int]]:
     """The table at ``path`` by its suffix, with the line numbers of skipped malformed lines."""
     suffix = path.suffix.lower()
@@ -77,7 +82,7 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
     notes: List[str] = []
     if bad_lines:
         notes.append(
-            f"interactions: skipped {len(bad_lines)} malformed lines of {path} (lines {describe_lines(bad_lines)})"
+            f"interactions: skipped {len(bad_lines)} malformed lines (lines {describe_lines(bad_lines)})"
         )
     categorical, dense_cols = split_list(cfg.categorical_cols), split_list(cfg.dense_cols)
     for flag, col in [("--user_col", cfg.user_col), ("--item_col", cfg.item_col), ("--label_col", cfg.label_col)]:
@@ -96,20 +101,29 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
     n_read = len(frame)
     if cfg.max_rows is not None:
         frame = frame.iloc[subsample(len(frame), cfg.max_rows, cfg.split_seed)]
-    label = pd.to_numeric(frame[cfg.label_col], errors="coerce")
-    bad = frame[cfg.user_col].isna() | frame[cfg.item_col].isna() | label.isna()
+    raw_label = frame[cfg.label_col]
+    label = pd.to_numeric(raw_label, errors="coerce")
+    causes = {
+        f"no {flag} value": frame[col].isna()
+        for flag, col in (("--user_col", cfg.user_col), ("--item_col", cfg.item_col), ("--label_col", cfg.label_col))
+    }
+    non_numeric = label.isna() & raw_label.notna()
+    causes["a non-numeric --label_col value" + _examples(raw_label[non_numeric])] = non_numeric
     times = None
     if cfg.timestamp_col:
         times = frame[cfg.timestamp_col]
         if not pd.api.types.is_numeric_dtype(times):
             times = pd.to_datetime(times, errors="coerce", utc=True)
-        bad |= times.isna()
+        bad_times = times.isna()
+        unparsable = "a missing or unparsable --timestamp_col value" + _examples(frame[cfg.timestamp_col][bad_times])
+        causes[unparsable] = bad_times
+    bad = np.zeros(len(frame), dtype=bool)
+    for mask in causes.values():
+        bad |= mask.to_numpy()
+    why = "; ".join(f"{int(m.sum())} with {cause}" for cause, m in causes.items() if m.any())
     if bad.any():
-        notes.append(
-            f"interactions: dropped {int(bad.sum())} of {len(frame)} rows missing the user, item, label"
-            f"{' or timestamp' if cfg.timestamp_col else ''} (or with a non-numeric label)"
-        )
-    keep = ~bad.to_numpy()
+        notes.append(f"interactions: dropped {int(bad.sum())} of {len(frame)} rows ({why})")
+    keep = ~bad
     frame, label = frame[keep].reset_index(drop=True), label[keep].to_numpy(dtype=np.float64)
     if times is not None:
         times = times[keep]
@@ -120,7 +134,9 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
             else times.to_numpy(np.float64)
         )
     if len(frame) == 0:
-        raise ValueError(f"{what}: no usable rows")
+        raise ValueError(f"{what}: no usable rows: {why or 'the file has a header but no data rows'}")
+    if not np.isfinite(label).all():
+        raise ValueError(f"{what}: --label_col {cfg.label_col!r} holds infinite values; expected 0/1 or finite ratings")
 
     thresholds = parse_thresholds(cfg.task_thresholds)
     if thresholds:
@@ -148,7 +164,15 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
             notes.append(
                 f"interactions: {coerced} non-numeric values of --dense_cols column {col!r} treated as missing"
             )
-        z, missing = standardize(numeric.to_numpy(dtype=np.float64), train)
+        x = numeric.to_numpy(dtype=np.float64)
+        if np.isinf(x).any():
+            notes.append(f"interactions: {int(np.isinf(x).sum())} infinite values of --dense_cols column {col!r} treated as missing")
+        z, missing = standardize(x, train)
+        if not np.isfinite(z).all():
+            raise ValueError(
+                f"{what}: --dense_cols column {col!r} has values too large to standardise "
+                f"(max |x| {np.abs(x[np.isfinite(x)]).max():.3g}); rescale it"
+            )
         dense_parts += [z, missing]
         dense_names += [col, f"{col}_missing"]
     dense = np.stack(dense_parts, axis=1) if dense_parts else np.zeros((len(frame), 0), np.float32)
@@ -156,7 +180,7 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
     sparse = pd.DataFrame({USER_FEATURE: frame[cfg.user_col].to_numpy(), ITEM_FEATURE: frame[cfg.item_col].to_numpy()})
     for col in categorical:
         sparse[col] = frame[col].to_numpy()
-    notes.insert(0, f"interactions: {n_read} rows read from {path}, {len(frame)} kept")
+    notes.insert(0, f"interactions: {n_read} rows read, {len(frame)} kept")  # cached: load_dataset logs the path
     data = assemble(
         "interactions",
         sparse,

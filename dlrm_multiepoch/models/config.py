@@ -1,7 +1,10 @@
 """Model architecture config (flags of the same names)."""
 
+import math
 from dataclasses import dataclass, field
 from typing import List
+
+MODEL_NAMES = ("dlrm", "dlrm_dcn", "multipath")
 
 
 def int_list(text: str, flag: str) -> List[int]:
@@ -69,6 +72,39 @@ class ModelConfig:
             "and a sharded table's in-backward optimizer then steps once per lookup"
         },
     )
+
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the flag and the expected value; needs no data."""
+        if self.model not in MODEL_NAMES:
+            raise ValueError(f"--model must be one of {', '.join(MODEL_NAMES)}; got {self.model!r}")
+        positive = ("embedding_dim", "dcn_num_layers", "dcn_low_rank_dim", "transformer_layers")
+        positive += ("transformer_heads", "transformer_ff_dim")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be a positive integer, got {getattr(self, name)}")
+        dense = int_list(self.dense_arch_layer_sizes, "dense_arch_layer_sizes")
+        if dense[-1] != self.embedding_dim:
+            raise ValueError(
+                f"--dense_arch_layer_sizes must end with --embedding_dim ({self.embedding_dim}), "
+                f"got {self.dense_arch_layer_sizes!r}"
+            )
+        int_list(self.over_arch_layer_sizes, "over_arch_layer_sizes")
+        int_list(self.sequence_head_layer_sizes, "sequence_head_layer_sizes")
+        if self.model == "multipath" and self.embedding_dim % self.transformer_heads:
+            raise ValueError(
+                f"--transformer_heads ({self.transformer_heads}) must divide --embedding_dim ({self.embedding_dim})"
+            )
+        for name in ("pairwise_loss_weight", "contrastive_loss_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"--{name} must be a finite number >= 0, got {value}")
+        if not (math.isfinite(self.contrastive_temperature) and self.contrastive_temperature > 0):
+            raise ValueError(f"--contrastive_temperature must be a finite number > 0, got {self.contrastive_temperature}")
+        if self.task_loss_weights.strip():  # the count is checked against the tasks once the data is loaded
+            weights = float_list(self.task_loss_weights, "task_loss_weights", len(self.task_loss_weights.split(",")))
+            if not all(math.isfinite(w) for w in weights):
+                raise ValueError(f"--task_loss_weights expects finite numbers, got {self.task_loss_weights!r}")
 
 
 def float_list(text: str, flag: str, count: int) -> List[float]:

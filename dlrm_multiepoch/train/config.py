@@ -1,14 +1,26 @@
-"""The one dataclass config the training app builds everything from, and its CLI."""
+"""The one dataclass config the training app builds everything from, and its CLI.
+
+``TrainConfig.validate()`` checks every flag before any data is read, each message
+naming the flag and the value it expects; only checks that need the data (table
+names in a freeze schedule, step-unit windows, one weight per task) wait until it is
+loaded, and still run before the first training step.
+"""
 
 import argparse
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.pipeline.factory import PIPELINES
 from dlrm_multiepoch.schedule import FreezeSchedule
+
+EMBEDDING_OPTIMIZER_NAMES = ("rowwise_adagrad", "adagrad", "sgd")
+SHARDING_TYPE_NAMES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise", "table_column_wise")
 
 
 @dataclass
@@ -20,6 +32,17 @@ class OptimConfig:
         default="rowwise_adagrad", metadata={"help": "fused table optimizer: rowwise_adagrad, adagrad or sgd"}
     )
     embedding_learning_rate: float = field(default=0.05, metadata={"help": "learning rate of the embedding tables"})
+
+    def validate(self) -> None:
+        for name in ("learning_rate", "embedding_learning_rate"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name} must be a finite number > 0, got {value}")
+        if self.embedding_optimizer not in EMBEDDING_OPTIMIZER_NAMES:
+            raise ValueError(
+                f"--embedding_optimizer must be one of {', '.join(EMBEDDING_OPTIMIZER_NAMES)}; "
+                f"got {self.embedding_optimizer!r}"
+            )
 
 
 @dataclass
@@ -77,34 +100,81 @@ class TrainConfig:
         default=True,
         metadata={"help": "save the training state to <run folder>/checkpoints/epoch_N after each epoch's evaluation"},
     )
-    keep_checkpoints: int = field(default=2, metadata={"help": "complete checkpoints to keep (older ones are deleted)"})
+    checkpoint_every_n_steps: int = field(
+        default=0,
+        metadata={
+            "help": "also checkpoint every N train steps, with the data position, so a resume continues mid-epoch "
+            "(0: after each epoch only)"
+        },
+    )
+    keep_checkpoints: int = field(
+        default=2, metadata={"help": "complete checkpoints to keep (older ones are deleted; protected ones stay)"}
+    )
     resume: str = field(
         default="",
         metadata={
-            "help": "empty: start fresh; 'auto': resume from this run folder's latest complete checkpoint if one "
-            "exists (needs --run_name); or a checkpoint folder (e.g. runs/NAME/checkpoints/epoch_2)"
+            "help": "empty: start fresh; 'auto': resume from this run folder's newest intact checkpoint if one "
+            "exists (needs --run_name); or a checkpoint folder (e.g. runs/NAME/checkpoints/step_240). A restart "
+            "of the same torchrun/TorchX job always resumes from its own newest checkpoint"
+        },
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata={
+            "help": "let a fresh start delete the checkpoints and summary.json an earlier run left in this run "
+            "folder (without it, such a start is refused)"
+        },
+    )
+    skip_nonfinite_batches: bool = field(
+        default=False,
+        metadata={
+            "help": "skip a batch whose loss is NaN/inf on any rank (no update; counted in the log) instead of "
+            "stopping the run; costs one host sync and one all-reduce per step"
         },
     )
 
-    def validate(self) -> None:
+    def validate(self, world_size: int = 1) -> None:
+        """Check every flag before any data is read; ``ValueError`` names the flag and what it expects.
+
+        Args:
+            world_size: ranks of the job; batch sizes must divide by it.
+        """
+        self.data.validate()
+        self.model.validate()
+        self.optim.validate()
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+                raise ValueError(f"--{name} must be a positive integer, got {getattr(self, name)}")
+        for name in ("batch_size", "eval_batch_size"):
+            if getattr(self, name) % world_size:
+                raise ValueError(
+                    f"--{name} {getattr(self, name)} must be a multiple of the world size {world_size} "
+                    f"(each rank takes an equal share of a global batch)"
+                )
         if self.pipeline not in PIPELINES:
             raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
         for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        if self.checkpoint_every_n_steps < 0:
+            raise ValueError(f"--checkpoint_every_n_steps must be >= 0 (0: per epoch only), got {self.checkpoint_every_n_steps}")
         if self.keep_checkpoints < 1:
             raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         if self.resume == "auto" and not self.run_name:
             raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
-        # Syntax and window checks before any data or model is built; checks that need
-        # the model (unknown tables, modules, gates) run when the trainer builds it.
-        try:
-            FreezeSchedule.parse(self.freeze_schedule).resolve(steps_per_epoch=1_000_000, num_epochs=self.epochs)
-        except ValueError as e:
-            raise ValueError(f"--freeze_schedule: {e}") from None
+        if self.resume not in ("", "auto") and not os.path.isdir(self.resume):
+            raise ValueError(f"--resume {self.resume!r}: no such checkpoint folder (expected '', 'auto' or a folder)")
+        if self.pretrained_tables and not os.path.isdir(self.pretrained_tables):
+            raise ValueError(f"--pretrained_tables {self.pretrained_tables!r}: no such folder (apps/pretrain.py writes one)")
+        if self.model.model == "multipath" and self.data.history_length <= 0:
+            raise ValueError("--model multipath needs --history_length > 0 (its sequence path reads the item history)")
+        unknown = sorted(set(self.sharding_type_list) - set(SHARDING_TYPE_NAMES))
+        if unknown or not self.sharding_type_list:
+            raise ValueError(
+                f"--sharding_types {self.sharding_types!r}: expected a comma-separated subset of "
+                f"{', '.join(SHARDING_TYPE_NAMES)}"
+            )
+        check_freeze_schedule(self.freeze_schedule, self.epochs)
 
     @property
     def sharding_type_list(self) -> List[str]:
@@ -112,6 +182,42 @@ class TrainConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_freeze_schedule(text: str, epochs: int) -> None:
+    """Check ``--freeze_schedule`` against ``--epochs`` before the data gives the steps per epoch.
+
+    Windows whose bounds are epochs, percentages or ``end`` are checked here, in
+    epochs; windows with step bounds (``300step``) wait for the real run length, which
+    the trainer checks before training.
+    """
+    if not text.strip():
+        raise ValueError("--freeze_schedule is empty; use 'joint' to train everything every step")
+    try:
+        schedule = FreezeSchedule.parse(text)
+    except ValueError as e:
+        raise ValueError(f"--freeze_schedule: {e}") from None
+
+    def in_epochs(bound: Any) -> Optional[Fraction]:
+        if bound.unit == "step":
+            return None
+        amount = bound.value if bound.unit == "epoch" else bound.value * epochs / 100
+        return epochs - amount if bound.from_end else amount
+
+    for group, windows in schedule.groups.items():
+        for w in windows:
+            start, end = in_epochs(w.start), in_epochs(w.end)
+            where = f"--freeze_schedule: group {group!r} window {w.format(group)}"
+            if start is not None and end is not None and start >= end:
+                raise ValueError(f"{where} is empty or inverted: epochs [{float(start):g}, {float(end):g})")
+            for value in (start, end):
+                if value is not None and not 0 <= value <= epochs:
+                    raise ValueError(f"{where} reaches epoch {float(value):g}, outside the run's --epochs {epochs}")
+    if not any(b.unit == "step" for ws in schedule.groups.values() for w in ws for b in (w.start, w.end)):
+        try:  # overlaps; no bound depends on the steps per epoch, so any positive count gives the same answer
+            schedule.resolve(steps_per_epoch=100 * 100, num_epochs=epochs)
+        except ValueError as e:
+            raise ValueError(f"--freeze_schedule: {e}") from None
 
 
 _SECTIONS = ("data", "model", "optim")
@@ -160,7 +266,7 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> TrainConfig:
     }
     cfg = TrainConfig(**sections, **{f.name: ns[f.name] for f in _leaf_fields(TrainConfig)})
     try:
-        cfg.validate()
-    except ValueError as e:
+        cfg.validate(world_size=int(os.environ.get("WORLD_SIZE", "1")))  # set by torchrun before the app starts
+    except (ValueError, OSError) as e:
         parser.error(str(e))
     return cfg

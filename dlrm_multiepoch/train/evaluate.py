@@ -1,7 +1,7 @@
 """Evaluation: AUC, logloss and normalised entropy per task over a whole split."""
 
 import math
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -63,3 +63,28 @@ def run_eval_pass(progress, batches: Iterable) -> List[ModelOutput]:
             outputs.append(progress(it))
         except StopIteration:
             return outputs
+
+
+def undefined_metrics(results: Dict[str, TaskMetrics]) -> Dict[Tuple[str, str], str]:
+    """A message per ``(split, task)`` whose metrics are undefined (NaN), saying why.
+
+    AUC and NE are undefined when a task's labels are all one class; every metric is
+    when the model's outputs are not finite.
+
+    Example::
+
+        undefined_metrics({"test": {"love": {"auc": nan, "ne": nan, "logloss": 0.1, "positive_rate": 0.0, ...}}})
+        # {("test", "love"): "test/love: all 87 labels are 0, so AUC and NE are undefined (...)"}
+    """
+    out = {}
+    for split, per_task in results.items():
+        for task, m in per_task.items():
+            undefined = [name for name in ("auc", "logloss", "ne") if not math.isfinite(m[name])]
+            if not undefined:
+                continue
+            p = m["positive_rate"]
+            why = f"all {int(m['rows'])} labels are {int(p)}" if p in (0.0, 1.0) else "the model's outputs are not finite"
+            out[(split, task)] = (
+                f"{split}/{task}: {why}, so {', '.join(undefined)} undefined (TensorBoard gets NaN, summary.json null)"
+            )
+    return out

@@ -1,10 +1,11 @@
 """Rank-0 logging: TensorBoard scalars, console lines and a JSON summary per run."""
 
-import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from torch.utils.tensorboard import SummaryWriter
+
+from dlrm_multiepoch.train.json_io import json_safe, write_json
 
 
 class MetricsLogger:
@@ -12,7 +13,9 @@ class MetricsLogger:
 
     Only the main rank writes; other ranks get a logger whose calls do nothing, so
     call sites need no rank checks. The summary is rewritten atomically after every
-    evaluation, so a job killed in epoch 3 keeps epochs 1 and 2.
+    evaluation, so a job killed in epoch 3 keeps epochs 1 and 2. It is strict JSON:
+    undefined metrics (NaN) are stored as ``null``. The logger is ``Stateful``: its
+    summary is saved with each checkpoint and restored on resume.
 
     Args:
         run_dir: folder of this run's event files and summary.
@@ -52,12 +55,12 @@ class MetricsLogger:
 
     def record(self, key: str, value: Any) -> None:
         """Store ``value`` under ``key`` in the summary (and persist it)."""
-        self.summary[key] = value
+        self.summary[key] = json_safe(value)
         self._write_summary()
 
     def evaluation(self, entry: Dict[str, Any]) -> None:
         """Append one evaluation (epoch, step, metrics) to the summary and persist it."""
-        self.summary["evaluations"].append(entry)
+        self.summary["evaluations"].append(json_safe(entry))
         self._write_summary()
 
     def restore(self, summary: Dict[str, Any]) -> None:
@@ -71,14 +74,15 @@ class MetricsLogger:
         self.summary = {**summary, **self.summary, "evaluations": evaluations}
         self._write_summary()
 
+    def state_dict(self) -> Dict[str, Any]:
+        return self.summary
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.restore(state)
+
     def _write_summary(self) -> None:
-        if not self.enabled:
-            return
-        path = os.path.join(self.run_dir, "summary.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.summary, f, indent=2)
-        os.replace(tmp, path)
+        if self.enabled:
+            write_json(os.path.join(self.run_dir, "summary.json"), self.summary)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -1,70 +1,48 @@
 """The training loop: data -> batch -> sharded model -> pipeline -> optimizer -> evaluator -> logger."""
 
 import itertools
-import os
+import math
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
-import numpy as np
 import torch
+from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer
 from tqdm import tqdm
 
 from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
-from dlrm_multiepoch.train.checkpoint import (
-    CHECKPOINTS_DIR,
-    CheckpointInfo,
-    check_compatible,
-    find_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
+from dlrm_multiepoch.train.build import build_freeze, check_resumable, evaluated_splits, load_data
+from dlrm_multiepoch.train.checkpoint import CheckpointInfo, Checkpointer, check_compatible
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics
+from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics, undefined_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
+from dlrm_multiepoch.train.nonfinite import (
+    NonFiniteLossError,
+    SkipNonFiniteBatches,
+    finite_mean,
+    first_nonfinite_step,
+)
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
+from dlrm_multiepoch.train.progress import TrainProgress
+from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
-
-TRAIN_SAMPLE = "train_sample"
-
-
-def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
-    """Load the dataset on every rank (the cache's file lock lets one rank build it)."""
-    data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
-    # A fixed train sample, evaluated like the test split, shows memorisation.
-    train = data.splits["train"]
-    rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
-    data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
-    return data
-
-
-def build_freeze(
-    cfg: TrainConfig, model: DistributedModelParallel, optimizer: CombinedOptimizer, steps_per_epoch: int
-) -> Optional[FreezeScheduleWrapper]:
-    """The freeze-schedule controller of ``--freeze_schedule``; None when everything trains."""
-    if not cfg.freeze_schedule or cfg.freeze_schedule == "joint":
-        return None
-    return FreezeScheduleWrapper(model, cfg.freeze_schedule, steps_per_epoch, cfg.epochs, optimizer=optimizer)
-
-
-def default_run_name(cfg: TrainConfig) -> str:
-    return f"{cfg.data.dataset}-{cfg.model.model}-seed{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-
 
 class Trainer:
     """Builds every part of a run from a :class:`TrainConfig` and trains it.
 
     Attributes list the swappable parts; each is built by one function so later
-    features (freeze schedules, other pipelines) replace one attribute.
+    features (freeze schedules, other pipelines) replace one attribute. Parts with
+    state beyond the model and optimizer are listed in ``checkpointed`` (name ->
+    ``Stateful``): the :class:`Checkpointer` saves and restores every entry, so a
+    feature registers its state there before the trainer resumes.
 
     Args:
         cfg: the run's config.
@@ -82,27 +60,33 @@ class Trainer:
     freeze: Optional[FreezeScheduleWrapper]
     pipeline: TrainPipelineSparseDist
     logger: MetricsLogger
+    run: RunFolder
+    progress: TrainProgress
+    checkpointed: Dict[str, Stateful]
+    checkpointer: Checkpointer
 
     def __init__(self, cfg: TrainConfig, env: DistEnv) -> None:
         self.cfg = cfg
         self.env = env
+        cfg.validate(world_size=env.world_size)
+        log = print if env.is_main else lambda _: None
+        # Found, verified and checked before the data is parsed: a wrong --resume fails in seconds.
+        self.run = open_run_folder(cfg, log)
+        self.resume_from = self.run.resume_from
+        if self.resume_from is not None:
+            check_resumable(self.resume_from, cfg)
         torch.manual_seed(cfg.seed)
         self.data = load_data(cfg, env)
+        changes = check_compatible(self.resume_from, cfg.to_dict(), self.data.tables) if self.resume_from else []
         self.train_loader = BatchLoader(
             self.data, "train", cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
         )
         self.eval_loaders = {
             split: BatchLoader(self.data, split, cfg.eval_batch_size, env.rank, env.world_size)
-            for split in ("test", TRAIN_SAMPLE)
+            for split in evaluated_splits(self.data)
         }
-        run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
-        self.checkpoint_dir = os.path.join(run_dir, CHECKPOINTS_DIR)
-        # Found and checked before anything is built: a wrong --resume fails in seconds.
-        self.resume_from = find_checkpoint(cfg.resume, self.checkpoint_dir)
-        changes = check_compatible(self.resume_from, cfg.to_dict(), self.data.tables) if self.resume_from else []
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
-        purge_step = self.resume_from.step + 1 if self.resume_from else None
-        self.logger = MetricsLogger(run_dir, enabled=env.is_main, purge_step=purge_step)
+        self.logger = MetricsLogger(self.run.path, enabled=env.is_main, purge_step=self.run.purge_step)
         model = build_model(self.data, cfg.model, env.device)
         apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.embedding_learning_rate)
         self.model = shard_model(model, env, cfg.sharding_type_list)
@@ -118,13 +102,26 @@ class Trainer:
             warmup_batches=cfg.pipeline_warmup_batches,
             frozen_tables=self.freeze.frozen_tables if self.freeze is not None else None,
         )
-        self.step = 0
-        self.start_epoch = 0
-        self._wall_time_before = 0.0  # of the runs this one resumes
+        self.skipper = SkipNonFiniteBatches(self.model.module) if cfg.skip_nonfinite_batches else None
+        self.progress = TrainProgress()
+        self.checkpointed = {"progress": self.progress, "metrics": self.logger}
+        if self.freeze is not None:
+            self.checkpointed["freeze"] = self.freeze
+        self.checkpointer = Checkpointer(
+            self.run.checkpoints, self.model, self.optimizer, self.checkpointed, cfg.keep_checkpoints, self.run.job_id, log
+        )
+        self.last_checkpoint: Optional[str] = None
+        self._warned: Set[Tuple[str, str]] = set()
+        self._wall_time_before = 0.0  # of the launches this one resumes
         self._train_start = time.perf_counter()
         self._log_build()
         if self.resume_from is not None:
             self._resume(self.resume_from, changes)
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps done over the whole run."""
+        return self.progress.step
 
     def _log_build(self) -> None:
         n_params = sum(p.numel() for p in self.model.parameters())
@@ -136,52 +133,50 @@ class Trainer:
         self.logger.info(f"TensorBoard run folder: {self.logger.run_dir}")
         self.logger.record("config", self.cfg.to_dict())
         self.logger.record("dataset", {name: len(split) for name, split in self.data.splits.items()})
+        self.logger.record("job_id", self.run.job_id)
         self.logger.text("config", f"```\n{self.cfg.to_dict()}\n```")
 
     # -- training ---------------------------------------------------------------
 
     def train(self) -> Dict[str, Any]:
-        """Train the epochs left of ``cfg.epochs``, evaluating and checkpointing after each; return the summary."""
+        """Train what is left of ``cfg.epochs``, evaluating and checkpointing as configured; return the summary."""
         self._train_start = time.perf_counter()
-        for epoch in range(self.start_epoch, self.cfg.epochs):
-            self.run_epoch(epoch)
+        if self.progress.epoch >= self.cfg.epochs:
+            self.logger.info(f"nothing left to train: {self.progress.epoch} of {self.cfg.epochs} epochs are done")
+        while self.progress.epoch < self.cfg.epochs:
+            self.run_epoch(self.progress.epoch)
         self.logger.record("wall_time_s", self._wall_time())
         self.logger.close()
         return self.logger.summary
 
     def run_epoch(self, epoch: int) -> None:
-        """Train epoch ``epoch`` (0-based), evaluate, and save a checkpoint (unless ``--no-checkpoint``)."""
+        """Train (the rest of) epoch ``epoch`` (0-based), evaluate, and save a checkpoint (unless ``--no-checkpoint``)."""
         self.train_epoch(epoch)
         self.evaluate(epoch=epoch + 1)
+        self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
         if self.cfg.checkpoint:
-            self.save_checkpoint(epoch + 1)
+            self.save_checkpoint()
 
     def _wall_time(self) -> float:
         return self._wall_time_before + time.perf_counter() - self._train_start
 
     # -- checkpoints ------------------------------------------------------------
 
-    def save_checkpoint(self, epochs_done: int) -> str:
-        """Save the whole training state to ``<run_dir>/checkpoints/epoch_<epochs_done>`` (collective)."""
+    def save_checkpoint(self) -> str:
+        """Save the whole training state to ``<run_dir>/checkpoints/step_<step>`` (collective)."""
         start = time.perf_counter()
-        state = {
-            "step": self.step,
-            "config": self.cfg.to_dict(),
-            "tables": {t.name: t.num_embeddings for t in self.data.tables},
-            "freeze": self.freeze.state_dict() if self.freeze is not None else None,
-            "summary": self.logger.summary,
-            "wall_time_s": self._wall_time(),
-            "world_size": self.env.world_size,
-        }
-        path = save_checkpoint(
-            self.checkpoint_dir, epochs_done, self.model, self.optimizer, state, keep=self.cfg.keep_checkpoints
-        )
-        self.logger.info(f"saved checkpoint {path} (step {self.step}) in {time.perf_counter() - start:.1f}s")
+        self.progress.wall_time_s = self._wall_time()
+        if self.skipper is not None:
+            self.progress.skipped_nonfinite = self.skipper.skipped
+        state = {"config": self.cfg.to_dict(), "tables": {t.name: t.num_embeddings for t in self.data.tables}}
+        path = self.checkpointer.save(self.step, state)
+        self.last_checkpoint = path
+        self.logger.info(f"saved checkpoint {path} ({self.progress}) in {time.perf_counter() - start:.1f}s")
         return path
 
     def _resume(self, info: CheckpointInfo, changes: List[str]) -> None:
-        """Load ``info``'s state into the built parts; training continues with epoch ``info.epoch``."""
-        saved_freeze = info.state["freeze"]
+        """Load ``info``'s state into the built parts; training continues at its data position."""
+        saved_freeze = info.parts.get("freeze")
         # Compared in normalised form ("delayed" == its expansion); None: every group trains.
         saved_schedule = saved_freeze["schedule"] if saved_freeze is not None else None
         if saved_schedule != (str(self.freeze.schedule) if self.freeze is not None else None):
@@ -189,21 +184,20 @@ class Trainer:
                 f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
                 f"{info.state['config']['freeze_schedule']!r}, this run has {self.cfg.freeze_schedule!r}"
             )
-        load_checkpoint(info.path, self.model, self.optimizer)
-        if self.freeze is not None:
-            self.freeze.load_state_dict(saved_freeze)
-        self.step = info.step
-        self.start_epoch = info.epoch
-        self._wall_time_before = float(info.state["wall_time_s"])
+        self.checkpointer.load(info)
+        self.last_checkpoint = info.path
+        self._wall_time_before = self.progress.wall_time_s
+        if self.skipper is not None:
+            self.skipper.skipped = self.progress.skipped_nonfinite
         if isinstance(self.pipeline, SemiSyncTrainPipeline):
             # Its warm-up counts training batches across epochs, from construction.
-            self.pipeline.train_steps = info.step
-        self.logger.restore(info.state["summary"])
-        resumed = {"path": info.path, "epoch": info.epoch, "step": info.step}
+            self.pipeline.train_steps = self.step
+        resumed = {"path": info.path, "step": self.step, "epoch": self.progress.epoch, "batch": self.progress.batch_in_epoch}
         self.logger.record("resumed_from", self.logger.summary.get("resumed_from", []) + [resumed])
+        if info.state["world_size"] != self.env.world_size:
+            changes = changes + [f"world size {info.state['world_size']} -> {self.env.world_size} (tables and optimizer state resharded)"]
         self.logger.info(
-            f"resumed from {info.path}: {info.epoch} epoch(s) done, step {info.step}; training epochs "
-            f"{info.epoch + 1}..{self.cfg.epochs}"
+            f"resumed from {info.path} at {self.progress}; training to epoch {self.cfg.epochs}"
             + "".join(f"\n  changed since the checkpoint: {change}" for change in changes)
         )
 
@@ -212,21 +206,34 @@ class Trainer:
         steps = len(self.train_loader)
         return min(steps, self.cfg.limit_train_batches) if self.cfg.limit_train_batches else steps
 
+    def _steps_to_boundary(self) -> int:
+        """Steps until the next mid-epoch evaluation or step checkpoint (the pipeline drains there)."""
+        periods = [self.cfg.eval_every_n_steps]
+        if self.cfg.checkpoint:
+            periods.append(self.cfg.checkpoint_every_n_steps)
+        return min((p - self.step % p for p in periods if p), default=math.inf)  # type: ignore[arg-type]
+
     def train_epoch(self, epoch: int) -> None:
-        self.train_loader.set_epoch(epoch)
+        """Train epoch ``epoch`` from its data position: the batches a resumed checkpoint had not done."""
         steps = self.steps_per_epoch
-        batches: Iterator[Batch] = itertools.islice(iter(self.train_loader), steps)
-        bar = tqdm(total=steps, desc=f"epoch {epoch + 1}", disable=not (self.env.is_main and self.cfg.progress_bar))
-        # Train in segments that end where a mid-epoch evaluation is due: the
-        # pipeline drains its in-flight batches at the end of each segment.
-        every = self.cfg.eval_every_n_steps
-        done = 0
+        first = self.progress.batch_in_epoch if self.progress.epoch == epoch else 0
+        self.progress.epoch, self.progress.batch_in_epoch = epoch, first
+        self.train_loader.set_epoch(epoch, start_batch=first)
+        batches: Iterator[Batch] = itertools.islice(iter(self.train_loader), steps - first)
+        show = self.env.is_main and self.cfg.progress_bar
+        bar = tqdm(total=steps, initial=first, desc=f"epoch {epoch + 1}", disable=not show)
+        done = first
         while done < steps:
-            segment = steps - done if not every else min(steps - done, every - self.step % every)
+            segment = min(steps - done, self._steps_to_boundary())
             self._train_segment(itertools.islice(batches, segment), epoch, bar)
             done += segment
-            if every and self.step % every == 0 and done < steps:
+            self.progress.batch_in_epoch = done
+            if done == steps:
+                break  # the epoch's evaluation and checkpoint follow in run_epoch
+            if self.cfg.eval_every_n_steps and self.step % self.cfg.eval_every_n_steps == 0:
                 self.evaluate(epoch=epoch + done / steps)
+            if self.cfg.checkpoint and self.cfg.checkpoint_every_n_steps and self.step % self.cfg.checkpoint_every_n_steps == 0:
+                self.save_checkpoint()
         bar.close()
 
     def _train_segment(self, batches: Iterator[Batch], epoch: int, bar: tqdm) -> None:
@@ -238,7 +245,7 @@ class Trainer:
                 out: ModelOutput = self.pipeline.progress(batches)
             except StopIteration:
                 break
-            self.step += 1
+            self.progress.step += 1
             if self.freeze is not None:
                 self.freeze.step()
             window.append(out)
@@ -249,15 +256,38 @@ class Trainer:
         if window:
             self._log_train(window, epoch, time.perf_counter() - t0, bar)
 
+    def _check_losses(self, losses: List[torch.Tensor]) -> None:
+        """Stop at a non-finite loss (all ranks together), or report the batches the skipper skipped."""
+        if self.skipper is not None:
+            skipped = [self.step - len(losses) + 1 + i for i, x in enumerate(losses) if not torch.isfinite(x)]
+            if skipped:
+                self.logger.info(
+                    f"WARNING: non-finite loss at step(s) {skipped}: batches skipped, no update "
+                    f"({self.skipper.skipped} skipped so far)"
+                )
+            return
+        bad = first_nonfinite_step(losses, self.step)
+        if bad is not None:
+            raise NonFiniteLossError(
+                f"non-finite training loss at step {bad} (epoch {self.progress.epoch + 1}); the weights after it "
+                f"are not usable. Last good checkpoint: {self.last_checkpoint or 'none'}. Resume from it with "
+                f"--resume PATH after lowering --learning_rate / --embedding_learning_rate or checking the data, "
+                f"or pass --skip_nonfinite_batches to skip such batches"
+            )
+
     def _log_train(self, window: List[ModelOutput], epoch: int, seconds: float, bar: tqdm) -> float:
+        losses = [o.loss for o in window]
+        self._check_losses(losses)
         # Local real samples times ranks: exact except in an epoch's last, padded step.
         samples = sum(float(o.weights.sum()) for o in window) * self.env.world_size
-        loss = float(torch.stack([o.loss for o in window]).mean())
+        loss = finite_mean(losses)
         values = {"train/loss": loss, "train/samples_per_sec": samples / max(seconds, 1e-9), "train/epoch": epoch}
+        if self.skipper is not None:
+            values["train/skipped_nonfinite_batches"] = self.skipper.skipped
         if self.freeze is not None:
             values |= {f"freeze/{group}": state for group, state in self.freeze.states().items()}
         for name in window[0].losses:
-            values[f"train/loss_{name}"] = float(torch.stack([o.losses[name] for o in window]).mean())
+            values[f"train/loss_{name}"] = finite_mean([o.losses[name] for o in window])
         self.logger.scalars(values, self.step)
         if isinstance(self.pipeline, SemiSyncTrainPipeline):
             # Per-step values, read once per logging window: reading each step would
@@ -272,7 +302,7 @@ class Trainer:
     # -- evaluation -------------------------------------------------------------
 
     def evaluate(self, epoch: float) -> Dict[str, TaskMetrics]:
-        """Metrics on the test split and the fixed train sample, logged at the current step."""
+        """Metrics on every evaluated split (test, the fixed train sample, ...), logged at the current step."""
         self.model.eval()
         results: Dict[str, TaskMetrics] = {}
         for split, loader in self.eval_loaders.items():
@@ -288,6 +318,10 @@ class Trainer:
         }
         self.logger.scalars(values, self.step)
         self.logger.evaluation({"epoch": epoch, "step": self.step, **results})
+        for key, warning in undefined_metrics(results).items():
+            if key not in self._warned:  # once per split and task
+                self._warned.add(key)
+                self.logger.info(f"WARNING: {warning}")
         lines = [f"eval after epoch {epoch:g} (step {self.step}):"]
         for split, per_task in results.items():
             for task, m in per_task.items():

@@ -1,0 +1,81 @@
+"""Factories and up-front checks for the :class:`~dlrm_multiepoch.train.trainer.Trainer`'s parts."""
+
+from typing import List, Optional
+
+import numpy as np
+from torchrec.distributed import DistributedModelParallel
+from torchrec.optim.keyed import CombinedOptimizer
+
+from dlrm_multiepoch.data.config import load_dataset
+from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.distributed import DistEnv
+from dlrm_multiepoch.freeze import FreezeScheduleWrapper
+from dlrm_multiepoch.train.checkpoint import CheckpointInfo
+from dlrm_multiepoch.train.config import TrainConfig
+
+TRAIN_SAMPLE = "train_sample"
+NOT_EVALUATED = ("train", "pretrain")  # every other split (test, train_sample, val, ...) is evaluated
+
+
+def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
+    """Load the dataset on every rank (the cache's file lock lets one rank build it) and check its splits."""
+    data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
+    # A fixed train sample, evaluated like the test split, shows memorisation.
+    train = data.splits["train"]
+    if cfg.train_eval_rows:
+        rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
+        data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+    check_splits(data)
+    return data
+
+
+def evaluated_splits(data: InteractionData) -> List[str]:
+    return [name for name in data.splits if name not in NOT_EVALUATED]
+
+
+def check_splits(data: InteractionData) -> None:
+    """Refuse, before any training, a run whose train split or an evaluated split has no rows.
+
+    An empty split would train a whole epoch and then fail in its evaluation. A split
+    with fewer rows than ranks is fine: ranks without rows get weight-0 padding.
+    """
+    sizes = {name: len(split) for name, split in data.splits.items()}
+    if sizes["train"] == 0:
+        raise ValueError(f"the train split of {data.name} is empty (split sizes {sizes}); check --max_rows and the data")
+    for name in evaluated_splits(data):
+        if sizes[name] == 0:
+            raise ValueError(
+                f"the {name} split of {data.name} is empty (split sizes {sizes}), so it cannot be evaluated; "
+                f"raise --test_fraction or use more rows (--max_rows, a larger --data_path)"
+            )
+
+
+def build_freeze(
+    cfg: TrainConfig, model: DistributedModelParallel, optimizer: CombinedOptimizer, steps_per_epoch: int
+) -> Optional[FreezeScheduleWrapper]:
+    """The freeze-schedule controller of ``--freeze_schedule``; None when everything trains."""
+    if cfg.freeze_schedule == "joint":
+        return None
+    try:
+        return FreezeScheduleWrapper(model, cfg.freeze_schedule, steps_per_epoch, cfg.epochs, optimizer=optimizer)
+    except ValueError as e:
+        raise ValueError(f"--freeze_schedule {cfg.freeze_schedule!r}: {e}") from None
+
+
+def check_resumable(info: CheckpointInfo, cfg: TrainConfig) -> None:
+    """Refuse a resume that would skip or redo work: ``--epochs`` below what is done, or a moved data position."""
+    done = info.parts["progress"]
+    epochs_done = done["epoch"] + (done["batch_in_epoch"] > 0)
+    if epochs_done > cfg.epochs:
+        raise ValueError(
+            f"--epochs {cfg.epochs} is below what checkpoint {info.path} has trained (epoch {done['epoch'] + 1}"
+            f"{', batch ' + str(done['batch_in_epoch']) if done['batch_in_epoch'] else ' done'}); "
+            f"pass --epochs {epochs_done} or more"
+        )
+    saved_batch = info.state["config"]["batch_size"]
+    if done["batch_in_epoch"] and saved_batch != cfg.batch_size:
+        raise ValueError(
+            f"--batch_size {cfg.batch_size}: checkpoint {info.path} was taken {done['batch_in_epoch']} batches into "
+            f"an epoch at --batch_size {saved_batch}, a data position that only that batch size continues; "
+            f"resume with --batch_size {saved_batch} (or from an end-of-epoch checkpoint)"
+        )

@@ -1,0 +1,118 @@
+"""The :class:`Checkpointer`: one run's checkpoints of model, optimizer and named ``Stateful`` parts."""
+
+import os
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.stateful import Stateful
+from torchrec.optim.keyed import KeyedOptimizer
+
+from dlrm_multiepoch import distributed as D
+from dlrm_multiepoch.train.checkpoint.find import find_checkpoint
+from dlrm_multiepoch.train.checkpoint.layout import CheckpointInfo, checkpoint_name
+from dlrm_multiepoch.train.checkpoint.load import load_checkpoint
+from dlrm_multiepoch.train.checkpoint.save import protect, save_checkpoint, unprotect
+
+
+def holds_tensors(value: Any) -> bool:
+    """Whether a (nested) state dict holds a tensor anywhere."""
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, Mapping):
+        return any(holds_tensors(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(holds_tensors(v) for v in value)
+    return False
+
+
+class Checkpointer:
+    """Saves and restores one run's training state: model, optimizer and named ``Stateful`` parts.
+
+    A part is anything with ``state_dict()`` / ``load_state_dict()``
+    (``torch.distributed.checkpoint.stateful.Stateful``): the data position, the freeze
+    schedule, the metrics summary, and whatever other features register in ``parts``
+    (e.g. per-row counters, LR-schedule state). A part whose state dict holds tensors
+    is saved in the DCP checkpoint beside the model and optimizer, so sharded tensors
+    reshard on load; any other part's state goes, as JSON, into ``trainer_state.json``.
+
+    Args:
+        folder: the run's checkpoint folder (``<run_dir>/checkpoints``).
+        model: the ``DistributedModelParallel`` model.
+        optimizer: its ``CombinedOptimizer``.
+        parts: name -> part; the dict is kept (not copied), so parts registered later
+            are saved and loaded too.
+        keep: complete checkpoints to keep, not counting protected ones.
+        job_id: the elastic job's id (a restart of it resumes from its own checkpoints).
+        log: rank-0 logger.
+
+    Example::
+
+        ckpt = Checkpointer("runs/joint/checkpoints", dmp, optimizer, {"progress": progress}, keep=2)
+        ckpt.parts["falr"] = row_counters              # a Stateful holding sharded tensors
+        info = ckpt.find("auto")
+        if info is not None:
+            ckpt.load(info)
+        path = ckpt.save(step=240, state={"config": cfg.to_dict()})
+        ckpt.protect(240, "best validation AUC")        # pruning keeps it
+    """
+
+    def __init__(
+        self,
+        folder: str,
+        model: nn.Module,
+        optimizer: KeyedOptimizer,
+        parts: Dict[str, Stateful],
+        keep: int = 2,
+        job_id: Optional[str] = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.folder = folder
+        self.model = model
+        self.optimizer = optimizer
+        self.parts = parts
+        self.keep = keep
+        self.job_id = job_id
+        self.log = log
+
+    def path_of(self, step: int) -> str:
+        return os.path.join(self.folder, checkpoint_name(step))
+
+    def save(self, step: int, state: Mapping[str, Any]) -> str:
+        """Save everything after ``step`` optimizer steps, with ``state`` (JSON-able) in the state file (collective)."""
+        json_parts: Dict[str, Any] = {}
+        tensor_parts: Dict[str, Any] = {}
+        for name, part in self.parts.items():
+            part_state = part.state_dict()
+            (tensor_parts if holds_tensors(part_state) else json_parts)[name] = part_state
+        full = {**state, "job_id": self.job_id, "world_size": D.world_size(), "parts": json_parts}
+        return save_checkpoint(
+            self.folder, step, self.model, self.optimizer, full, tensor_parts, keep=self.keep, log=self.log
+        )
+
+    def find(self, resume: str) -> Optional[CheckpointInfo]:
+        """The intact checkpoint ``--resume`` asks for (see :func:`find_checkpoint`); None: start fresh."""
+        return find_checkpoint(resume, self.folder, self.job_id, self.log)
+
+    def load(self, info: CheckpointInfo) -> None:
+        """Restore model, optimizer and every registered part from ``info`` (collective)."""
+        saved_tensor_parts = set(info.state.get("tensor_parts", []))
+        missing = [n for n in self.parts if n not in info.parts and n not in saved_tensor_parts]
+        if missing:
+            raise ValueError(
+                f"checkpoint {info.path} holds no state for {missing}: it was saved by a run without them "
+                f"(it has {sorted(info.parts) + sorted(saved_tensor_parts)})"
+            )
+        tensor_state = {n: p.state_dict() for n, p in self.parts.items() if n in saved_tensor_parts}
+        load_checkpoint(info.path, self.model, self.optimizer, tensor_state)
+        for name, part in self.parts.items():
+            part.load_state_dict(tensor_state[name] if name in tensor_state else info.parts[name])
+
+    def protect(self, step: int, reason: str) -> None:
+        """Keep the checkpoint of ``step`` from pruning (call on every rank; rank 0 writes)."""
+        if D.rank() == 0:
+            protect(self.path_of(step), reason)
+
+    def unprotect(self, step: int) -> None:
+        if D.rank() == 0:
+            unprotect(self.path_of(step))

@@ -1,0 +1,94 @@
+"""Whether a checkpoint fits this run: shapes must match; other changed settings are listed."""
+
+from typing import Any, Dict, List, Mapping, Sequence
+
+from dlrm_multiepoch.data.dataset import TableSpec
+from dlrm_multiepoch.train.checkpoint.layout import CheckpointInfo
+
+# Config fields (dotted paths into TrainConfig.to_dict()) that change parameter or
+# optimizer-state shapes: a checkpoint loads only into a run with the same values.
+# Table sizes, which follow from every data option, are compared separately.
+SHAPE_FIELDS = (
+    "data.dataset",
+    "data.history_length",
+    "data.dense_cols",  # dense input width
+    "data.task_thresholds",  # number of tasks, i.e. head widths
+    "model.model",
+    "model.embedding_dim",
+    "model.dense_arch_layer_sizes",
+    "model.over_arch_layer_sizes",
+    "model.dcn_num_layers",
+    "model.dcn_low_rank_dim",
+    "model.transformer_layers",
+    "model.transformer_heads",
+    "model.transformer_ff_dim",
+    "model.sequence_head_layer_sizes",
+    "optim.embedding_optimizer",  # row-wise vs element-wise Adagrad state
+)
+
+
+def _get(config: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = config
+    for part in dotted.split("."):
+        value = value[part]
+    return value
+
+
+def _flat(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def check_compatible(info: CheckpointInfo, config: Mapping[str, Any], tables: Sequence[TableSpec]) -> List[str]:
+    """Refuse a checkpoint whose shapes differ from this run's; list the other changed settings.
+
+    Args:
+        info: the checkpoint to resume.
+        config: this run's ``TrainConfig.to_dict()``.
+        tables: this run's embedding tables (``InteractionData.tables``).
+
+    Returns:
+        ``"--flag saved -> now"`` for each other setting that differs (e.g. a longer
+        ``--epochs``), for the log.
+
+    Raises:
+        ValueError: naming the first differing shape field (``--embedding_dim``, ...) or table.
+
+    Example::
+
+        for change in check_compatible(info, cfg.to_dict(), data.tables):
+            log(f"resuming with {change}")
+    """
+    saved = info.state["config"]
+    for dotted in SHAPE_FIELDS:
+        before, now = _get(saved, dotted), _get(config, dotted)
+        if before != now:
+            flag = "--" + dotted.split(".")[-1]
+            raise ValueError(
+                f"--resume {info.path!r}: the checkpoint was trained with {flag} {before!r}, this run has {now!r}; "
+                f"{flag} changes parameter shapes, so the checkpoint cannot be loaded (use {flag} {before!r} or "
+                f"start fresh)"
+            )
+    saved_tables: Dict[str, int] = info.state["tables"]
+    current = {t.name: t.num_embeddings for t in tables}
+    changed_data = [f"--{k.split('.')[-1]}" for k, v in _flat(saved["data"], "data.").items() if _get(config, k) != v]
+    for name in sorted(set(saved_tables) | set(current)):
+        if saved_tables.get(name) != current.get(name):
+            raise ValueError(
+                f"--resume {info.path!r}: table {name!r} has {saved_tables.get(name)} rows in the checkpoint but "
+                f"{current.get(name)} in this run's data (data options changed: {changed_data or 'none'}; the "
+                f"dataset's encoding must match)"
+            )
+    flat_now = _flat(config)
+    return [
+        f"--{key.split('.')[-1]} {value!r} -> {flat_now.get(key)!r}"
+        for key, value in _flat(saved).items()
+        if key not in ("resume", "overwrite") and flat_now.get(key) != value
+    ]
+
+

@@ -1,0 +1,202 @@
+"""Which checkpoint to resume: verify folders against what the save recorded, fall back past damaged ones.
+
+The folders decide, not a pointer file: a resume takes the newest checkpoint whose
+every file has the size and sha256 recorded when it was saved. Verification is
+collective: each rank hashes a share of the files, so a checkpoint of N files costs
+about N / world_size file reads per rank.
+"""
+
+import hashlib
+import os
+from typing import Callable, Dict, List, Optional
+
+from dlrm_multiepoch import distributed as D
+from dlrm_multiepoch.train.checkpoint.layout import (
+    FORMAT_VERSION,
+    STATE_FILE,
+    CheckpointInfo,
+    complete_checkpoints,
+    saved_work,
+    step_folders,
+)
+from dlrm_multiepoch.train.json_io import read_json
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that is incomplete, damaged or of another format; the message names the file."""
+
+
+def sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record_files(folder: str) -> Dict[str, Dict[str, object]]:
+    """Size and sha256 of every file in ``folder`` (collective: each rank hashes a share)."""
+    names = D.broadcast_object(sorted(os.listdir(folder)) if D.rank() == 0 else None)
+    mine = {}
+    for name in names[D.rank() :: D.world_size()]:
+        path = os.path.join(folder, name)
+        mine[name] = {"bytes": os.path.getsize(path), "sha256": sha256(path)}
+    return {name: entry for share in D.all_gather_object(mine) for name, entry in share.items()}
+
+
+def _read_state(path: str) -> Dict[str, object]:
+    state_file = os.path.join(path, STATE_FILE)
+    if not os.path.isfile(state_file):
+        raise CheckpointError(
+            f"checkpoint {path}: incomplete (no {STATE_FILE}, which a save writes last: the save was interrupted)"
+        )
+    try:
+        state = read_json(state_file)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {path}: {e}") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
+        found = state.get("format") if isinstance(state, dict) else None
+        raise CheckpointError(f"checkpoint {path}: format {found!r}, this version reads format {FORMAT_VERSION}")
+    return state
+
+
+def _check_files(path: str, files: Dict[str, Dict[str, object]], share: int, shares: int) -> Optional[str]:
+    """The first of this rank's share of ``files`` that differs from what the save recorded."""
+    for name in sorted(files)[share::shares]:
+        expected, file = files[name], os.path.join(path, name)
+        if not os.path.isfile(file):
+            return f"checkpoint {path}: file {name} is missing"
+        size = os.path.getsize(file)
+        if size != expected["bytes"]:
+            return f"checkpoint {path}: file {name} has {size} bytes, the save wrote {expected['bytes']} (truncated?)"
+        if sha256(file) != expected["sha256"]:
+            return f"checkpoint {path}: file {name} has another sha256 than the save recorded (damaged)"
+    return None
+
+
+def verify_checkpoint(path: str) -> CheckpointInfo:
+    """The checkpoint at ``path`` after checking every file (collective).
+
+    Raises:
+        FileNotFoundError: ``path`` is not a folder.
+        CheckpointError: naming the folder and the file that is missing, truncated,
+            damaged or unreadable, or the format it has.
+
+    Example::
+
+        info = verify_checkpoint("runs/joint/checkpoints/step_240")
+    """
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"checkpoint {path}: no such folder")
+    try:
+        state = _read_state(path)
+        problem = _check_files(path, state.get("files", {}), D.rank(), D.world_size())
+    except CheckpointError as e:
+        state, problem = {}, str(e)
+    problems = [p for p in D.all_gather_object(problem) if p]
+    if problems:
+        raise CheckpointError(problems[0])
+    return CheckpointInfo(path=path, state=state)
+
+
+def _job_of(path: str) -> Optional[str]:
+    try:
+        return read_json(os.path.join(path, STATE_FILE)).get("job_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def newest_intact(folder: str, log: Callable[[str], None], job_id: Optional[str] = None) -> Optional[CheckpointInfo]:
+    """The newest checkpoint in ``folder`` that verifies, saying which damaged ones it passed over.
+
+    Args:
+        folder: a run's checkpoint folder.
+        log: where the fallback notes go.
+        job_id: only consider checkpoints saved by this elastic job (a restart).
+    """
+    candidates = D.broadcast_object(complete_checkpoints(folder) if D.rank() == 0 else None)
+    skipped: List[str] = []
+    for _, path in reversed(candidates):
+        if job_id is not None and D.broadcast_object(_job_of(path) if D.rank() == 0 else None) != job_id:
+            continue
+        try:
+            info = verify_checkpoint(path)
+        except CheckpointError as e:
+            log(f"WARNING: {e}; falling back to an older checkpoint")
+            skipped.append(path)
+            continue
+        if skipped:
+            log(f"WARNING: resuming from {path}, the newest intact checkpoint (passed over: {', '.join(skipped)})")
+        return info
+    return None
+
+
+def find_checkpoint(
+    resume: str, folder: str, job_id: Optional[str] = None, log: Callable[[str], None] = print
+) -> Optional[CheckpointInfo]:
+    """The checkpoint a run resumes from; None to start fresh (collective).
+
+    Args:
+        resume: ``""`` (start fresh), ``"auto"`` (the newest intact checkpoint in
+            ``folder``, if any) or a checkpoint folder.
+        folder: this run's checkpoint folder (``<run_dir>/checkpoints``).
+        job_id: the elastic job's id (:func:`dlrm_multiepoch.distributed.elastic_job_id`):
+            when ``folder`` holds checkpoints this job saved, the job was restarted and
+            resumes from the newest of them, whatever ``resume`` says.
+        log: rank-0 logger for restarts and fallbacks.
+
+    Raises:
+        FileNotFoundError / CheckpointError: an explicit path that is missing or damaged
+            (no silent fallback: the message lists the intact checkpoints beside it).
+
+    Example::
+
+        info = find_checkpoint(cfg.resume, f"{run_dir}/checkpoints", elastic_job_id())
+    """
+    if job_id is not None:
+        own = newest_intact(folder, log, job_id=job_id)
+        if own is not None:
+            log(f"restart {D.restart_count()} of job {job_id}: resuming from its checkpoint {own.path}")
+            return own
+    if not resume:
+        return None
+    if resume == "auto":
+        return newest_intact(folder, log)
+    try:
+        return verify_checkpoint(resume)
+    except (FileNotFoundError, CheckpointError) as e:
+        parent = os.path.dirname(os.path.normpath(resume))
+        others = [p for _, p in complete_checkpoints(parent) if os.path.normpath(p) != os.path.normpath(resume)]
+        raise type(e)(f"--resume {resume!r}: {e}; complete checkpoints beside it: {others or 'none'}") from None
+
+
+def refuse_fresh_start(folder: str, summary_file: str, resume: str, job_id: Optional[str]) -> Optional[str]:
+    """Why a fresh start must not run in this run folder, or None if it may.
+
+    A fresh start never deletes or overwrites saved work it did not write: checkpoints
+    (intact, damaged, or of the older per-epoch format), and the ``summary.json`` of an
+    earlier launch unless that launch was this elastic job or ``--resume auto`` asked to
+    continue whatever the folder holds (a launch that died before its first checkpoint).
+
+    Args:
+        folder: the run's checkpoint folder.
+        summary_file: the run's ``summary.json``.
+        resume: the ``--resume`` value.
+        job_id: this elastic job's id, or None.
+    """
+    found = saved_work(folder)
+    if not found and os.path.isfile(summary_file) and resume != "auto":
+        try:
+            earlier_job = read_json(summary_file).get("job_id")
+        except (ValueError, AttributeError):
+            earlier_job = None
+        if job_id is None or earlier_job != job_id:
+            found = [summary_file]
+    if not found:
+        return None
+    damaged = " (none of its checkpoints is intact: see the warnings above)" if resume == "auto" and step_folders(folder) else ""
+    return (
+        f"refusing to start a fresh run in {os.path.dirname(os.path.normpath(folder))}: it holds the work of an "
+        f"earlier run{damaged}: {', '.join(found)}. Pass --resume auto to continue it, --overwrite to delete it "
+        f"and start over, or another --run_name"
+    )

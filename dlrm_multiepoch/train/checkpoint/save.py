@@ -1,0 +1,123 @@
+"""Saving a checkpoint (DCP shards, then the state file with every file's checksum) and pruning old ones."""
+
+import os
+import shutil
+from typing import Any, Callable, List, Mapping
+
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torchrec.optim.keyed import KeyedOptimizer
+
+from dlrm_multiepoch import distributed as D
+from dlrm_multiepoch.train.checkpoint.find import record_files
+from dlrm_multiepoch.train.checkpoint.layout import (
+    FORMAT_VERSION,
+    PROTECTED_FILE,
+    STATE_FILE,
+    TMP_SUFFIX,
+    checkpoint_name,
+    complete_checkpoints,
+    is_protected,
+    step_of,
+)
+from dlrm_multiepoch.train.json_io import write_json
+
+
+def save_checkpoint(
+    folder: str,
+    step: int,
+    model: nn.Module,
+    optimizer: KeyedOptimizer,
+    state: Mapping[str, Any],
+    tensor_state: Mapping[str, Any] = {},
+    keep: int = 2,
+    log: Callable[[str], None] = print,
+) -> str:
+    """Save the training state after ``step`` optimizer steps to ``<folder>/step_<step>``; returns that path.
+
+    Collective: every rank calls it. Every rank writes its own shards with
+    ``torch.distributed.checkpoint`` into ``step_<step>.tmp``; the ranks then record
+    each file's size and sha256, rank 0 writes ``trainer_state.json`` (``state`` plus
+    that manifest) last, renames the folder, and prunes.
+
+    Args:
+        folder: the run's checkpoint folder (``<run_dir>/checkpoints``).
+        step: optimizer steps done; names the folder.
+        model: the ``DistributedModelParallel`` model.
+        optimizer: its ``CombinedOptimizer`` (fused table optimizers and dense optimizer).
+        state: JSON-able state (config, tables, JSON parts); non-finite numbers become ``null``.
+        tensor_state: further state dicts holding tensors, saved beside ``model`` and
+            ``optimizer`` (sharded tensors reshard on load).
+        keep: complete checkpoints to keep (>= 1), not counting protected ones.
+        log: rank-0 logger for pruned folders.
+
+    Example::
+
+        save_checkpoint("runs/joint/checkpoints", 240, dmp, optimizer, {"config": cfg.to_dict()}, keep=2)
+    """
+    if keep < 1:
+        raise ValueError(f"--keep_checkpoints must be >= 1, got {keep}")
+    final = os.path.join(folder, checkpoint_name(step))
+    tmp = final + TMP_SUFFIX
+    main = D.rank() == 0
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier interrupted save of this step
+        os.makedirs(tmp)
+    D.barrier()
+    dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **tensor_state}, checkpoint_id=tmp)
+    D.barrier()  # every rank's shards are on disk before they are hashed
+    files = record_files(tmp)
+    if main:
+        full = {"format": FORMAT_VERSION, **state, "step": step, "tensor_parts": sorted(tensor_state), "files": files}
+        write_json(os.path.join(tmp, STATE_FILE), full)
+        if os.path.exists(final):  # re-saving a step after resuming from an older checkpoint
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(folder)
+        for path in prune(folder, keep, step):
+            log(f"removed checkpoint {path}")
+    D.barrier()
+    return final
+
+
+def prune(folder: str, keep: int, saved: int) -> List[str]:
+    """Keep the ``keep`` newest unprotected complete checkpoints up to step ``saved``; return what went.
+
+    Checkpoints past ``saved`` belong to a run that this one resumed from an older
+    checkpoint and superseded (protected ones too: their timeline is gone);
+    interrupted saves never resume. Both go. Protected checkpoints up to ``saved``
+    stay and do not count toward ``keep``.
+    """
+    done = complete_checkpoints(folder)
+    later = [p for s, p in done if s > saved]
+    kept_candidates = [p for s, p in done if s <= saved and not is_protected(p)]
+    stale = later + kept_candidates[:-keep]
+    stale += [
+        os.path.join(folder, n)
+        for n in os.listdir(folder)
+        if n.endswith(TMP_SUFFIX) and step_of(n[: -len(TMP_SUFFIX)]) is not None
+    ]
+    for path in stale:
+        shutil.rmtree(path)
+    return stale
+
+
+def protect(path: str, reason: str) -> None:
+    """Keep the checkpoint at ``path`` from pruning (e.g. the best validation checkpoint)."""
+    write_json(os.path.join(path, PROTECTED_FILE), {"reason": reason})
+
+
+def unprotect(path: str) -> None:
+    """Let pruning remove the checkpoint at ``path`` again."""
+    file = os.path.join(path, PROTECTED_FILE)
+    if os.path.exists(file):
+        os.remove(file)
+
+
+def _fsync_dir(path: str) -> None:
+    # The rename is durable only once the folder's own entry is on disk.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

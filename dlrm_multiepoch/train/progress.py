@@ -1,0 +1,45 @@
+"""Where a run stands: steps done and the data position, saved with every checkpoint."""
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Mapping
+
+
+@dataclass
+class TrainProgress:
+    """The training position, a ``Stateful`` saved (as JSON) in every checkpoint.
+
+    The data position is ``(epoch, batch_in_epoch)``: the epoch in progress and how
+    many of its global batches are done. The order of global batches depends only on
+    the seed and the epoch, not on the world size, so a resume on any number of ranks
+    continues with the next unseen global batch.
+
+    Args:
+        step: optimizer steps done over the whole run.
+        epoch: the epoch in progress (0-based); equals ``--epochs`` when the run is done.
+        batch_in_epoch: global batches of ``epoch`` done.
+        wall_time_s: training time of the launches before this one.
+        skipped_nonfinite: batches skipped for a non-finite loss (``--skip_nonfinite_batches``).
+
+    Example::
+
+        progress = TrainProgress(step=125, epoch=1, batch_in_epoch=5)
+        progress.load_state_dict(progress.state_dict())
+    """
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    wall_time_s: float = 0.0
+    skipped_nonfinite: int = 0
+
+    def state_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        for f in fields(self):
+            setattr(self, f.name, type(getattr(self, f.name))(state[f.name]))
+
+    def __str__(self) -> str:
+        if self.batch_in_epoch == 0:
+            return f"step {self.step}, {self.epoch} epoch(s) done"
+        return f"step {self.step}, epoch {self.epoch + 1} at batch {self.batch_in_epoch}"

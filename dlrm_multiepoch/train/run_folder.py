@@ -1,0 +1,88 @@
+"""The run folder a launch trains in: one name on every rank, what it resumes, what a fresh start may replace."""
+
+import glob
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from dlrm_multiepoch import distributed as D
+from dlrm_multiepoch.train.checkpoint import (
+    CHECKPOINTS_DIR,
+    CheckpointInfo,
+    find_checkpoint,
+    refuse_fresh_start,
+    saved_work,
+)
+from dlrm_multiepoch.train.config import TrainConfig
+
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass
+class RunFolder:
+    """Where a run writes, and where it continues from.
+
+    Args:
+        path: ``<tensorboard_dir>/<run_name>``: event files, ``summary.json``, ``checkpoints/``.
+        checkpoints: ``<path>/checkpoints``.
+        resume_from: the verified checkpoint to resume, or None for a fresh start.
+        purge_step: the first step whose earlier TensorBoard events are hidden (the
+            step after the checkpoint on resume; 0 on a fresh start over old events).
+        job_id: the elastic job's id, or None outside torchrun/TorchX.
+    """
+
+    path: str
+    checkpoints: str
+    resume_from: Optional[CheckpointInfo]
+    purge_step: Optional[int]
+    job_id: Optional[str]
+
+    @property
+    def summary_file(self) -> str:
+        return os.path.join(self.path, SUMMARY_FILE)
+
+
+def default_run_name(cfg: TrainConfig, job_id: Optional[str]) -> str:
+    """``<dataset>-<model>-seed<N>-<job id or time>``: the job id keeps one name across restarts."""
+    suffix = job_id[:12] if job_id else time.strftime("%Y%m%d-%H%M%S")
+    return f"{cfg.data.dataset}-{cfg.model.model}-seed{cfg.seed}-{suffix}"
+
+
+def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print) -> RunFolder:
+    """Name the run folder, find the checkpoint to resume, and clear the way for a fresh start (collective).
+
+    A restart of the same torchrun/TorchX job resumes from that job's newest intact
+    checkpoint whatever ``--resume`` says. A fresh start over an earlier run's
+    checkpoints or ``summary.json`` is refused unless ``--overwrite``, which deletes
+    them and hides the earlier event files' steps in TensorBoard.
+
+    Raises:
+        ValueError / FileNotFoundError: a refused fresh start or a bad ``--resume``, naming the paths.
+
+    Example::
+
+        run = open_run_folder(cfg)
+        if run.resume_from is not None:
+            checkpointer.load(run.resume_from)
+    """
+    job_id = D.elastic_job_id()
+    # Every rank must write to the same folder: rank 0 names it (the time may differ across ranks).
+    name = cfg.run_name or D.broadcast_object(default_run_name(cfg, job_id))
+    path = os.path.join(cfg.tensorboard_dir, name)
+    checkpoints = os.path.join(path, CHECKPOINTS_DIR)
+    resume_from = find_checkpoint(cfg.resume, checkpoints, job_id, log)
+    if resume_from is not None:
+        return RunFolder(path, checkpoints, resume_from, resume_from.step + 1, job_id)
+    summary = os.path.join(path, SUMMARY_FILE)
+    refusal = D.broadcast_object(refuse_fresh_start(checkpoints, summary, cfg.resume, job_id) if D.rank() == 0 else None)
+    if refusal and not cfg.overwrite:
+        raise ValueError(refusal)
+    if refusal and D.rank() == 0:
+        for old in saved_work(checkpoints) + ([summary] if os.path.exists(summary) else []):
+            log(f"--overwrite: removing {old}")
+            shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
+    D.barrier()
+    old_events = bool(glob.glob(os.path.join(path, "events.out.tfevents.*")))
+    return RunFolder(path, checkpoints, None, 0 if old_events else None, job_id)

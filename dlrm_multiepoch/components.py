@@ -46,6 +46,7 @@ def train(
     name: str = "dlrm_multiepoch/dlrm",
     env: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
+    max_restarts: int = 0,
     mounts: Optional[List[str]] = None,
 ) -> specs.AppDef:
     """Distributed DLRM training on a dataset: ``apps/train.py`` under ``torchrun``.
@@ -54,6 +55,12 @@ def train(
     rank (gloo on CPU, nccl on CUDA, chosen by the app at run time). App parameters
     left unset are not passed, so the app's own defaults apply; any other app flag
     goes after ``--`` (e.g. ``-- --freeze_schedule delayed``).
+
+    A failed job comes back by itself with ``max_restarts`` (torchrun restarts the
+    workers in place: a killed rank, an OOM) or ``max_retries`` (the scheduler
+    reschedules the job: a lost node, a preemption). Either way the app resumes from
+    the job's newest intact checkpoint; add ``-- --checkpoint_every_n_steps N`` to
+    bound the work lost to N steps.
 
     Example::
 
@@ -88,6 +95,8 @@ def train(
         name: job name, {experimentname}/{runname}
         env: environment variables for the job, e.g. LOGLEVEL=INFO,NCCL_DEBUG=WARN
         max_retries: how many times the scheduler may restart the job after a failure
+        max_restarts: how many times torchrun may restart the job's workers in place after a
+            failure (torchrun --max_restarts); the app resumes from the job's newest checkpoint
         mounts: mounts into the job's containers, e.g. type=bind,src=/data,dst=/data
     """
     app_flags = {
@@ -128,7 +137,9 @@ def train(
             )
         # One "--flag=value" token: a value starting with "-" (a negative seed) stays a value.
         args.append(f"--{flag}={value}")
-    return dist.ddp(
+    if max_restarts < 0:
+        raise ValueError(f"--max_restarts must be >= 0, got {max_restarts}")
+    app = dist.ddp(
         *args,
         *script_args,
         script=script,
@@ -143,3 +154,11 @@ def train(
         max_retries=max_retries,
         mounts=mounts,
     )
+    if max_restarts:  # dist.ddp has no parameter for torchrun's own restarts
+        (role,) = app.roles
+        assert role.args[1].startswith("torchrun "), role.args
+        role.args[1] = f"torchrun --max_restarts {max_restarts} " + role.args[1][len("torchrun ") :]
+        # Else every attempt shares one rendezvous TCPStore, whose keys from the failed
+        # attempt can point the new workers at dead peers (pytorch/pytorch#135712).
+        role.env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    return app

@@ -1,6 +1,7 @@
 """Process-group setup that picks the device and backend at run time."""
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
@@ -45,6 +46,13 @@ def init_distributed() -> DistEnv:
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if restart_count() > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and rank == 0:
+        warnings.warn(
+            "torchrun restarted this job with its rendezvous TCPStore shared across attempts: the failed "
+            "attempt's keys may point the new workers at dead peers (pytorch/pytorch#135712). Launch torchrun "
+            "with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (the dlrm_multiepoch.train component sets it)",
+            stacklevel=2,
+        )
     if not dist.is_initialized():
         if "MASTER_ADDR" not in os.environ:
             os.environ["MASTER_ADDR"] = "127.0.0.1"

@@ -67,7 +67,8 @@ def test_train_passes_set_parameters_as_flags_then_script_args():
 
 # Parameters that shape the job rather than being flags of the app.
 _LAUNCHER_PARAMETERS = {
-    "script_args", "script", "j", "cpu", "gpu", "memMB", "h", "image", "name", "env", "max_retries", "mounts",
+    "script_args", "script", "j", "cpu", "gpu", "memMB", "h", "image", "name", "env", "max_retries", "max_restarts",
+    "mounts",
 }  # fmt: skip
 
 
@@ -122,6 +123,16 @@ def test_train_sets_replicas_resources_and_job_fields():
     assert role.max_retries == 2
     opts, app_args = split_torchrun(role.args[1], "train_app.py")
     assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("3", "4")
+    assert "--max_restarts" not in opts
+
+
+def test_train_lets_torchrun_restart_the_workers():
+    app = components.train(max_restarts=3)
+    opts, _ = split_torchrun(_role_command(app), SCRIPT)
+    assert opts["--max_restarts"] == "3"
+    assert app.roles[0].env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    with pytest.raises(ValueError, match="--max_restarts must be >= 0, got -1"):
+        components.train(max_restarts=-1)
 
 
 @pytest.mark.parametrize("given", [("--epochs", "5"), ("--epochs=5",)])

@@ -38,9 +38,12 @@ def test_bad_value_names_the_flag(capsys):
     assert "--epochs" in capsys.readouterr().err
 
 
-def test_model_and_pipeline_choices():
-    cfg = parse_config(["--model", "multipath", "--pipeline", "semi_sync"])
+def test_model_and_pipeline_choices(capsys):
+    cfg = parse_config(["--model", "multipath", "--history_length", "5", "--pipeline", "semi_sync"])
     assert cfg.model.model == "multipath" and cfg.pipeline == "semi_sync"
+    with pytest.raises(SystemExit):
+        parse_config(["--model", "multipath"])
+    assert "--model multipath needs --history_length > 0" in capsys.readouterr().err
 
 
 def test_bad_pipeline_and_schedule_name_the_flag(capsys):

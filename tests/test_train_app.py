@@ -24,7 +24,9 @@ def app_command(tmp_path: Path, *flags: str, torchrun: Sequence[str] = ()) -> Li
 
 
 def _app_env() -> Dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    # A fresh rendezvous store per restart: torchrun's shared one keeps the previous
+    # attempt's keys, and gloo may connect to a dead peer (pytorch/pytorch#135712).
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
 
 
 def _worker_of_rank(agent: int, rank: int) -> Optional[int]:

@@ -97,14 +97,16 @@ class DataConfig:
         from dlrm_multiepoch.data.interactions import parse_thresholds, split_list
 
         if self.dataset not in DATASETS:
-            raise ValueError(f"--dataset must be one of {', '.join(DATASETS)}; got {self.dataset!r}")
+            raise ValueError(f"--dataset {self.dataset!r} is unknown; choices: {', '.join(DATASETS)}")
         if self.dataset in ("interactions", "criteo") and not self.data_path:
             what = "a CSV, TSV or Parquet interactions table" if self.dataset == "interactions" else "a Criteo TSV file"
             raise ValueError(f"--data_path is required for --dataset {self.dataset} ({what})")
-        if self.data_path:
+        if self.data_path and self.dataset in ("interactions", "criteo"):  # wheels: fetch_wheel says how to get one
             check_file(self.data_path, f"--dataset {self.dataset}")
         if self.history_length < 0:
             raise ValueError(f"--history_length must be >= 0 (0: no history feature), got {self.history_length}")
+        if self.dataset == "criteo" and self.history_length:
+            raise ValueError("--history_length needs user and item columns; --dataset criteo has none (set it to 0)")
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"--test_fraction must be in (0, 1), got {self.test_fraction}")
         if self.min_count < 1:
@@ -161,7 +163,7 @@ def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> Interac
                 hit = built
                 log(f"built {cfg.dataset} in {time.perf_counter() - start:.1f}s, cached as {cache.npz_path}")
     else:
-        log(f"loaded {cfg.dataset} ({source}) from cache {cache.npz_path} in {time.perf_counter() - start:.1f}s")
+        log(f"loaded {cfg.dataset} from cache {cache.npz_path} in {time.perf_counter() - start:.1f}s (source {source})")
     data, notes = hit
     for note in notes:
         log(note)

@@ -5,7 +5,8 @@ Dense columns get TorchRec's transform (missing -> 0, shift so the file minimum 
 natural log). Categoricals are hashed, ``1 + int(hex, 16) % (criteo_hash_size - 1)``,
 so row 0 stays reserved for missing values. Rows are in time order in Criteo logs, so
 the last ``test_fraction`` of the file is the test split. Malformed lines (wrong field
-count, non-0/1 label, non-integer dense value, non-hex category) are dropped and counted.
+count, non-0/1 label, dense value that is no integer of at most 2^53, non-hex category) are dropped
+and counted.
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[s
     for j in range(INT_FEATURE_COUNT):
         column = frame[1 + j]
         value = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64)
-        bad |= (column.notna().to_numpy() & np.isnan(value)) | (np.nan_to_num(value) % 1 != 0)
+        # Not an integer, or beyond what float64 holds exactly (the int64 shift below would overflow).
+        out_of_range = ~np.isnan(value) & ~(np.abs(value) <= 2.0**53)
+        bad |= (column.notna().to_numpy() & np.isnan(value)) | (np.nan_to_num(value) % 1 != 0) | out_of_range
         dense_raw[:, j] = np.nan_to_num(value, nan=0.0)  # TorchRec: missing -> 0
     sparse = np.zeros((len(frame), CAT_FEATURE_COUNT), dtype=np.int64)
     for j in range(CAT_FEATURE_COUNT):
@@ -113,7 +116,7 @@ def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[s
     if bad_lines:
         notes.append(
             f"criteo: dropped {len(bad_lines)} malformed lines (not 40 tab-separated fields, a label other than 0/1, "
-            f"a non-integer dense value or a non-hex category): lines {describe_lines(bad_lines)}"
+            f"a dense value that is no integer of at most 2^53, or a non-hex category): lines {describe_lines(bad_lines)}"
         )
     keep = np.flatnonzero(~bad)
     if cfg.max_rows is not None:

@@ -36,15 +36,18 @@ def parse_thresholds(value: str) -> Dict[str, float]:
     """``"like:4,love:5"`` -> ``{"like": 4.0, "love": 5.0}``."""
     tasks: Dict[str, float] = {}
     for part in split_list(value):
-        name, sep, threshold = part.partition(":")
+        name, sep, threshold = (x.strip() for x in part.partition(":"))
         try:
-            if not sep or not name.strip():
+            if not sep or not name:
                 raise ValueError
-            tasks[name.strip()] = float(threshold)
+            number = float(threshold)
         except ValueError:
             raise ValueError(
                 f"--task_thresholds entry {part!r} is not 'task:min_value' (e.g. 'like:4,love:5')"
             ) from None
+        if name in tasks:
+            raise ValueError(f"--task_thresholds names task {name!r} twice in {value!r}")
+        tasks[name] = number
     return tasks
 
 
@@ -107,8 +110,8 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
         f"no {flag} value": frame[col].isna()
         for flag, col in (("--user_col", cfg.user_col), ("--item_col", cfg.item_col), ("--label_col", cfg.label_col))
     }
-    non_numeric = label.isna() & raw_label.notna()
-    causes["a non-numeric --label_col value" + _examples(raw_label[non_numeric])] = non_numeric
+    non_numeric = (label.isna() & raw_label.notna()) | np.isinf(label)
+    causes["a non-numeric or infinite --label_col value" + _examples(raw_label[non_numeric])] = non_numeric
     times = None
     if cfg.timestamp_col:
         times = frame[cfg.timestamp_col]
@@ -135,8 +138,6 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
         )
     if len(frame) == 0:
         raise ValueError(f"{what}: no usable rows: {why or 'the file has a header but no data rows'}")
-    if not np.isfinite(label).all():
-        raise ValueError(f"{what}: --label_col {cfg.label_col!r} holds infinite values; expected 0/1 or finite ratings")
 
     thresholds = parse_thresholds(cfg.task_thresholds)
     if thresholds:

@@ -1,11 +1,13 @@
 """Shard a model with TorchRec's planner and build its optimizers (the dlrm_main recipe)."""
 
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 from torch import nn
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+from torchrec.distributed.planner.constants import BATCH_SIZE
+from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
 from torchrec.distributed.types import ShardingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
@@ -22,6 +24,24 @@ EMBEDDING_OPTIMIZERS = {
     "sgd": torch.optim.SGD,
 }
 ALL_SHARDING_TYPES = [t.value for t in ShardingType]
+
+
+class OrderedEnumerator(EmbeddingEnumerator):
+    """TorchRec's enumerator with the sharding types in a fixed order: the one given.
+
+    TorchRec 1.8 intersects the allowed types as Python sets, whose order follows the
+    per-process string hash seed; the proposer then breaks ties between equal-cost
+    plans (a table-wise table and a one-shard column-wise one) differently from launch
+    to launch. A restart or rerun must shard the same way.
+    """
+
+    def __init__(self, *args: Any, sharding_types: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._order = {t: i for i, t in enumerate(sharding_types)}
+
+    def _filter_sharding_types(self, *args: Any, **kwargs: Any) -> List[str]:
+        types = super()._filter_sharding_types(*args, **kwargs)
+        return sorted(types, key=lambda t: (self._order.get(t, len(self._order)), t))
 
 
 def embedding_modules(model: nn.Module) -> Dict[str, nn.Module]:
@@ -71,11 +91,11 @@ def shard_model(
     if unknown:
         raise ValueError(f"--sharding_types: unknown {unknown}; choose from {ALL_SHARDING_TYPES}")
     constraints = {name: ParameterConstraints(sharding_types=list(sharding_types)) for name in table_names(model)}
+    topology = Topology(world_size=env.world_size, compute_device=env.device.type, local_world_size=env.local_world_size)
     planner = EmbeddingShardingPlanner(
-        topology=Topology(
-            world_size=env.world_size,
-            compute_device=env.device.type,
-            local_world_size=env.local_world_size,
+        topology=topology,
+        enumerator=OrderedEnumerator(
+            topology=topology, batch_size=BATCH_SIZE, constraints=constraints, sharding_types=sharding_types
         ),
         constraints=constraints,
     )

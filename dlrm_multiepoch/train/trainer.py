@@ -20,7 +20,13 @@ from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
 from dlrm_multiepoch.train.build import build_freeze, check_resumable, evaluated_splits, load_data
-from dlrm_multiepoch.train.checkpoint import CheckpointInfo, Checkpointer, check_compatible
+from dlrm_multiepoch.train.checkpoint import (
+    CheckpointInfo,
+    Checkpointer,
+    check_compatible,
+    check_sharding,
+    table_sharding,
+)
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics, undefined_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
@@ -168,7 +174,11 @@ class Trainer:
         self.progress.wall_time_s = self._wall_time()
         if self.skipper is not None:
             self.progress.skipped_nonfinite = self.skipper.skipped
-        state = {"config": self.cfg.to_dict(), "tables": {t.name: t.num_embeddings for t in self.data.tables}}
+        state = {
+            "config": self.cfg.to_dict(),
+            "tables": {t.name: t.num_embeddings for t in self.data.tables},
+            "sharding": table_sharding(self.model.plan),
+        }
         path = self.checkpointer.save(self.step, state)
         self.last_checkpoint = path
         self.logger.info(f"saved checkpoint {path} ({self.progress}) in {time.perf_counter() - start:.1f}s")
@@ -184,6 +194,7 @@ class Trainer:
                 f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
                 f"{info.state['config']['freeze_schedule']!r}, this run has {self.cfg.freeze_schedule!r}"
             )
+        changes = changes + check_sharding(info, table_sharding(self.model.plan))
         self.checkpointer.load(info)
         self.last_checkpoint = info.path
         self._wall_time_before = self.progress.wall_time_s

@@ -28,7 +28,7 @@ Example::
 """
 
 from dlrm_multiepoch.train.checkpoint.checkpointer import Checkpointer
-from dlrm_multiepoch.train.checkpoint.compat import SHAPE_FIELDS, check_compatible
+from dlrm_multiepoch.train.checkpoint.compat import SHAPE_FIELDS, check_compatible, check_sharding, table_sharding
 from dlrm_multiepoch.train.checkpoint.find import (
     CheckpointError,
     find_checkpoint,
@@ -54,6 +54,7 @@ __all__ = [
     "CheckpointInfo",
     "Checkpointer",
     "check_compatible",
+    "check_sharding",
     "checkpoint_name",
     "complete_checkpoints",
     "find_checkpoint",
@@ -63,6 +64,7 @@ __all__ = [
     "refuse_fresh_start",
     "save_checkpoint",
     "saved_work",
+    "table_sharding",
     "unprotect",
     "verify_checkpoint",
 ]

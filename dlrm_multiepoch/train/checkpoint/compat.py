@@ -92,3 +92,50 @@ def check_compatible(info: CheckpointInfo, config: Mapping[str, Any], tables: Se
     ]
 
 
+
+
+def table_sharding(plan: Any) -> Dict[str, Dict[str, Any]]:
+    """Each table's sharding in a ``DistributedModelParallel``'s ``plan``: its type and column split.
+
+    Returns ``{"<module path>.<table>": {"type": sharding type, "column_shards": k}}``,
+    ``k`` the number of column ranges its shards cover (1 unless column-wise split).
+    """
+    out = {}
+    for path, module_plan in plan.plan.items():
+        for table, sharding in module_plan.items():
+            spec = sharding.sharding_spec
+            columns = {s.shard_offsets[1] for s in spec.shards} if spec is not None else {0}
+            out[f"{path}.{table}"] = {"type": sharding.sharding_type, "column_shards": len(columns)}
+    return out
+
+
+def check_sharding(info: CheckpointInfo, now: Mapping[str, Mapping[str, Any]]) -> List[str]:
+    """Refuse a checkpoint whose tables this run's plan shards so that their state differs; list other changes.
+
+    The planner may place and shard a table otherwise on another world size, or even
+    on the same one (it breaks ties between equal-cost plans differently from launch
+    to launch). DCP reshards the weights and the fused optimizer's state across any
+    row-wise layout (table-, row-, table-row-wise, and column-wise with one column
+    range). A table may not become or stop being data-parallel (trained by the dense
+    Adam instead of the fused optimizer) nor change its column split (per-column-shard
+    optimizer state).
+
+    Raises:
+        ValueError: naming the table, both shardings and the flag to set.
+    """
+    saved: Dict[str, Dict[str, Any]] = info.state.get("sharding", {})
+    changes = []
+    for table in sorted(set(saved) & set(now)):
+        before, after = saved[table], now[table]
+        if before == after:
+            continue
+        data_parallel = {before["type"] == "data_parallel", after["type"] == "data_parallel"}
+        if len(data_parallel) > 1 or before["column_shards"] != after["column_shards"]:
+            raise ValueError(
+                f"--resume {info.path!r}: table {table} was {before['type']} ({before['column_shards']} column "
+                f"shard(s)) in the checkpoint and the planner made it {after['type']} ({after['column_shards']}) "
+                f"here, which keeps other optimizer state; pass --sharding_types {before['type']} (and the types "
+                f"of the other tables) so the plan matches"
+            )
+        changes.append(f"table {table}: {before['type']} -> {after['type']} (resharded)")
+    return changes

@@ -52,7 +52,7 @@ def _cfg(tmp: str, run_name: str, **overrides: Any) -> TrainConfig:
 def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     env = init_distributed()
     a = Trainer(_cfg(tmp, "a"), env)
-    assert (a.steps_per_epoch, a.auto.eval_every_n_steps) == (8, 2)
+    assert (a.steps_per_epoch, a.freeze.eval_every_n_steps) == (8, 2)
     summary_a = a.train()
     decisions = summary_a["auto_decisions"]
     assert [(d["step"], d["transition"], d["best_step"], d["restore_best"]) for d in decisions] == [
@@ -91,7 +91,7 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     c.run_epoch(0)
     c.logger.close()
     d = Trainer(_cfg(tmp, "c", resume="auto"), env)
-    assert d.auto.policy.best_step == 6 and d.auto.policy.phase == "joint"
+    assert d.freeze.policy.best_step == 6 and d.freeze.policy.phase == "joint"
     summary_d = d.train()
     assert summary_d["auto_decisions"] == decisions
     assert summary_d["best"] == summary_a["best"]
@@ -102,7 +102,7 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     e = Trainer(_cfg(tmp, "e", pipeline="semi_sync", log_every_n_steps=1), env)
     summary_e = e.train()
     frozen_steps = set()
-    for start, end in _frozen_windows(summary_e["best"]["schedule"], e.auto.policy.total_steps):
+    for start, end in _frozen_windows(summary_e["best"]["schedule"], e.freeze.policy.total_steps):
         frozen_steps |= set(range(start + 1, end + 1))  # logged at the step count after the step
     if rank == 0:
         stale = dict(_scalars(f"{tmp}/e", "pipeline/stale_fraction"))

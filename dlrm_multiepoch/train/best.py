@@ -54,19 +54,24 @@ class BestCheckpoints:
         self.prune(keep={step})
         return path
 
-    def restore(self, step: int, model: nn.Module, optimizer: KeyedOptimizer) -> None:
-        """Load the best checkpoint of ``step`` into ``model`` and ``optimizer`` (collective)."""
+    def check(self, step: int) -> str:
+        """The complete best checkpoint of ``step``; raises if it is missing."""
         path = self.path(step)
         state_file = os.path.join(path, STATE_FILE)
         if not os.path.isfile(state_file):
             raise FileNotFoundError(
-                f"best-validation checkpoint {path} is missing; it is needed to restore the weights of step {step}"
+                f"best-validation checkpoint {path} is missing; it holds the weights of step {step}, which this "
+                "run restores (at a phase change and at its end)"
             )
         with open(state_file) as f:
             saved_step = json.load(f)["step"]
         if saved_step != step:
             raise ValueError(f"{path} holds step {saved_step}, expected {step}")
-        load_checkpoint(path, model, optimizer)
+        return path
+
+    def restore(self, step: int, model: nn.Module, optimizer: KeyedOptimizer) -> None:
+        """Load the best checkpoint of ``step`` into ``model`` and ``optimizer`` (collective)."""
+        load_checkpoint(self.check(step), model, optimizer)
 
     def prune(self, keep: Iterable[int]) -> None:
         """Delete best folders but ``keep`` and those a complete epoch checkpoint refers to (rank 0)."""

@@ -12,8 +12,7 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer
 from tqdm import tqdm
 
-from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule, Decision
-from dlrm_multiepoch.auto.policy import PHASES
+from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
@@ -22,7 +21,7 @@ from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
-from dlrm_multiepoch.train.best import BestCheckpoints
+from dlrm_multiepoch.train.auto_run import AutoRun
 from dlrm_multiepoch.train.checkpoint import (
     CHECKPOINTS_DIR,
     CheckpointInfo,
@@ -101,6 +100,7 @@ class Trainer:
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
     freeze: Optional[Freeze]
+    auto_run: Optional[AutoRun]  # with --freeze_schedule auto: acts on its decisions
     pipeline: TrainPipelineSparseDist
     logger: MetricsLogger
 
@@ -143,8 +143,11 @@ class Trainer:
             load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
         self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch, self.data.tasks)
-        self.auto = self.freeze if isinstance(self.freeze, AutoFreezeSchedule) else None
-        self.best = BestCheckpoints(self.checkpoint_dir, _best_step_of)
+        self.auto_run = (
+            AutoRun(self.freeze, self.checkpoint_dir, self.model, self.optimizer, self.logger)
+            if isinstance(self.freeze, AutoFreezeSchedule)
+            else None
+        )
         self.pipeline = make_train_pipeline(
             cfg.pipeline,
             self.model,
@@ -155,7 +158,6 @@ class Trainer:
         )
         self.step = 0
         self.start_epoch = 0
-        self.stopped = False  # the auto schedule ended the run early
         self._wall_time_before = 0.0  # of the runs this one resumes
         self._train_start = time.perf_counter()
         self._log_build()
@@ -183,8 +185,8 @@ class Trainer:
             if self.stopped:
                 break
             self.run_epoch(epoch)
-        if self.auto is not None:
-            self._end_on_best()
+        if self.auto_run is not None:
+            self.auto_run.end_on_best(self.step, self.steps_per_epoch, lambda: self._eval_pass(list(self.eval_loaders)))
         self.logger.record("wall_time_s", self._wall_time())
         self.logger.close()
         return self.logger.summary
@@ -197,6 +199,11 @@ class Trainer:
         self.evaluate(epoch=epoch + 1)
         if self.cfg.checkpoint:
             self.save_checkpoint(epoch + 1)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the auto schedule ended the run before its budget."""
+        return self.auto_run is not None and self.auto_run.stopped
 
     def _wall_time(self) -> float:
         return self._wall_time_before + time.perf_counter() - self._train_start
@@ -218,8 +225,8 @@ class Trainer:
         path = save_checkpoint(
             self.checkpoint_dir, epochs_done, self.model, self.optimizer, state, keep=self.cfg.keep_checkpoints
         )
-        if self.auto is not None:  # bests only pruned epoch checkpoints referred to can go
-            self.best.prune(keep={self.auto.policy.best_step})
+        if self.auto_run is not None:
+            self.auto_run.after_epoch_checkpoint()
         self.logger.info(f"saved checkpoint {path} (step {self.step}) in {time.perf_counter() - start:.1f}s")
         return path
 
@@ -236,8 +243,8 @@ class Trainer:
         load_checkpoint(info.path, self.model, self.optimizer)
         if self.freeze is not None:
             self.freeze.load_state_dict(saved_freeze)
-        if self.auto is not None and self.auto.stopped:
-            self.stopped = True
+        if self.auto_run is not None:
+            self.auto_run.check_resumable()
         self.step = info.step
         self.start_epoch = info.epoch
         self._wall_time_before = float(info.state["wall_time_s"])
@@ -267,7 +274,7 @@ class Trainer:
         # --eval_every_n_steps, the val split at the auto schedule's cadence): the
         # pipeline drains its in-flight batches at the end of each segment.
         full_every = self.cfg.eval_every_n_steps
-        cadences = [c for c in (full_every, self.auto.eval_every_n_steps if self.auto else 0) if c]
+        cadences = [c for c in (full_every, self.auto_run.eval_every_n_steps if self.auto_run else 0) if c]
         done = 0
         while done < steps and not self.stopped:
             segment = min([steps - done] + [c - self.step % c for c in cadences])
@@ -277,7 +284,7 @@ class Trainer:
                 break  # the epoch's own evaluation follows
             if full_every and self.step % full_every == 0:
                 self.evaluate(epoch=epoch + done / steps)
-            elif self.auto is not None and self.auto.evaluation_due(self.step):
+            elif self.auto_run is not None and self.auto_run.evaluation_due(self.step):
                 self.evaluate(epoch=epoch + done / steps, splits=self._val_splits)
         bar.close()
 
@@ -334,8 +341,10 @@ class Trainer:
         self.logger.scalars(values, self.step)
         self.logger.evaluation({"epoch": epoch, "step": self.step, **results})
         self.logger.info(format_metrics(f"eval after epoch {epoch:g} (step {self.step}):", results))
-        if self.auto is not None and VAL in results:
-            self._decide(self.auto.observe(results[VAL], results.get(TRAIN_SAMPLE)))
+        if self.auto_run is not None and VAL in results:
+            tables = {t.name: t.num_embeddings for t in self.data.tables}
+            state = {"config": self.cfg.to_dict(), "tables": tables}
+            self.auto_run.observe(results[VAL], results.get(TRAIN_SAMPLE), self.step, state)
         return results
 
     def _eval_pass(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
@@ -347,58 +356,3 @@ class Trainer:
     @property
     def _val_splits(self) -> List[str]:
         return [VAL, TRAIN_SAMPLE] if self.cfg.auto.auto_gate else [VAL]
-
-    # -- the auto schedule's decisions ------------------------------------------
-
-    def _decide(self, decision: Decision) -> None:
-        """Act on one decision: checkpoint a new best, restore the best, stop; log it."""
-        assert self.auto is not None
-        if decision.save_best:
-            state = {"config": self.cfg.to_dict(), "tables": {t.name: t.num_embeddings for t in self.data.tables}}
-            self.best.save(self.step, self.model, self.optimizer, state | {"val_objective": decision.objective})
-        if decision.restore_best:
-            self.best.restore(decision.best_step, self.model, self.optimizer)
-        policy = self.auto.policy
-        self.logger.scalars(
-            {
-                "auto/phase": PHASES.index(decision.phase),
-                f"auto/val_{self.cfg.auto.auto_metric}": policy.metric_value(decision.objective),
-                f"auto/best_val_{self.cfg.auto.auto_metric}": policy.metric_value(decision.best_objective),
-            },
-            self.step,
-        )
-        if decision.transition or decision.gates:
-            what = decision.transition or ", ".join(f"gate {g} {'open' if o else 'closed'}" for g, o in decision.gates.items())
-            restored = f" (restored the best weights, step {decision.best_step})" if decision.restore_best else ""
-            line = f"auto schedule at step {self.step}: {what}{restored}: {decision.reason}"
-            self.logger.info(line)
-            self.logger.text("auto/decisions", line, self.step)
-            self.logger.record("auto_decisions", self.logger.summary.get("auto_decisions", []) + [decision.to_dict()])
-        if decision.stop:
-            self.stopped = True
-
-    def _end_on_best(self) -> None:
-        """End the run holding the best-validation weights; evaluate them on every split."""
-        assert self.auto is not None
-        best = self.auto.policy.best_step
-        if best < 0:
-            return
-        if best != self.step:
-            self.best.restore(best, self.model, self.optimizer)
-        results = self._eval_pass(list(self.eval_loaders))
-        self.logger.scalars({f"best/{k}": v for k, v in metric_scalars(results).items()}, self.step)
-        epoch = best / self.steps_per_epoch
-        self.logger.record(
-            "best", {"step": best, "epoch": epoch, "schedule": str(self.auto.schedule()), **results}
-        )
-        self.logger.info(
-            format_metrics(f"best-validation weights (epoch {epoch:g}, step {best}) restored:", results)
-            + f"\n  realised schedule: {self.auto.schedule()}"
-        )
-
-
-def _best_step_of(trainer_state: Dict[str, Any]) -> Optional[int]:
-    """The best-validation step an epoch checkpoint's auto-schedule state refers to."""
-    freeze = trainer_state.get("freeze") or {}
-    step = freeze.get("policy", {}).get("best_step", -1) if freeze.get("schedule") == AUTO else -1
-    return step if step >= 0 else None

@@ -53,11 +53,12 @@ class AutoFreezeSchedule:
                 auto.step()
                 if auto.evaluation_due():
                     decision = auto.observe(my_eval(val_loader))     # {"like": {"logloss": ..}, ..}
-                    if decision.save_best:
-                        dcp.save(dmp.state_dict(), checkpoint_id="best")
+                    if decision.save_best:   # dlrm_multiepoch.train.checkpoint
+                        write_checkpoint(f"ckpt/best_step_{auto.global_step}", dmp, opt, {"step": auto.global_step})
                     if decision.restore_best:
-                        dcp.load(dmp.state_dict(), checkpoint_id="best")
-        dcp.load(dmp.state_dict(), checkpoint_id="best")   # deploy the best-validation weights
+                        load_checkpoint(f"ckpt/best_step_{decision.best_step}", dmp, opt)
+        # deploy the best-validation weights
+        load_checkpoint(f"ckpt/best_step_{auto.policy.best_step}", dmp, opt)
     """
 
     def __init__(

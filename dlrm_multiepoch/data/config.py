@@ -52,6 +52,13 @@ class DataConfig:
     test_fraction: float = field(
         default=0.2, metadata={"help": "share of interactions in the test split (latest ones when timestamps exist)"}
     )
+    val_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of the train split held out as the 'val' split (its latest rows when timestamps exist, "
+            "else seeded by --split_seed); ids and dense statistics are fitted without it. 0: no val split"
+        },
+    )
     split_seed: int = field(
         default=0,
         metadata={"help": "seed of the random split, the --max_rows sample and the history order without timestamps"},
@@ -109,6 +116,8 @@ class DataConfig:
             raise ValueError("--history_length needs user and item columns; --dataset criteo has none (set it to 0)")
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"--test_fraction must be in (0, 1), got {self.test_fraction}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"--val_fraction must be in [0, 1), got {self.val_fraction}")
         if self.min_count < 1:
             raise ValueError(f"--min_count must be >= 1, got {self.min_count}")
         if self.max_rows is not None and self.max_rows <= 0:

@@ -1,11 +1,12 @@
 """Factories and up-front checks for the :class:`~dlrm_multiepoch.train.trainer.Trainer`'s parts."""
 
-from typing import List, Optional
+from typing import List, Optional, Union
 
 import numpy as np
 from torchrec.distributed import DistributedModelParallel
 from torchrec.optim.keyed import CombinedOptimizer
 
+from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
 from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.distributed import DistEnv
@@ -14,23 +15,32 @@ from dlrm_multiepoch.train.checkpoint import CheckpointInfo
 from dlrm_multiepoch.train.config import TrainConfig
 
 TRAIN_SAMPLE = "train_sample"
-NOT_EVALUATED = ("train", "pretrain")  # every other split (test, train_sample, val, ...) is evaluated
+VAL = "val"
+# Splits evaluated, in this order, where the data has them; only "val" drives decisions.
+EVAL_SPLITS = ("test", VAL, TRAIN_SAMPLE)
+NOT_EVALUATED = ("train", "pretrain")  # any other split a dataset brings is evaluated after these
+
+Freeze = Union[FreezeScheduleWrapper, AutoFreezeSchedule]
 
 
 def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
-    """Load the dataset on every rank (the cache's file lock lets one rank build it) and check its splits."""
+    """Load the dataset on every rank (the cache's file lock lets one rank build it)."""
     data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
-    # A fixed train sample, evaluated like the test split, shows memorisation.
-    train = data.splits["train"]
-    if cfg.train_eval_rows:
-        rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
-        data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
-    check_splits(data)
+    add_train_sample(data, cfg)
     return data
 
 
+def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
+    """A fixed train sample, evaluated like the test split, shows memorisation (none with --train_eval_rows 0)."""
+    if cfg.train_eval_rows:
+        train = data.splits["train"]
+        rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
+        data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+
+
 def evaluated_splits(data: InteractionData) -> List[str]:
-    return [name for name in data.splits if name not in NOT_EVALUATED]
+    ordered = [s for s in EVAL_SPLITS if s in data.splits]
+    return ordered + [s for s in data.splits if s not in NOT_EVALUATED and s not in ordered]
 
 
 def check_splits(data: InteractionData) -> None:
@@ -51,11 +61,17 @@ def check_splits(data: InteractionData) -> None:
 
 
 def build_freeze(
-    cfg: TrainConfig, model: DistributedModelParallel, optimizer: CombinedOptimizer, steps_per_epoch: int
-) -> Optional[FreezeScheduleWrapper]:
+    cfg: TrainConfig,
+    model: DistributedModelParallel,
+    optimizer: CombinedOptimizer,
+    steps_per_epoch: int,
+    tasks: List[str],
+) -> Optional[Freeze]:
     """The freeze-schedule controller of ``--freeze_schedule``; None when everything trains."""
     if cfg.freeze_schedule == "joint":
         return None
+    if cfg.freeze_schedule.strip() == AUTO:
+        return AutoFreezeSchedule(model, steps_per_epoch, cfg.epochs, tasks, optimizer=optimizer, config=cfg.auto)
     try:
         return FreezeScheduleWrapper(model, cfg.freeze_schedule, steps_per_epoch, cfg.epochs, optimizer=optimizer)
     except ValueError as e:
@@ -64,6 +80,11 @@ def build_freeze(
 
 def check_resumable(info: CheckpointInfo, cfg: TrainConfig) -> None:
     """Refuse a resume that would skip or redo work: ``--epochs`` below what is done, or a moved data position."""
+    if info.state.get("kind") == "best":
+        raise ValueError(
+            f"--resume {info.path!r} is a best-validation checkpoint (weights to deploy, no data position); "
+            "resume from a step_N checkpoint"
+        )
     done = info.parts["progress"]
     epochs_done = done["epoch"] + (done["batch_in_epoch"] > 0)
     if epochs_done > cfg.epochs:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
+from dlrm_multiepoch.auto.policy import AutoScheduleConfig
+from dlrm_multiepoch.auto.wrapper import AUTO
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.pipeline.factory import PIPELINES
@@ -58,6 +60,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    auto: AutoScheduleConfig = field(default_factory=AutoScheduleConfig)
     epochs: int = field(default=3, metadata={"help": "passes over the train split"})
     batch_size: int = field(default=1024, metadata={"help": "global batch size (summed over ranks)"})
     eval_batch_size: int = field(default=4096, metadata={"help": "global batch size for evaluation"})
@@ -69,8 +72,9 @@ class TrainConfig:
     freeze_schedule: str = field(
         default="joint",
         metadata={
-            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen) or e.g. "
-            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)'"
+            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen), e.g. "
+            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)', "
+            "or 'auto': decided from the validation split (needs --val_fraction; knobs --auto_*)"
         },
     )
     pretrained_tables: str = field(
@@ -98,7 +102,7 @@ class TrainConfig:
     progress_bar: bool = field(default=True, metadata={"help": "show a tqdm progress bar on rank 0"})
     checkpoint: bool = field(
         default=True,
-        metadata={"help": "save the training state to <run folder>/checkpoints/epoch_N after each epoch's evaluation"},
+        metadata={"help": "save the training state to <run folder>/checkpoints/step_N after each epoch's evaluation (and every --checkpoint_every_n_steps)"},
     )
     checkpoint_every_n_steps: int = field(
         default=0,
@@ -174,7 +178,19 @@ class TrainConfig:
                 f"--sharding_types {self.sharding_types!r}: expected a comma-separated subset of "
                 f"{', '.join(SHARDING_TYPE_NAMES)}"
             )
-        check_freeze_schedule(self.freeze_schedule, self.epochs)
+        if self.freeze_schedule.strip() == AUTO:
+            self.auto.validate()
+            if self.data.val_fraction == 0:
+                raise ValueError(
+                    "--freeze_schedule auto decides from a validation split: set --val_fraction (e.g. 0.1)"
+                )
+        elif AUTO in (e.strip() for e in self.freeze_schedule.split(";")):
+            raise ValueError(
+                f"--freeze_schedule {self.freeze_schedule!r}: 'auto' stands alone (the policy owns the tables; "
+                "--auto_gate names a gate it may close)"
+            )
+        else:
+            check_freeze_schedule(self.freeze_schedule, self.epochs)
 
     @property
     def sharding_type_list(self) -> List[str]:
@@ -220,7 +236,7 @@ def check_freeze_schedule(text: str, epochs: int) -> None:
             raise ValueError(f"--freeze_schedule: {e}") from None
 
 
-_SECTIONS = ("data", "model", "optim")
+_SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "auto": AutoScheduleConfig}
 
 
 def _leaf_fields(cls: Type[Any]) -> List[dataclasses.Field]:
@@ -234,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
     )
-    for cls in (TrainConfig, DataConfig, ModelConfig, OptimConfig):
+    for cls in (TrainConfig, *_SECTIONS.values()):
         group = parser.add_argument_group(cls.__name__)
         hints = get_type_hints(cls)
         for f in _leaf_fields(cls):
@@ -260,10 +276,7 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> TrainConfig:
     """Parse CLI flags into a validated :class:`TrainConfig`; errors name the flag."""
     parser = build_parser()
     ns = vars(parser.parse_args(argv))
-    sections = {
-        name: cls(**{f.name: ns[f.name] for f in _leaf_fields(cls)})
-        for name, cls in (("data", DataConfig), ("model", ModelConfig), ("optim", OptimConfig))
-    }
+    sections = {name: cls(**{f.name: ns[f.name] for f in _leaf_fields(cls)}) for name, cls in _SECTIONS.items()}
     cfg = TrainConfig(**sections, **{f.name: ns[f.name] for f in _leaf_fields(TrainConfig)})
     try:
         cfg.validate(world_size=int(os.environ.get("WORLD_SIZE", "1")))  # set by torchrun before the app starts

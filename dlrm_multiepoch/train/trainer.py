@@ -3,7 +3,7 @@
 import itertools
 import math
 import time
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
@@ -13,13 +13,24 @@ from torchrec.optim.keyed import CombinedOptimizer
 from tqdm import tqdm
 
 from dlrm_multiepoch.data.batch import Batch
+from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
 from dlrm_multiepoch.distributed import DistEnv
-from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
-from dlrm_multiepoch.train.build import build_freeze, check_resumable, evaluated_splits, load_data
+from dlrm_multiepoch.train.auto_run import AutoRun
+from dlrm_multiepoch.train.build import (
+    TRAIN_SAMPLE,
+    VAL,
+    Freeze,
+    add_train_sample,
+    build_freeze,
+    check_resumable,
+    check_splits,
+    evaluated_splits,
+    load_data,
+)
 from dlrm_multiepoch.train.checkpoint import (
     CheckpointInfo,
     Checkpointer,
@@ -29,7 +40,7 @@ from dlrm_multiepoch.train.checkpoint import (
 )
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics, undefined_metrics
-from dlrm_multiepoch.train.metrics_logger import MetricsLogger
+from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
 from dlrm_multiepoch.train.nonfinite import (
     NonFiniteLossError,
     SkipNonFiniteBatches,
@@ -53,6 +64,8 @@ class Trainer:
     Args:
         cfg: the run's config.
         env: process group facts from :func:`dlrm_multiepoch.distributed.init_distributed`.
+        data: an already loaded dataset (default: ``cfg.data`` is loaded); the trainer
+            adds its train sample split to it.
 
     Example::
 
@@ -63,7 +76,8 @@ class Trainer:
     data: InteractionData
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
-    freeze: Optional[FreezeScheduleWrapper]
+    freeze: Optional[Freeze]
+    auto_run: Optional[AutoRun]  # with --freeze_schedule auto: acts on its decisions
     pipeline: TrainPipelineSparseDist
     logger: MetricsLogger
     run: RunFolder
@@ -71,7 +85,7 @@ class Trainer:
     checkpointed: Dict[str, Stateful]
     checkpointer: Checkpointer
 
-    def __init__(self, cfg: TrainConfig, env: DistEnv) -> None:
+    def __init__(self, cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData] = None) -> None:
         self.cfg = cfg
         self.env = env
         cfg.validate(world_size=env.world_size)
@@ -82,7 +96,14 @@ class Trainer:
         if self.resume_from is not None:
             check_resumable(self.resume_from, cfg)
         torch.manual_seed(cfg.seed)
-        self.data = load_data(cfg, env)
+        if data is None:
+            self.data = load_data(cfg, env)
+        else:
+            self.data = data
+            add_train_sample(data, cfg)
+        check_splits(self.data)
+        if cfg.freeze_schedule.strip() == AUTO and VAL not in self.data.splits:
+            raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {self.data.name!r} has none")
         changes = check_compatible(self.resume_from, cfg.to_dict(), self.data.tables) if self.resume_from else []
         self.train_loader = BatchLoader(
             self.data, "train", cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
@@ -99,7 +120,12 @@ class Trainer:
         if cfg.pretrained_tables and self.resume_from is None:  # on resume the checkpoint has the tables
             load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
-        self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch)
+        self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch, self.data.tasks)
+        self.auto_run = (
+            AutoRun(self.freeze, self.run.checkpoints, self.model, self.optimizer, self.logger)
+            if isinstance(self.freeze, AutoFreezeSchedule)
+            else None
+        )
         self.pipeline = make_train_pipeline(
             cfg.pipeline,
             self.model,
@@ -149,8 +175,10 @@ class Trainer:
         self._train_start = time.perf_counter()
         if self.progress.epoch >= self.cfg.epochs:
             self.logger.info(f"nothing left to train: {self.progress.epoch} of {self.cfg.epochs} epochs are done")
-        while self.progress.epoch < self.cfg.epochs:
+        while self.progress.epoch < self.cfg.epochs and not self.stopped:
             self.run_epoch(self.progress.epoch)
+        if self.auto_run is not None:
+            self.auto_run.end_on_best(self.step, self.steps_per_epoch, lambda: self._eval_pass(list(self.eval_loaders)))
         self.logger.record("wall_time_s", self._wall_time())
         self.logger.close()
         return self.logger.summary
@@ -158,10 +186,17 @@ class Trainer:
     def run_epoch(self, epoch: int) -> None:
         """Train (the rest of) epoch ``epoch`` (0-based), evaluate, and save a checkpoint (unless ``--no-checkpoint``)."""
         self.train_epoch(epoch)
+        if self.stopped:  # mid-epoch: no epoch evaluation, no epoch checkpoint
+            return
         self.evaluate(epoch=epoch + 1)
         self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
         if self.cfg.checkpoint:
             self.save_checkpoint()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the auto schedule ended the run before its budget."""
+        return self.auto_run is not None and self.auto_run.stopped
 
     def _wall_time(self) -> float:
         return self._wall_time_before + time.perf_counter() - self._train_start
@@ -181,21 +216,25 @@ class Trainer:
         }
         path = self.checkpointer.save(self.step, state)
         self.last_checkpoint = path
+        if self.auto_run is not None:
+            self.auto_run.after_epoch_checkpoint()
         self.logger.info(f"saved checkpoint {path} ({self.progress}) in {time.perf_counter() - start:.1f}s")
         return path
 
     def _resume(self, info: CheckpointInfo, changes: List[str]) -> None:
         """Load ``info``'s state into the built parts; training continues at its data position."""
         saved_freeze = info.parts.get("freeze")
-        # Compared in normalised form ("delayed" == its expansion); None: every group trains.
+        # Compared in normalised form ("delayed" == its expansion, "auto"); None: every group trains.
         saved_schedule = saved_freeze["schedule"] if saved_freeze is not None else None
-        if saved_schedule != (str(self.freeze.schedule) if self.freeze is not None else None):
+        if saved_schedule != (self.freeze.state_dict()["schedule"] if self.freeze is not None else None):
             raise ValueError(
                 f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
                 f"{info.state['config']['freeze_schedule']!r}, this run has {self.cfg.freeze_schedule!r}"
             )
         changes = changes + check_sharding(info, table_sharding(self.model.plan))
         self.checkpointer.load(info)
+        if self.auto_run is not None:
+            self.auto_run.check_resumable()
         self.last_checkpoint = info.path
         self._wall_time_before = self.progress.wall_time_s
         if self.skipper is not None:
@@ -218,8 +257,12 @@ class Trainer:
         return min(steps, self.cfg.limit_train_batches) if self.cfg.limit_train_batches else steps
 
     def _steps_to_boundary(self) -> int:
-        """Steps until the next mid-epoch evaluation or step checkpoint (the pipeline drains there)."""
-        periods = [self.cfg.eval_every_n_steps]
+        """Steps until the next mid-epoch evaluation or step checkpoint (the pipeline drains there).
+
+        Evaluations: all splits every ``--eval_every_n_steps``, the val split at the auto
+        schedule's cadence.
+        """
+        periods = [self.cfg.eval_every_n_steps, self.auto_run.eval_every_n_steps if self.auto_run else 0]
         if self.cfg.checkpoint:
             periods.append(self.cfg.checkpoint_every_n_steps)
         return min((p - self.step % p for p in periods if p), default=math.inf)  # type: ignore[arg-type]
@@ -234,7 +277,7 @@ class Trainer:
         show = self.env.is_main and self.cfg.progress_bar
         bar = tqdm(total=steps, initial=first, desc=f"epoch {epoch + 1}", disable=not show)
         done = first
-        while done < steps:
+        while done < steps and not self.stopped:
             segment = min(steps - done, self._steps_to_boundary())
             self._train_segment(itertools.islice(batches, segment), epoch, bar)
             done += segment
@@ -243,6 +286,10 @@ class Trainer:
                 break  # the epoch's evaluation and checkpoint follow in run_epoch
             if self.cfg.eval_every_n_steps and self.step % self.cfg.eval_every_n_steps == 0:
                 self.evaluate(epoch=epoch + done / steps)
+            elif self.auto_run is not None and self.auto_run.evaluation_due(self.step):
+                self.evaluate(epoch=epoch + done / steps, splits=self._val_splits)
+            if self.stopped:
+                break
             if self.cfg.checkpoint and self.cfg.checkpoint_every_n_steps and self.step % self.cfg.checkpoint_every_n_steps == 0:
                 self.save_checkpoint()
         bar.close()
@@ -312,30 +359,33 @@ class Trainer:
 
     # -- evaluation -------------------------------------------------------------
 
-    def evaluate(self, epoch: float) -> Dict[str, TaskMetrics]:
-        """Metrics on every evaluated split (test, the fixed train sample, ...), logged at the current step."""
-        self.model.eval()
-        results: Dict[str, TaskMetrics] = {}
-        for split, loader in self.eval_loaders.items():
-            results[split] = task_metrics(run_eval_pass(self.pipeline.progress, loader), self.data.tasks)
-        self.model.train()
-        values = {"eval/epoch": epoch}
-        values |= {
-            f"{split}/{task}/{name}": value
-            for split, per_task in results.items()
-            for task, metrics in per_task.items()
-            for name, value in metrics.items()
-            if name in ("auc", "logloss", "ne")
-        }
+    def evaluate(self, epoch: float, splits: Optional[Sequence[str]] = None) -> Dict[str, TaskMetrics]:
+        """Metrics of ``splits`` (default: every evaluated split), logged at the current step.
+
+        With the auto schedule, an evaluation that covers the val split also feeds its
+        decision (and only that split's metrics, plus the train sample's for a gate).
+        """
+        results = self._eval_pass(splits or list(self.eval_loaders))
+        values = {"eval/epoch": epoch} | metric_scalars(results)
         self.logger.scalars(values, self.step)
         self.logger.evaluation({"epoch": epoch, "step": self.step, **results})
         for key, warning in undefined_metrics(results).items():
             if key not in self._warned:  # once per split and task
                 self._warned.add(key)
                 self.logger.info(f"WARNING: {warning}")
-        lines = [f"eval after epoch {epoch:g} (step {self.step}):"]
-        for split, per_task in results.items():
-            for task, m in per_task.items():
-                lines.append(f"  {split:>12} {task:>6}: auc {m['auc']:.4f}  logloss {m['logloss']:.4f}  ne {m['ne']:.4f}")
-        self.logger.info("\n".join(lines))
+        self.logger.info(format_metrics(f"eval after epoch {epoch:g} (step {self.step}):", results))
+        if self.auto_run is not None and VAL in results:
+            tables = {t.name: t.num_embeddings for t in self.data.tables}
+            state = {"config": self.cfg.to_dict(), "tables": tables}
+            self.auto_run.observe(results[VAL], results.get(TRAIN_SAMPLE), self.step, state)
         return results
+
+    def _eval_pass(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
+        self.model.eval()
+        results = {s: task_metrics(run_eval_pass(self.pipeline.progress, self.eval_loaders[s]), self.data.tasks) for s in splits}
+        self.model.train()
+        return results
+
+    @property
+    def _val_splits(self) -> List[str]:
+        return [VAL, TRAIN_SAMPLE] if self.cfg.auto.auto_gate else [VAL]

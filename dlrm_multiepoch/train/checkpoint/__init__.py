@@ -44,7 +44,7 @@ from dlrm_multiepoch.train.checkpoint.layout import (
     saved_work,
 )
 from dlrm_multiepoch.train.checkpoint.load import load_checkpoint
-from dlrm_multiepoch.train.checkpoint.save import protect, prune, save_checkpoint, unprotect
+from dlrm_multiepoch.train.checkpoint.save import protect, prune, save_checkpoint, unprotect, write_checkpoint
 
 __all__ = [
     "CHECKPOINTS_DIR",
@@ -67,4 +67,5 @@ __all__ = [
     "table_sharding",
     "unprotect",
     "verify_checkpoint",
+    "write_checkpoint",
 ]

@@ -11,8 +11,9 @@ PROTECTED_FILE = "protected.json"  # a checkpoint pruning must keep (e.g. the be
 FORMAT_VERSION = 2
 TMP_SUFFIX = ".tmp"
 _FOLDER = re.compile(r"^step_(\d+)$")
-# Written by format 1 (per-epoch folders and a pointer file); named so a fresh start refuses them too.
-_LEGACY = re.compile(r"^(epoch_\d+|latest\.json)$")
+# Other saved work a fresh start must not run over: best-validation checkpoints (the auto
+# schedule's), and format 1's per-epoch folders and pointer file.
+_OTHER_SAVED = re.compile(r"^(best_step_\d+|epoch_\d+|latest\.json)$")
 
 
 def checkpoint_name(step: int) -> str:
@@ -48,13 +49,13 @@ def complete_checkpoints(folder: str) -> List[Tuple[int, str]]:
 
 
 def saved_work(folder: str) -> List[str]:
-    """Paths in ``folder`` that hold training state: checkpoint folders of this or an older format.
+    """Paths in ``folder`` that hold training state: checkpoints (step, best-validation, older format).
 
     Interrupted saves (``*.tmp``) are not listed: they never resume, and saving removes them.
     """
     if not os.path.isdir(folder):
         return []
-    names = sorted(n for n in os.listdir(folder) if _FOLDER.match(n) or _LEGACY.match(n))
+    names = sorted(n for n in os.listdir(folder) if _FOLDER.match(n) or _OTHER_SAVED.match(n))
     return [os.path.join(folder, n) for n in names]
 
 

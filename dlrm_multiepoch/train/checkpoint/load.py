@@ -20,14 +20,16 @@ def _leaf_optimizers(optimizer: KeyedOptimizer, prefix: str = "") -> Iterator[Tu
 
 
 def _materialize_optimizer_state(optimizer: KeyedOptimizer, saved_keys: Sequence[str]) -> None:
-    """Create the lazily-built optimizer state the checkpoint has values for.
+    """Create the lazily-built optimizer state the checkpoint has values for, drop the state it has none for.
 
     DCP loads in place into the state dict it is given, and ``KeyedOptimizer.load_state_dict``
     refuses to load state into an optimizer that has none. A fresh ``torch.optim.Adam``
     has no state until its first step, so its moments must exist before loading. The
     fused table optimizers build theirs at sharding time. Only parameters with state in
     the checkpoint get it: a parameter frozen all along has none, and must stay without
-    (Adam's step count starts at its first real step, as in an uninterrupted run).
+    (Adam's step count starts at its first real step, as in an uninterrupted run). For
+    the same reason a parameter that has state now but had none when the checkpoint was
+    saved (loading an earlier checkpoint mid-run, e.g. the best-validation one) loses it.
     """
     saved = {k[len("optimizer.state.") :] for k in saved_keys if k.startswith("optimizer.state.")}
 
@@ -35,6 +37,9 @@ def _materialize_optimizer_state(optimizer: KeyedOptimizer, saved_keys: Sequence
         return any(k.startswith(key + ".") for k in saved)
 
     for prefix, leaf in _leaf_optimizers(optimizer):
+        for key, param in leaf.params.items():
+            if param in leaf.state and not has_saved_state(CombinedOptimizer.prepend_opt_key(key, prefix)):
+                del leaf.state[param]
         missing = {
             key: param
             for key, param in leaf.params.items()

@@ -23,6 +23,53 @@ from dlrm_multiepoch.train.checkpoint.layout import (
 from dlrm_multiepoch.train.json_io import write_json
 
 
+def write_checkpoint(
+    path: str,
+    model: nn.Module,
+    optimizer: KeyedOptimizer,
+    state: Mapping[str, Any],
+    tensor_state: Mapping[str, Any] = {},
+) -> str:
+    """Save model, optimizer and ``tensor_state`` to the checkpoint folder ``path``, atomically; returns ``path``.
+
+    Collective: every rank writes its own shards with ``torch.distributed.checkpoint``
+    into ``<path>.tmp``; the ranks then record each file's size and sha256, rank 0
+    writes ``trainer_state.json`` (``state`` plus that manifest) last and renames the
+    folder to ``path`` (replacing an older one). No pruning: :func:`save_checkpoint`
+    adds that.
+
+    Args:
+        path: the checkpoint folder to write.
+        model: the ``DistributedModelParallel`` model.
+        optimizer: its ``CombinedOptimizer`` (fused table optimizers and dense optimizer).
+        state: JSON-able state; must hold ``step``; non-finite numbers become ``null``.
+        tensor_state: further state dicts holding tensors, saved beside ``model`` and
+            ``optimizer`` (sharded tensors reshard on load).
+
+    Example::
+
+        write_checkpoint("runs/auto/checkpoints/best_step_120", dmp, optimizer, {"step": 120})
+    """
+    tmp = path + TMP_SUFFIX
+    main = D.rank() == 0
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier interrupted save
+        os.makedirs(tmp)
+    D.barrier()
+    dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **tensor_state}, checkpoint_id=tmp)
+    D.barrier()  # every rank's shards are on disk before they are hashed
+    files = record_files(tmp)
+    if main:
+        full = {"format": FORMAT_VERSION, **state, "tensor_parts": sorted(tensor_state), "files": files}
+        write_json(os.path.join(tmp, STATE_FILE), full)
+        if os.path.exists(path):  # re-saving a step after resuming from an older checkpoint
+            shutil.rmtree(path)
+        os.rename(tmp, path)
+        _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    D.barrier()
+    return path
+
+
 def save_checkpoint(
     folder: str,
     step: int,
@@ -35,19 +82,12 @@ def save_checkpoint(
 ) -> str:
     """Save the training state after ``step`` optimizer steps to ``<folder>/step_<step>``; returns that path.
 
-    Collective: every rank calls it. Every rank writes its own shards with
-    ``torch.distributed.checkpoint`` into ``step_<step>.tmp``; the ranks then record
-    each file's size and sha256, rank 0 writes ``trainer_state.json`` (``state`` plus
-    that manifest) last, renames the folder, and prunes.
+    Collective (see :func:`write_checkpoint`); rank 0 then prunes old checkpoints.
 
     Args:
         folder: the run's checkpoint folder (``<run_dir>/checkpoints``).
         step: optimizer steps done; names the folder.
-        model: the ``DistributedModelParallel`` model.
-        optimizer: its ``CombinedOptimizer`` (fused table optimizers and dense optimizer).
-        state: JSON-able state (config, tables, JSON parts); non-finite numbers become ``null``.
-        tensor_state: further state dicts holding tensors, saved beside ``model`` and
-            ``optimizer`` (sharded tensors reshard on load).
+        model, optimizer, state, tensor_state: as for :func:`write_checkpoint`.
         keep: complete checkpoints to keep (>= 1), not counting protected ones.
         log: rank-0 logger for pruned folders.
 
@@ -57,27 +97,14 @@ def save_checkpoint(
     """
     if keep < 1:
         raise ValueError(f"--keep_checkpoints must be >= 1, got {keep}")
-    final = os.path.join(folder, checkpoint_name(step))
-    tmp = final + TMP_SUFFIX
-    main = D.rank() == 0
-    if main:
-        shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier interrupted save of this step
-        os.makedirs(tmp)
+    path = write_checkpoint(
+        os.path.join(folder, checkpoint_name(step)), model, optimizer, {**state, "step": step}, tensor_state
+    )
+    if D.rank() == 0:
+        for removed in prune(folder, keep, step):
+            log(f"removed checkpoint {removed}")
     D.barrier()
-    dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **tensor_state}, checkpoint_id=tmp)
-    D.barrier()  # every rank's shards are on disk before they are hashed
-    files = record_files(tmp)
-    if main:
-        full = {"format": FORMAT_VERSION, **state, "step": step, "tensor_parts": sorted(tensor_state), "files": files}
-        write_json(os.path.join(tmp, STATE_FILE), full)
-        if os.path.exists(final):  # re-saving a step after resuming from an older checkpoint
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_dir(folder)
-        for path in prune(folder, keep, step):
-            log(f"removed checkpoint {path}")
-    D.barrier()
-    return final
+    return path
 
 
 def prune(folder: str, keep: int, saved: int) -> List[str]:

@@ -63,7 +63,7 @@ $(STAMP): pyproject.toml Makefile
 	@# torchrec's dependencies at its pins, and ours; repeating the torch and fbgemm pins
 	@# stops any of them from swapping the builds.
 	$(PIP) '$(TORCH)' '$(FBGEMM)' tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 \
-		iopath==0.1.10 -e '.[test,plots,kubernetes]'
+		iopath==0.1.10 -e '.[test,kubernetes]'
 	@# torchrec==1.8.0 requires an unpinned fbgemm-gpu, which would replace fbgemm-gpu-cpu
 	@# by the CUDA build: install it last and alone.
 	$(PIP) --no-deps torchrec==1.8.0

@@ -17,9 +17,10 @@ import os
 import time
 from typing import Any, Dict, List
 
+from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-from torch.utils.tensorboard import SummaryWriter
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from dlrm_multiepoch.report.compare import Comparison
 from dlrm_multiepoch.report.runs import RunRecord
@@ -64,14 +65,12 @@ def write_hparams(comparison: Comparison) -> List[str]:
 def _write(folder: str, summaries: List[Summary], scalars: Dict[str, Any]) -> str:
     for old in glob.glob(os.path.join(folder, f"*{SUFFIX}")):
         os.remove(old)
-    with SummaryWriter(log_dir=folder, filename_suffix=SUFFIX) as writer:
-        for summary in summaries:
-            writer._get_file_writer().add_summary(summary, global_step=0)
-        for tag, value in scalars.items():
-            if value is not None:
-                writer.add_scalar(tag, value, global_step=0)
-        path = writer._get_file_writer().get_logdir()
-    return max(glob.glob(os.path.join(path, f"*{SUFFIX}")), key=os.path.getmtime)
+    values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items() if v is not None]
+    writer = EventFileWriter(folder, filename_suffix=SUFFIX)
+    for summary in [*summaries, Summary(value=values)]:
+        writer.add_event(Event(wall_time=time.time(), step=0, summary=summary))
+    writer.close()
+    return writer._file_name
 
 
 def _experiment(hparams: Dict[str, Dict[str, Any]], metric_tags: List[str]) -> List[Summary]:

@@ -14,7 +14,6 @@ Example::
     runs[0].curve("test", "like", "auc")      # {1: 0.7408, 2: 0.7234, ...}
 """
 
-import json
 import logging
 import os
 import re
@@ -23,6 +22,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from dlrm_multiepoch.sweep.plan import MANIFEST, SUMMARY, read_json, read_manifest
 
 EPOCH_TAG = "eval/epoch"
 THROUGHPUT_TAG = "train/samples_per_sec"
@@ -191,25 +192,19 @@ def _partial(run: RunRecord) -> Optional[str]:
 
 
 def _manifest_runs(experiment_dir: str) -> Optional[List[Dict[str, Any]]]:
-    path = os.path.join(experiment_dir, "sweep.json")
-    if not os.path.isfile(path):
+    if not os.path.isfile(os.path.join(experiment_dir, MANIFEST)):
         return None
-    try:
-        with open(path) as f:
-            return list(json.load(f)["runs"].values())
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{path} is not a sweep manifest ({e}); fix or remove it") from None
+    manifest = read_manifest(experiment_dir)
+    if not isinstance(manifest.get("runs"), dict):
+        raise ValueError(f"{os.path.join(experiment_dir, MANIFEST)} is not a sweep manifest (no 'runs'); fix or remove it")
+    return list(manifest["runs"].values())
 
 
 def _read_summary(run_dir: str) -> Dict[str, Any]:
-    path = os.path.join(run_dir, "summary.json")
-    if not os.path.isfile(path):
-        return {}
     try:
-        with open(path) as f:
-            return json.load(f)
+        return read_json(os.path.join(run_dir, SUMMARY))
     except ValueError as e:
-        raise RunError(f"corrupt summary.json ({e})") from None
+        raise RunError(f"corrupt summary.json: {e}") from None
 
 
 def _by_flag(config: Dict[str, Any]) -> Dict[str, Any]:

@@ -57,7 +57,19 @@ def task_markdown(task: TaskComparison) -> str:
             f"| {f'{r.wall_time_s:.0f} s' if r.wall_time_s is not None else 'n/a'} "
             f"| {f'{r.samples_per_s:,.0f}' if r.samples_per_s is not None else 'n/a'} | {_notes(task, r)} |"
         )
-    lines += ["", verdict(task)]
+    lines += ["", verdict(task), "", curve_markdown(task)]
+    return "\n".join(lines)
+
+
+def curve_markdown(task: TaskComparison) -> str:
+    """Test AUC after each epoch, per strategy (mean ± std over seeds)."""
+    epochs = sorted({e for r in task.rows for e in r.curve})
+    lines = [
+        f"| {task.task}: test AUC after epoch | " + " | ".join(str(e) for e in epochs) + " |",
+        "|" + "---|" * (len(epochs) + 1),
+    ]
+    for r in task.rows:
+        lines.append(f"| {r.strategy} | " + " | ".join(fmt(r.curve.get(e)) if e in r.curve else "" for e in epochs) + " |")
     return "\n".join(lines)
 
 

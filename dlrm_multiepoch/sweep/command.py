@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("-s", "--scheduler", default="local_cwd", help="TorchX scheduler: local_cwd runs one after another")
     launch.add_argument("-cfg", "--scheduler_args", default="", help="scheduler options, e.g. queue=default (TorchX -cfg)")
     launch.add_argument("--dryrun", action="store_true", help="print each run's scheduler request, submit nothing")
-    launch.add_argument("-j", default="1x2", help="{nnodes}x{nproc_per_node} of every run")
+    launch.add_argument("-j", "--j", default="1x2", help="{nnodes}x{nproc_per_node} of every run")
     launch.add_argument("--script", default="apps/train.py", help="training script, relative to the job's working directory")
     launch.add_argument("--cpu", type=int, default=2, help="CPUs per node")
     launch.add_argument("--gpu", type=int, default=0, help="GPUs per node")
@@ -82,7 +82,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     own, common = split_at_dashes(argv)
     parser = build_parser()
-    args = parser.parse_args(own)
+    args = parser.parse_intermixed_args(own)  # strategies may come before or after the options
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:

@@ -65,11 +65,13 @@ class SweepLauncher:
     Args:
         plan: the runs.
         options: how to launch them.
-        out: where progress lines go.
+        out: where progress lines go (default: stdout).
         runner: a TorchX runner (default: a new one, closed when done).
     """
 
-    def __init__(self, plan: SweepPlan, options: LaunchOptions, out: TextIO = sys.stdout, runner: Optional[Runner] = None):
+    def __init__(
+        self, plan: SweepPlan, options: LaunchOptions, out: Optional[TextIO] = None, runner: Optional[Runner] = None
+    ):
         self.plan = plan
         self.options = options
         self.out = out
@@ -193,7 +195,7 @@ class SweepLauncher:
         return cfg
 
     def _print(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        print(line, file=self.out or sys.stdout, flush=True)
 
 
 class _EvaluationPrinter:

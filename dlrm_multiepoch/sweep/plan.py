@@ -159,7 +159,10 @@ def run_state(experiment_dir: str, run: RunSpec) -> RunState:
     run_dir = os.path.join(experiment_dir, run.name)
     if not os.path.isdir(run_dir):
         return RunState("new")
-    summary = _read_summary(run_dir)
+    try:
+        summary = read_json(os.path.join(run_dir, SUMMARY))
+    except ValueError:
+        summary = {}  # unreadable: not finished; the run resumes from its checkpoint or starts over
     done = max((int(e["epoch"]) for e in summary.get("evaluations", []) if float(e["epoch"]).is_integer()), default=0)
     if "wall_time_s" in summary and done >= run.epochs:
         return RunState("finished", done)
@@ -172,34 +175,27 @@ def run_state(experiment_dir: str, run: RunSpec) -> RunState:
     return RunState("stale", done, "no checkpoint")
 
 
-def _read_summary(run_dir: str) -> Dict[str, Any]:
-    path = os.path.join(run_dir, SUMMARY)
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}  # unreadable: not finished; the run resumes from its checkpoint or starts over
-
-
-# -- manifest -----------------------------------------------------------------------
-
-
-def read_manifest(experiment_dir: str) -> Dict[str, Any]:
-    """``sweep.json`` of an experiment folder (empty when there is none).
+def read_json(path: str) -> Dict[str, Any]:
+    """A JSON file's content; empty when the file does not exist.
 
     Raises:
-        ValueError: the file exists but is not valid JSON.
+        ValueError: the file exists but is not valid JSON (the message names it).
     """
-    path = os.path.join(experiment_dir, MANIFEST)
     if not os.path.isfile(path):
         return {}
     try:
         with open(path) as f:
             return json.load(f)
     except ValueError as e:
-        raise ValueError(f"{path} is not valid JSON ({e}); fix or remove it") from None
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+
+
+# -- manifest -----------------------------------------------------------------------
+
+
+def read_manifest(experiment_dir: str) -> Dict[str, Any]:
+    """``sweep.json`` of an experiment folder (empty when there is none); invalid JSON raises ValueError."""
+    return read_json(os.path.join(experiment_dir, MANIFEST))
 
 
 def update_manifest(plan: SweepPlan, handles: Optional[Dict[str, str]] = None) -> Dict[str, Any]:

@@ -7,7 +7,6 @@ from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
-from dlrm_multiepoch.pipeline.factory import PIPELINES
 from dlrm_multiepoch.schedule import FreezeSchedule
 
 
@@ -90,6 +89,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+        from dlrm_multiepoch.pipeline.factory import PIPELINES  # torch: the config itself imports without it
+
         if self.pipeline not in PIPELINES:
             raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
         for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches"):

@@ -7,6 +7,9 @@ The exports load on first use (PEP 562), so ``import dlrm_multiepoch.<config mod
 from dlrm_multiepoch.lazy import lazy_exports
 
 _EXPORTS = {
+    "AutoFreezeSchedule": "dlrm_multiepoch.auto",
+    "AutoScheduleConfig": "dlrm_multiepoch.auto",
+    "AutoSchedulePolicy": "dlrm_multiepoch.auto",
     "Batch": "dlrm_multiepoch.data",
     "BatchLoader": "dlrm_multiepoch.data",
     "InteractionData": "dlrm_multiepoch.data",

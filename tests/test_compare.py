@@ -16,10 +16,15 @@ from dlrm_multiepoch.report.command import main as compare_main
 from dlrm_multiepoch.report.tables import to_markdown
 
 
-def write_run(folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0, finished=True, logloss=None):
-    """A run folder as the training app writes it: one evaluation per whole epoch (plus one mid-epoch)."""
+def write_run(folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0, finished=True, logloss=None, best=None):
+    """A run folder as the training app writes it: one evaluation per whole epoch (plus one mid-epoch).
+
+    ``best``: ``(epoch, test AUC)`` of restored best-validation weights, as the auto schedule logs them.
+    """
     os.makedirs(folder, exist_ok=True)
     with SummaryWriter(str(folder)) as w:
+        if best is not None:
+            w.add_scalar("best/test/like/auc", best[1], 10 * len(test_auc))
         w.add_scalar("train/samples_per_sec", 1000.0, 1)
         w.add_scalar("train/samples_per_sec", 3000.0, 2)
         w.add_scalar("eval/epoch", 0.5, 5)  # a mid-epoch evaluation: not a whole epoch, ignored
@@ -35,6 +40,8 @@ def write_run(folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0,
     summary["evaluations"] = [{"epoch": i + 1} for i in range(len(test_auc))]
     if finished:
         summary["wall_time_s"] = wall
+    if best is not None:
+        summary["best"] = {"epoch": best[0]}
     (folder / "summary.json").write_text(json.dumps(summary))
 
 
@@ -135,6 +142,16 @@ def test_update_window_slope_per_seed(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 6 and {float(r["seed_slope"]) for r in rows} == {fit.slopes[0], fit.slopes[1]}
     assert os.path.getsize(exp / "compare" / "update_window.png") > 10_000
+
+
+def test_a_run_that_restores_its_best_validation_weights_is_judged_by_them(tmp_path):
+    write_run(tmp_path / "auto-s0", [0.70, 0.74, 0.72], best=(1.6, 0.745), seed=0)
+    write_run(tmp_path / "auto-s1", [0.70, 0.73, 0.72], best=(1.4, 0.735), seed=1)
+    (task,) = compare_experiment(str(tmp_path)).tasks
+    (row,) = task.rows
+    assert row.auc_last.mean == pytest.approx((f32(0.745) + f32(0.735)) / 2, abs=1e-12)
+    assert (row.best_epoch, row.deployed_epoch) == (2, pytest.approx(1.5))
+    assert "last = its restored best-validation weights (epoch 1.50 on average)" in to_markdown(compare_experiment(str(tmp_path)))
 
 
 def test_a_folder_of_runs_without_manifest_is_grouped_by_name(tmp_path):

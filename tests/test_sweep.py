@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import dlrm_multiepoch.components as components
-from dlrm_multiepoch.sweep import STRATEGIES, build_plan, parse_strategy, run_state, window_strategy
+from dlrm_multiepoch.sweep import DEFAULT_STRATEGIES, STRATEGIES, build_plan, parse_strategy, run_state, window_strategy
 from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.plan import update_manifest
 from dlrm_multiepoch.train.config import parse_config
@@ -69,6 +69,7 @@ def test_plan_gives_each_run_its_flags_and_the_app_parses_them(tmp_path):
         (["delayed"], ["--freeze_schedule", "joint"], r"strategy 'delayed' sets \['--freeze_schedule'\], also given"),
         (["no-cross-grad"], [], "strategy 'no-cross-grad' needs --model multipath .* the common flags give --model dlrm"),
         (["joint", "joint"], [], r"strategies \['joint'\] are given twice"),
+        (["auto"], [], "strategy 'auto' decides on a validation split: add --val_fraction"),
         (["x=--freeze_schedule 'tables=frozen@[0,5) train@[5,end)'"], [], "run x-s0: --freeze_schedule: .*"),
         (["x=--embeding_dim 8"], [], "run x-s0: unrecognized arguments: --embeding_dim 8"),
     ],
@@ -134,6 +135,15 @@ def test_slurm_dryrun_is_one_job_per_run_and_keeps_a_schedule_with_spaces(tmp_pa
             assert (cfg.run_name, cfg.tensorboard_dir, cfg.resume, cfg.data.dataset) == (name, exp, "auto", "movielens")
             assert cfg.freeze_schedule == (LATE if name.startswith("late") else "joint")
     assert not (tmp_path / "exp").exists()  # a dry run writes nothing
+
+
+def test_the_default_sweep_gives_every_run_the_same_validation_split(tmp_path, capsys):
+    assert sweep_main([str(tmp_path / "exp"), "-s", "slurm", "--dryrun"]) == 0
+    out = capsys.readouterr().out
+    assert "decide(s) on a validation split: every run gets --val_fraction 0.1" in out
+    runs = re.split(r"^=== run (\S+) \(\d+ epochs\) ===$", out, flags=re.M)[1:]
+    assert runs[0::2] == [f"{name}-s0" for name in DEFAULT_STRATEGIES]
+    assert {parse_config(_srun_app_args(r)[0][1]).data.val_fraction for r in runs[1::2]} == {0.1}
 
 
 def test_kubernetes_dryrun_is_one_volcano_job_per_run(tmp_path, capsys):

@@ -61,6 +61,7 @@ class StrategyRow:
     samples_per_s: Optional[float]
     curve: Dict[int, Stat]
     one_epoch_drop: Optional[Tuple[int, float]] = None
+    deployed_epoch: Optional[float] = None  # mean epoch of restored best-validation weights (auto schedule)
     vs_joint_1ep: Optional[float] = None
     vs_joint_best: Optional[float] = None
 
@@ -171,13 +172,16 @@ def _strategy_row(strategy: str, task: str, runs: List[RunRecord]) -> Optional[S
     best = max(common, key=lambda e: (curve[e].mean, -e))
     last = [max(a) for a in aucs]
 
-    def at(split: str, metric: str, epochs: Sequence[int]) -> Optional[Stat]:
-        values = [r.curve(split, task, metric).get(e) for r, e in zip(runs, epochs)]
-        return Stat.of(values) if all(v is not None for v in values) else None
+    def at(split: str, metric: str, epochs: Sequence[int]) -> List[Optional[float]]:
+        return [r.curve(split, task, metric).get(e) for r, e in zip(runs, epochs)]
 
-    test_last = [a[e] for a, e in zip(aucs, last)]
-    train_last = [r.curve("train_sample", task, "auc").get(e) for r, e in zip(runs, last)]
-    gap = Stat.of([t - v for t, v in zip(train_last, test_last)]) if None not in train_last else None
+    def final(split: str, metric: str) -> List[Optional[float]]:
+        """What each run ends holding: its restored best-validation model if any, else its last epoch."""
+        at_last = at(split, metric, last)
+        return [r.deployed.get(f"{split}/{task}/{metric}", v) for r, v in zip(runs, at_last)]
+
+    test_last, train_last = final("test", "auc"), final("train_sample", "auc")
+    gap = _stat([t - v if t is not None and v is not None else None for t, v in zip(train_last, test_last)])
     walls = [r.wall_time_s for r in runs if r.wall_time_s is not None]
     speeds = [r.samples_per_s for r in runs if r.samples_per_s is not None]
     train_curve = _mean_curve([r.curve("train_sample", task, "auc") for r in runs])
@@ -188,15 +192,25 @@ def _strategy_row(strategy: str, task: str, runs: List[RunRecord]) -> Optional[S
         epochs=max(last),
         best_epoch=best,
         auc_best=Stat.of([a[best] for a in aucs]),
-        auc_last=Stat.of(test_last),
-        logloss_best=at("test", "logloss", [best] * len(runs)),
-        logloss_last=at("test", "logloss", last),
+        auc_last=Stat.of(test_last),  # type: ignore[arg-type]
+        logloss_best=_stat(at("test", "logloss", [best] * len(runs))),
+        logloss_last=_stat(final("test", "logloss")),
         gap_last=gap,
         wall_time_s=float(np.mean(walls)) if walls else None,
         samples_per_s=float(np.mean(speeds)) if speeds else None,
         curve=curve,
         one_epoch_drop=_one_epoch_drop(curve, train_curve),
+        deployed_epoch=_deployed_epoch(runs),
     )
+
+
+def _stat(values: Sequence[Optional[float]]) -> Optional[Stat]:
+    return Stat.of(values) if values and None not in values else None  # type: ignore[arg-type]
+
+
+def _deployed_epoch(runs: Sequence[RunRecord]) -> Optional[float]:
+    epochs = [r.deployed_epoch for r in runs if r.deployed and r.deployed_epoch is not None]
+    return float(np.mean(epochs)) if epochs else None
 
 
 def _mean_curve(curves: Sequence[Dict[int, float]]) -> Dict[int, Stat]:

@@ -27,6 +27,7 @@ from dlrm_multiepoch.sweep.plan import MANIFEST, SUMMARY, read_json, read_manife
 
 EPOCH_TAG = "eval/epoch"
 THROUGHPUT_TAG = "train/samples_per_sec"
+BEST_PREFIX = "best"  # best/<split>/<task>/<metric>: the restored best-validation model (auto schedule)
 _SEED_SUFFIX = re.compile(r"^(?P<strategy>.+)-s(?P<seed>-?\d+)$")
 _EVENTS = "tfevents"
 
@@ -50,6 +51,10 @@ class RunRecord:
         wall_time_s: training wall time from ``summary.json`` (None if absent).
         samples_per_s: median of the logged train throughput.
         finished: whether ``summary.json`` records the end of training (None: no summary).
+        deployed: metrics of the model the run ends holding when that is not its last
+            epoch's (the automatic schedule restores its best-validation weights):
+            ``<split>/<task>/<metric>`` -> value, from the ``best/...`` scalars.
+        deployed_epoch: the (fractional) epoch those weights come from.
         config: the run's training config from ``summary.json`` by flag name (sections merged).
     """
 
@@ -63,6 +68,8 @@ class RunRecord:
     wall_time_s: Optional[float] = None
     samples_per_s: Optional[float] = None
     finished: Optional[bool] = None
+    deployed: Dict[str, float] = field(default_factory=dict)
+    deployed_epoch: Optional[float] = None
     config: Dict[str, Any] = field(default_factory=dict)
 
     def curve(self, split: str, task: str, metric: str) -> Dict[int, float]:
@@ -117,8 +124,11 @@ def read_run(
         raise RunError(f"no evaluations in its event files (no {EPOCH_TAG!r} scalar): corrupt, or stopped before epoch 1")
     epochs = scalars[EPOCH_TAG]
     evals: Dict[str, Dict[int, float]] = {}
+    deployed: Dict[str, float] = {}
     for tag, values in scalars.items():
         parts = tag.split("/")
+        if len(parts) == 4 and parts[0] == BEST_PREFIX:
+            deployed["/".join(parts[1:])] = values[max(values)]
         if len(parts) != 3 or tag == EPOCH_TAG:
             continue
         whole = {int(epochs[s]): v for s, v in values.items() if s in epochs and float(epochs[s]).is_integer()}
@@ -147,6 +157,8 @@ def read_run(
         wall_time_s=summary.get("wall_time_s"),
         samples_per_s=float(np.median(throughput)) if throughput else None,
         finished=("wall_time_s" in summary) if summary else None,
+        deployed=deployed,
+        deployed_epoch=summary.get("best", {}).get("epoch") if deployed else None,
         config=_by_flag(summary.get("config", {})),
     )
 

@@ -30,6 +30,8 @@ def _notes(task: TaskComparison, row: StrategyRow) -> str:
     notes = []
     if row.strategy == task.winner:
         notes.append("**winner**")
+    if row.deployed_epoch is not None:
+        notes.append(f"last = its restored best-validation weights (epoch {row.deployed_epoch:.2f} on average)")
     if row.one_epoch_drop is not None:
         epoch, change = row.one_epoch_drop
         notes.append(f"one-epoch drop ep {epoch}→{epoch + 1} ({100 * change:+.2f} pt)")

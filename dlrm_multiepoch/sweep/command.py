@@ -23,7 +23,15 @@ import sys
 from typing import List, Optional
 
 from dlrm_multiepoch.sweep.plan import build_plan, split_at_dashes
-from dlrm_multiepoch.sweep.strategies import DEFAULT_STRATEGIES, STRATEGIES, parse_strategy, window_strategy
+from dlrm_multiepoch.sweep.strategies import (
+    DEFAULT_STRATEGIES,
+    STRATEGIES,
+    flag_names,
+    parse_strategy,
+    window_strategy,
+)
+
+DEFAULT_VAL_FRACTION = 0.1  # added to every run when a strategy needs a validation split and none is given
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +102,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     specs = args.strategies or ([] if windows else DEFAULT_STRATEGIES)
     try:
         strategies = [parse_strategy(s) for s in specs] + [window_strategy(w, args.epochs) for w in windows]
+        needing_val = [s.name for s in strategies if s.needs_val]
+        if needing_val and "val_fraction" not in flag_names(tuple(common)):
+            common = [*common, "--val_fraction", str(DEFAULT_VAL_FRACTION)]
+            print(
+                f"sweep: {', '.join(needing_val)} decide(s) on a validation split: every run gets "
+                f"--val_fraction {DEFAULT_VAL_FRACTION} (the same training rows for all strategies)",
+                flush=True,
+            )
         plan = build_plan(args.experiment_dir, strategies, seeds, args.epochs, common)
     except ValueError as e:
         parser.error(str(e))

@@ -108,6 +108,11 @@ def build_plan(
                 f"strategy {strategy.name!r} sets {['--' + n for n in both]}, also given in the common flags; "
                 "set each flag once"
             )
+        if strategy.needs_val and not float(flag_value(common, "val_fraction") or 0):
+            raise ValueError(
+                f"strategy {strategy.name!r} decides on a validation split: add --val_fraction (e.g. 0.1) to the "
+                "common flags, so that every strategy trains on the same rows"
+            )
         if strategy.model is not None and strategy.model != model:
             raise ValueError(
                 f"strategy {strategy.name!r} needs --model {strategy.model} (its gates exist only there); "

@@ -36,6 +36,8 @@ class Strategy:
         epochs: a fixed number of epochs; None: the sweep's budget ``--epochs``.
         extra_epochs: epochs beyond the budget (joint runs one more, to show its peak).
         model: the ``--model`` it needs (gates exist only on the multi-path model).
+        needs_val: it decides on a validation split, so the sweep's common flags need
+            ``--val_fraction`` (every strategy of the sweep then trains on the same rows).
         window: for update-window strategies, the epoch the tables start training.
     """
 
@@ -45,6 +47,7 @@ class Strategy:
     epochs: Optional[int] = None
     extra_epochs: int = 0
     model: Optional[str] = None
+    needs_val: bool = False
     window: Optional[float] = None
 
     def run_epochs(self, budget: int) -> int:
@@ -68,12 +71,19 @@ def register_strategy(
     epochs: Optional[int] = None,
     extra_epochs: int = 0,
     model: Optional[str] = None,
+    needs_val: bool = False,
 ) -> Strategy:
     """Add a preset to the registry (``flags`` is shell-quoted text); ``default`` adds it to the default sweep."""
     if name in STRATEGIES:
         raise ValueError(f"strategy {name!r} is registered twice")
     strategy = Strategy(
-        _check_name(name), tuple(shlex.split(flags)), help, epochs=epochs, extra_epochs=extra_epochs, model=model
+        _check_name(name),
+        tuple(shlex.split(flags)),
+        help,
+        epochs=epochs,
+        extra_epochs=extra_epochs,
+        model=model,
+        needs_val=needs_val,
     )
     STRATEGIES[name] = strategy
     if default:
@@ -177,4 +187,16 @@ register_strategy(
 register_strategy(
     "delayed-no-cross", "--freeze_schedule 'delayed; gate:feature_cross=closed'",
     "multi-path: delayed, and the feature-cross path never updates the tables", model="multipath",
+)  # fmt: skip
+# The automatic schedule (dlrm_multiepoch/auto): decided on a validation split; the run
+# ends holding its best-validation weights, which the comparison reports as its result.
+register_strategy(
+    "auto", "--freeze_schedule auto",
+    "validation-driven: tables frozen until val plateaus, trained until it stops improving, then the rest alone",
+    default=True, needs_val=True,
+)  # fmt: skip
+register_strategy(
+    "joint-early-stop", "--freeze_schedule auto --auto_frozen_cap 0 --auto_after_tables stop",
+    "joint training, stopped when validation stops improving (best-validation weights kept)",
+    default=True, needs_val=True,
 )  # fmt: skip

@@ -47,7 +47,7 @@ def experiment(tmp_path_factory):
 
 def test_a_schedule_with_spaces_reaches_the_run(experiment):
     exp, output = experiment
-    assert "[2/2] late-s0: training, 1 epochs, 1x1 ranks under TorchX local_cwd" in output
+    assert "[2/2] late-s0: training, 1 epoch, 1x1 ranks under TorchX local_cwd" in output
     config = json.loads((exp / "late-s0" / "summary.json").read_text())["config"]
     assert (config["freeze_schedule"], config["epochs"], config["seed"], config["run_name"]) == (SCHEDULE, 1, 0, "late-s0")
     assert json.loads((exp / "joint-1ep-s0" / "summary.json").read_text())["config"]["freeze_schedule"] == "joint"
@@ -109,7 +109,7 @@ def test_restart_skips_finished_runs(experiment):
     before = {p: os.path.getmtime(p) for p in glob.glob(str(exp / "*" / "events.out.tfevents.*"))}
     logs = sorted(glob.glob(str(exp / "logs" / "*" / "*")))
     output = _sweep(exp)
-    assert "[1/2] joint-1ep-s0: finished earlier (1 epochs), skipped" in output
-    assert "[2/2] late-s0: finished earlier (1 epochs), skipped" in output
+    assert "[1/2] joint-1ep-s0: finished earlier (1 epoch), skipped" in output
+    assert "[2/2] late-s0: finished earlier (1 epoch), skipped" in output
     assert {p: os.path.getmtime(p) for p in glob.glob(str(exp / "*" / "events.out.tfevents.*"))} == before
     assert sorted(glob.glob(str(exp / "logs" / "*" / "*"))) == logs  # nothing launched

@@ -26,7 +26,7 @@ from torchx.runner import Runner, get_runner
 from torchx.specs import AppDef, AppState
 
 from dlrm_multiepoch import components
-from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, SweepPlan, read_manifest, run_state, update_manifest
+from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, RunState, SweepPlan, read_manifest, run_state, update_manifest
 
 LOCAL = "local_cwd"
 _POLL_S = 2.0
@@ -117,15 +117,11 @@ class SweepLauncher:
             tag = f"[{i}/{total}] {run.name}"
             state = run_state(self.plan.experiment_dir, run)
             if state.status == "finished":
-                self._print(f"{tag}: finished earlier ({state.epochs_done} epochs), skipped")
+                self._print(f"{tag}: finished earlier ({_epochs(state.epochs_done)}), skipped")
                 continue
-            if state.status == "stale":
-                # Nothing to resume from: clear what the interrupted launch logged, so its
-                # curves do not mix with the new run's in TensorBoard.
-                self._print(f"{tag}: unfinished and without a checkpoint, starting over")
-                shutil.rmtree(os.path.join(self.plan.experiment_dir, run.name))
+            self._clear_if_stale(run, state, tag)
             how = f"resuming after epoch {state.epochs_done}" if state.status == "resumable" else "training"
-            self._print(f"{tag}: {how}, {run.epochs} epochs, {self.options.j} ranks under TorchX {LOCAL}")
+            self._print(f"{tag}: {how}, {_epochs(run.epochs)}, {self.options.j} ranks under TorchX {LOCAL}")
             if not self._launch_and_wait(runner, run, tag):
                 failed.append(run.name)
         return failed
@@ -176,6 +172,7 @@ class SweepLauncher:
                 if status is not None and not status.is_terminal():
                     self._print(f"{run.name}: job {handle} is still {status.state.name}, skipped")
                     continue
+            self._clear_if_stale(run, state, run.name)
             try:
                 handles[run.name] = runner.schedule(runner.dryrun(self.app(run), self.options.scheduler, cfg=self._cfg(run)))
             except Exception as e:  # one refused submission must not lose the others' handles
@@ -187,6 +184,14 @@ class SweepLauncher:
         if handles:
             self._print(f"when the jobs are done: dlrm-multiepoch compare {self.plan.experiment_dir}")
         return failed
+
+    def _clear_if_stale(self, run: RunSpec, state: RunState, tag: str) -> None:
+        if state.status != "stale":
+            return
+        # Nothing to resume from: clear what the interrupted launch logged, so its curves
+        # do not mix with the new run's in TensorBoard.
+        self._print(f"{tag}: unfinished and without a checkpoint, starting over")
+        shutil.rmtree(os.path.join(self.plan.experiment_dir, run.name))
 
     def _cfg(self, run: RunSpec) -> Dict[str, object]:
         cfg = dict(self.options.scheduler_cfg)
@@ -227,6 +232,10 @@ class _EvaluationPrinter:
                 if isinstance(per_task, dict)
             ]
             self.emit(f"    epoch {e['epoch']:g}: AUC " + " | ".join(parts))
+
+
+def _epochs(n: int) -> str:
+    return f"{n} epoch{'' if n == 1 else 's'}"
 
 
 def _combined_log(log_dir: str) -> Optional[str]:

@@ -5,16 +5,40 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
-from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
-from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.fetch import default_cache_dir, fetch_wheel
 
+if TYPE_CHECKING:  # the config is importable without torch (TorchX components, the CLI)
+    from dlrm_multiepoch.data.dataset import InteractionData
+
 # A builder encodes one dataset from its source file; it returns the data and log notes.
-Builder = Callable[["DataConfig", Path], Tuple[InteractionData, List[str]]]
+Builder = Callable[["DataConfig", Path], Tuple["InteractionData", List[str]]]
 
 DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
+
+
+def split_list(value: str) -> List[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_thresholds(value: str) -> Dict[str, float]:
+    """``"like:4,love:5"`` -> ``{"like": 4.0, "love": 5.0}``."""
+    tasks: Dict[str, float] = {}
+    for part in split_list(value):
+        name, sep, threshold = (x.strip() for x in part.partition(":"))
+        try:
+            if not sep or not name:
+                raise ValueError
+            number = float(threshold)
+        except ValueError:
+            raise ValueError(
+                f"--task_thresholds entry {part!r} is not 'task:min_value' (e.g. 'like:4,love:5')"
+            ) from None
+        if name in tasks:
+            raise ValueError(f"--task_thresholds names task {name!r} twice in {value!r}")
+        tasks[name] = number
+    return tasks
 
 
 @dataclass
@@ -101,8 +125,6 @@ class DataConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the flag and the expected value; reads no data (only checks the file exists)."""
-        from dlrm_multiepoch.data.interactions import parse_thresholds, split_list
-
         if self.dataset not in DATASETS:
             raise ValueError(f"--dataset {self.dataset!r} is unknown; choices: {', '.join(DATASETS)}")
         if self.dataset in ("interactions", "criteo") and not self.data_path:
@@ -137,7 +159,7 @@ class DataConfig:
             raise ValueError(f"--task_thresholds needs finite thresholds, got {bad}")
 
 
-def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> InteractionData:
+def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> "InteractionData":
     """Load, encode and cache ``cfg.dataset``; a second call with the same options reads
     the cache. Logs what was built (sizes, skipped lines, positives per task).
 
@@ -150,6 +172,8 @@ def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> Interac
         data = load_dataset(DataConfig(dataset="bookcrossing", history_length=10))
         print(data.tables, len(data.splits["train"]))
     """
+    from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
+
     cfg.validate()
     builders = _builders()
     cache_dir = cfg.cache_dir or default_cache_dir()

@@ -11,44 +11,19 @@ are dropped and counted in the log.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import List, Tuple
 
 import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.data.assemble import ITEM_FEATURE, USER_FEATURE, assemble
+from dlrm_multiepoch.data.config import DataConfig, parse_thresholds, split_list
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
 from dlrm_multiepoch.data.encode import random_split, standardize, subsample, time_split, validation_split
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
 
-if TYPE_CHECKING:
-    from dlrm_multiepoch.data.config import DataConfig
-
 _SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
 _PARQUET = (".parquet", ".pq")
-
-
-def split_list(value: str) -> List[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def parse_thresholds(value: str) -> Dict[str, float]:
-    """``"like:4,love:5"`` -> ``{"like": 4.0, "love": 5.0}``."""
-    tasks: Dict[str, float] = {}
-    for part in split_list(value):
-        name, sep, threshold = (x.strip() for x in part.partition(":"))
-        try:
-            if not sep or not name:
-                raise ValueError
-            number = float(threshold)
-        except ValueError:
-            raise ValueError(
-                f"--task_thresholds entry {part!r} is not 'task:min_value' (e.g. 'like:4,love:5')"
-            ) from None
-        if name in tasks:
-            raise ValueError(f"--task_thresholds names task {name!r} twice in {value!r}")
-        tasks[name] = number
-    return tasks
 
 
 def _examples(values: pd.Series, limit: int = 3) -> str:

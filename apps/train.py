@@ -13,7 +13,7 @@ from dlrm_multiepoch.train.trainer import Trainer
 
 @record
 def main(argv=None) -> None:
-    cfg = parse_config(argv)
+    cfg = parse_config(argv, check_paths=True)
     env = init_distributed()
     # Our modules log transitions (e.g. freeze-schedule windows) at INFO, on rank 0 only.
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")

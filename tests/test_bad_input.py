@@ -259,7 +259,7 @@ def test_parsing_decides_the_cache_entry_and_the_log_names_the_given_file(tmp_pa
 def test_data_checks_name_the_flag_and_the_reason(tmp_path: Path) -> None:
     (tmp_path / "folder.csv").mkdir()
     with pytest.raises(ValueError, match="--data_path .*folder.csv is a directory"):
-        DataConfig(dataset="interactions", data_path=str(tmp_path / "folder.csv")).validate()
+        DataConfig(dataset="interactions", data_path=str(tmp_path / "folder.csv")).check_paths()
     words = tmp_path / "words.csv"
     words.write_text("user_id,item_id,label\n1,2,yes\n3,4,no\n")
     with pytest.raises(ValueError, match=r"no usable rows: 2 with a non-numeric or infinite --label_col value \(e.g. \['yes', 'no'\]\)"):

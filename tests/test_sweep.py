@@ -94,11 +94,11 @@ def test_run_states_and_manifest(tmp_path):
     assert run_state(str(exp), joint) == run_state(str(exp), joint).__class__("finished", 3)
     # Interrupted after epoch 1 with a complete checkpoint: resumable.
     _write(exp / "early-s0" / "summary.json", json.dumps({"evaluations": evaluations[:1]}))
-    _write(exp / "early-s0" / "checkpoints" / "epoch_1" / "trainer_state.json", "{}")
-    _write(exp / "early-s0" / "checkpoints" / "latest.json", json.dumps({"path": "epoch_1"}))
+    state = {"step": 12, "parts": {"progress": {"epoch": 1, "batch_in_epoch": 2}}}
+    _write(exp / "early-s0" / "checkpoints" / "step_12" / "trainer_state.json", json.dumps(state))
     assert run_state(str(exp), early).status == "resumable" and run_state(str(exp), early).epochs_done == 1
     # Interrupted without a checkpoint (only an incomplete save): starts over.
-    _write(exp / "delayed-s0" / "checkpoints" / "epoch_1.tmp" / "x", "")
+    _write(exp / "delayed-s0" / "checkpoints" / "step_10.tmp" / "x", "")
     assert run_state(str(exp), delayed).status == "stale"
     # The manifest keeps each run's flags; other flags for the same run are refused, more epochs are not.
     update_manifest(plan)

@@ -124,14 +124,12 @@ class DataConfig:
     )
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the flag and the expected value; reads no data (only checks the file exists)."""
+        """Raise ``ValueError`` naming the flag and the expected value; touches no file."""
         if self.dataset not in DATASETS:
             raise ValueError(f"--dataset {self.dataset!r} is unknown; choices: {', '.join(DATASETS)}")
         if self.dataset in ("interactions", "criteo") and not self.data_path:
             what = "a CSV, TSV or Parquet interactions table" if self.dataset == "interactions" else "a Criteo TSV file"
             raise ValueError(f"--data_path is required for --dataset {self.dataset} ({what})")
-        if self.data_path and self.dataset in ("interactions", "criteo"):  # wheels: fetch_wheel says how to get one
-            check_file(self.data_path, f"--dataset {self.dataset}")
         if self.history_length < 0:
             raise ValueError(f"--history_length must be >= 0 (0: no history feature), got {self.history_length}")
         if self.dataset == "criteo" and self.history_length:
@@ -158,6 +156,16 @@ class DataConfig:
         if bad:
             raise ValueError(f"--task_thresholds needs finite thresholds, got {bad}")
 
+    def check_paths(self) -> None:
+        """Raise naming ``--data_path`` when the file is missing, a folder or unreadable.
+
+        Apart from :meth:`validate`: a launcher validates flags on a host that may not
+        see the job's files. The wheel datasets' missing-file message (how to fetch the
+        wheel) comes from ``fetch_wheel``.
+        """
+        if self.data_path and self.dataset in ("interactions", "criteo"):
+            check_file(self.data_path, f"--dataset {self.dataset}")
+
 
 def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> "InteractionData":
     """Load, encode and cache ``cfg.dataset``; a second call with the same options reads
@@ -175,6 +183,7 @@ def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> "Intera
     from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
 
     cfg.validate()
+    cfg.check_paths()
     builders = _builders()
     cache_dir = cfg.cache_dir or default_cache_dir()
     source = _source_file(cfg, cache_dir, log)

@@ -172,11 +172,17 @@ def run_state(experiment_dir: str, run: RunSpec) -> RunState:
     if "wall_time_s" in summary and done >= run.epochs:
         return RunState("finished", done)
     checkpoints = os.path.join(run_dir, CHECKPOINTS)
-    from dlrm_multiepoch.train.checkpoint import complete_checkpoints  # torch-heavy: only for unfinished runs
+    from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy: unfinished runs only
 
     saved = complete_checkpoints(checkpoints) if os.path.isdir(checkpoints) else []
     if saved:
-        return RunState("resumable", max(epoch for epoch, _ in saved), f"checkpoint after epoch {max(saved)[0]}")
+        step, newest = saved[-1]
+        try:
+            progress = read_json(os.path.join(newest, STATE_FILE)).get("parts", {}).get("progress", {})
+        except ValueError:
+            progress = {}  # damaged: the run falls back to an older checkpoint, or refuses naming it
+        epochs = int(progress.get("epoch", 0))
+        return RunState("resumable", epochs, f"checkpoint at step {step}, {epochs} epoch(s) done")
     return RunState("stale", done, "no checkpoint")
 
 

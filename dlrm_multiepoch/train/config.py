@@ -166,10 +166,6 @@ class TrainConfig:
             raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         if self.resume == "auto" and not self.run_name:
             raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
-        if self.resume not in ("", "auto") and not os.path.isdir(self.resume):
-            raise ValueError(f"--resume {self.resume!r}: no such checkpoint folder (expected '', 'auto' or a folder)")
-        if self.pretrained_tables and not os.path.isdir(self.pretrained_tables):
-            raise ValueError(f"--pretrained_tables {self.pretrained_tables!r}: no such folder (apps/pretrain.py writes one)")
         if self.model.model == "multipath" and self.data.history_length <= 0:
             raise ValueError("--model multipath needs --history_length > 0 (its sequence path reads the item history)")
         unknown = sorted(set(self.sharding_type_list) - set(SHARDING_TYPE_NAMES))
@@ -191,6 +187,19 @@ class TrainConfig:
             )
         else:
             check_freeze_schedule(self.freeze_schedule, self.epochs)
+
+    def check_paths(self) -> None:
+        """Raise naming the flag when a file or folder it names is missing or of the wrong kind.
+
+        Apart from :meth:`validate`, which touches no file: a launcher (``dlrm-multiepoch
+        sweep``) validates flags on a host that may not see the job's files. The trainer
+        calls both before it reads any data.
+        """
+        self.data.check_paths()
+        if self.resume not in ("", "auto") and not os.path.isdir(self.resume):
+            raise ValueError(f"--resume {self.resume!r}: no such checkpoint folder (expected '', 'auto' or a folder)")
+        if self.pretrained_tables and not os.path.isdir(self.pretrained_tables):
+            raise ValueError(f"--pretrained_tables {self.pretrained_tables!r}: no such folder (apps/pretrain.py writes one)")
 
     @property
     def sharding_type_list(self) -> List[str]:
@@ -295,14 +304,22 @@ def _optional_base(kind: Any) -> Any:
     return kind
 
 
-def parse_config(argv: Optional[Sequence[str]] = None) -> TrainConfig:
-    """Parse CLI flags into a validated :class:`TrainConfig`; errors name the flag."""
+def parse_config(argv: Optional[Sequence[str]] = None, check_paths: bool = False) -> TrainConfig:
+    """Parse CLI flags into a validated :class:`TrainConfig`; errors name the flag (argparse exit code 2).
+
+    Args:
+        argv: the flags (default: ``sys.argv[1:]``).
+        check_paths: also check the files and folders the flags name (the app does;
+            a launcher on another host does not).
+    """
     parser = build_parser()
     ns = vars(parser.parse_args(argv))
     sections = {name: cls(**{f.name: ns[f.name] for f in _leaf_fields(cls)}) for name, cls in _SECTIONS.items()}
     cfg = TrainConfig(**sections, **{f.name: ns[f.name] for f in _leaf_fields(TrainConfig)})
     try:
         cfg.validate(world_size=int(os.environ.get("WORLD_SIZE", "1")))  # set by torchrun before the app starts
+        if check_paths:
+            cfg.check_paths()
     except (ValueError, OSError) as e:
         parser.error(str(e))
     return cfg

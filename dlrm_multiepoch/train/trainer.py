@@ -89,6 +89,7 @@ class Trainer:
         self.cfg = cfg
         self.env = env
         cfg.validate(world_size=env.world_size)
+        cfg.check_paths()
         log = print if env.is_main else lambda _: None
         # Found, verified and checked before the data is parsed: a wrong --resume fails in seconds.
         self.run = open_run_folder(cfg, log)

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
+from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.pipeline import PIPELINES, SemiSyncTrainPipeline, StalenessMeter, make_train_pipeline
 from dlrm_multiepoch.pipeline.staleness import row_overlap

@@ -19,7 +19,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-from dlrm_multiepoch.data.dataset import BatchLoader
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig

@@ -13,8 +13,9 @@ from torchrec.optim.keyed import CombinedOptimizer
 from tqdm import tqdm
 
 from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.data.config import load_dataset
-from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
+from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.load import load_dataset
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput

@@ -1,0 +1,74 @@
+"""The registry of data sources: each source module adds itself with :func:`register_source`.
+
+``load_dataset`` and ``dlrm-multiepoch preprocess`` look sources up by ``--dataset``
+name; nothing here imports a source, so sources import this module (and
+:class:`~dlrm_multiepoch.data.config.DataConfig`) without a cycle. The built-in
+sources register when :mod:`dlrm_multiepoch.data` is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from dlrm_multiepoch.data.config import DataConfig
+    from dlrm_multiepoch.data.dataset import InteractionData
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A way to get a dataset.
+
+    Args:
+        name: the ``--dataset`` value.
+        prepare: ``(cfg, input, output_folder, log, extra_meta) -> notes``: encode the
+            input into a dataset folder (:func:`~dlrm_multiepoch.data.preprocess.preprocess`),
+            adding ``extra_meta`` to its ``meta.json``.
+        locate: ``(cfg, cache_dir, log) -> input``: the file (or folder) to encode,
+            fetched if needed; raises naming ``--data_path`` if it is missing.
+        open_in_place: optional ``(cfg, path) -> data or None``: data already in a
+            trainable layout (e.g. TorchRec's Criteo npy days) read without encoding.
+
+    Example::
+
+        register_source(Source("mydata", prepare=prepare_mydata, locate=lambda cfg, cache, log:
+                               require_file(cfg, "a CSV file of my events")))
+    """
+
+    name: str
+    prepare: Callable[["DataConfig", Path, Path, Log, Dict[str, object]], List[str]]
+    locate: Callable[["DataConfig", str, Log], Path]
+    open_in_place: Optional[Callable[["DataConfig", Path], Optional["InteractionData"]]] = None
+
+
+SOURCES: Dict[str, Source] = {}
+
+
+def register_source(source: Source) -> Source:
+    """Add ``source`` under its name (a later registration of the same name replaces it)."""
+    SOURCES[source.name] = source
+    return source
+
+
+def get_source(name: str) -> Source:
+    import dlrm_multiepoch.data  # noqa: F401 - registers the built-in sources
+
+    if name not in SOURCES:
+        raise ValueError(f"--dataset {name!r} is unknown; choices: {', '.join(SOURCES)}")
+    return SOURCES[name]
+
+
+def require_file(cfg: "DataConfig", what: str) -> Path:
+    """``--data_path`` as a file that exists; errors say what the source expects."""
+    if not cfg.data_path:
+        raise ValueError(f"--data_path is required for --dataset {cfg.dataset} ({what})")
+    path = Path(cfg.data_path)
+    if not path.exists():
+        raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {cfg.dataset} reads {what})")
+    if path.is_dir():
+        raise ValueError(f"--data_path {path} is a folder without a preprocessed dataset; --dataset {cfg.dataset} reads {what}")
+    return path

@@ -30,13 +30,21 @@ class TableSpec:
         num_embeddings: rows, including the reserved unknown row 0.
         feature_names: features served by this table (several share one table, e.g.
             the candidate item and the item-history sequence).
-        pooling: how the EBC pools a bag of several ids: ``"sum"`` or ``"mean"``.
+        pooling: how the EBC pools a bag of several ids: ``"sum"`` or ``"mean"``; unset:
+            mean for a table that serves the ``history`` feature (the history bag is the
+            average of its items; for one id mean = sum), sum otherwise.
     """
 
     name: str
     num_embeddings: int
     feature_names: List[str]
-    pooling: str = "sum"
+    pooling: Optional[str] = None
+
+    @property
+    def pooling_mode(self) -> str:
+        if self.pooling is not None:
+            return self.pooling
+        return "mean" if HISTORY_FEATURE in self.feature_names else "sum"
 
 
 @dataclass
@@ -223,7 +231,7 @@ class InteractionData:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the feature and table for any out-of-range id."""
         for table in self.tables:
-            if table.pooling not in POOLINGS:
+            if table.pooling_mode not in POOLINGS:
                 raise ValueError(f"table {table.name!r}: pooling {table.pooling!r} is not one of {POOLINGS}")
         for split_name, split in self.splits.items():
             for feature, (lo, hi) in split.id_ranges().items():
@@ -237,7 +245,7 @@ class InteractionData:
     def summary(self) -> str:
         lines = [f"dataset {self.name}: tasks {self.tasks}, dense {self.dense_names}"]
         for t in self.tables:
-            bags = f", {t.pooling}-pooled bags" if set(t.feature_names) & set(self.multi_hot) else ""
+            bags = f", {t.pooling_mode}-pooled bags" if set(t.feature_names) & set(self.multi_hot) else ""
             lines.append(f"  table {t.name}: {t.num_embeddings} rows, features {t.feature_names}{bags}")
         for name, split in self.splits.items():
             n = max(len(split), 1)

@@ -119,7 +119,7 @@ class TableReader:
         try:
             if self.parquet:
                 rows = max(1, self._file.metadata.num_rows)
-                batch = max(1024, int(self.chunk_bytes / max(1.0, self.path.stat().st_size / rows)))
+                batch = max(64, int(self.chunk_bytes / max(1.0, self.path.stat().st_size / rows)))
                 for record_batch in self._file.iter_batches(batch_size=batch, columns=columns):
                     yield pa.Table.from_batches([record_batch])
             else:

@@ -424,10 +424,9 @@ class _Job:
     def _fit_table(self, f: str, counter: IdCounter) -> None:
         name = f"t_{f}"
         features = [f]
-        pooling = self.r.bags.get(f, "sum")
+        pooling = self.r.bags.get(f)  # unset: TableSpec's default (mean for the history's table)
         if f == ITEM_FEATURE and self.r.history_length:
             features.append(HISTORY_FEATURE)
-            pooling = "mean"  # the history bag is the average of its items; one id: mean = sum
         if f in self.r.hashed_rows:
             self.id_of[f] = hashed_ids(counter, self.r.min_count_of(f))
             rows = self.r.hashed_rows[f]

@@ -3,9 +3,10 @@
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
+from typing import Any, Dict, List, Optional, Sequence, Type
 
 from dlrm_multiepoch.data.config import DataConfig
+from dlrm_multiepoch.flags import add_flags
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.pipeline.factory import PIPELINES
 from dlrm_multiepoch.schedule import FreezeSchedule
@@ -39,6 +40,17 @@ class TrainConfig:
     batch_size: int = field(default=1024, metadata={"help": "global batch size (summed over ranks)"})
     eval_batch_size: int = field(default=4096, metadata={"help": "global batch size for evaluation"})
     seed: int = field(default=0, metadata={"help": "seed of model init and shuffling"})
+    shuffle_block_rows: int = field(
+        default=4096,
+        metadata={"help": "train shuffle: rows of consecutive blocks whose order is permuted each epoch"},
+    )
+    shuffle_buffer_rows: int = field(
+        default=1 << 18,
+        metadata={"help": "train shuffle: rows each rank reads and shuffles together (its memory: this many rows)"},
+    )
+    prefetch_batches: int = field(
+        default=2, metadata={"help": "batches a background thread prepares ahead of training (0: none)"}
+    )
     sharding_types: str = field(
         default="table_wise,row_wise,column_wise",
         metadata={"help": "sharding types the planner may use (add data_parallel to allow replicated tables)"},
@@ -87,12 +99,15 @@ class TrainConfig:
     )
 
     def validate(self) -> None:
-        for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps"):
+        for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps", "shuffle_block_rows",
+                     "shuffle_buffer_rows"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
-        for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches"):
+        for name in (
+            "eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches", "prefetch_batches"
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
         if self.keep_checkpoints < 1:
@@ -129,25 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
     )
     for cls in (TrainConfig, DataConfig, ModelConfig, OptimConfig):
-        group = parser.add_argument_group(cls.__name__)
-        hints = get_type_hints(cls)
-        for f in _leaf_fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            kind = hints[f.name]
-            help_text = f.metadata.get("help", "")
-            if kind is bool:
-                group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default, help=help_text)
-            else:
-                base = _optional_base(kind)
-                group.add_argument(f"--{f.name}", type=base, default=default, help=help_text)
+        add_flags(parser.add_argument_group(cls.__name__), cls, _leaf_fields(cls))
     return parser
-
-
-def _optional_base(kind: Any) -> Any:
-    args = getattr(kind, "__args__", None)
-    if args and type(None) in args:  # Optional[X]
-        return next(a for a in args if a is not type(None))
-    return kind
 
 
 def parse_config(argv: Optional[Sequence[str]] = None) -> TrainConfig:

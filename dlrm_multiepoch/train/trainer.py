@@ -30,7 +30,7 @@ from dlrm_multiepoch.train.checkpoint import (
     save_checkpoint,
 )
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics
+from dlrm_multiepoch.train.evaluate import TaskMetrics, evaluate_pass
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
@@ -41,11 +41,31 @@ TRAIN_SAMPLE = "train_sample"
 def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
     """Load the dataset on every rank (the cache's file lock lets one rank build it)."""
     data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
-    # A fixed train sample, evaluated like the test split, shows memorisation.
+    # A fixed train sample, evaluated like the test split, shows memorisation. Drawn
+    # without a permutation of all rows: memory stays flat as the split grows.
     train = data.splits["train"]
-    rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
+    rows = np.random.default_rng(cfg.seed).choice(len(train), size=min(cfg.train_eval_rows, len(train)), replace=False)
     data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
     return data
+
+
+def build_loader(
+    cfg: TrainConfig, data: InteractionData, split: str, env: DistEnv, shuffle: bool = False
+) -> BatchLoader:
+    """This rank's loader of ``split``: training batches (shuffled) or evaluation batches."""
+    return BatchLoader(
+        data,
+        split,
+        cfg.batch_size if shuffle else cfg.eval_batch_size,
+        env.rank,
+        env.world_size,
+        shuffle=shuffle,
+        seed=cfg.seed,
+        block_rows=cfg.shuffle_block_rows,
+        buffer_rows=cfg.shuffle_buffer_rows,
+        prefetch_batches=cfg.prefetch_batches,
+        pin_memory=env.device.type == "cuda",
+    )
 
 
 def build_freeze(
@@ -89,13 +109,8 @@ class Trainer:
         self.env = env
         torch.manual_seed(cfg.seed)
         self.data = load_data(cfg, env)
-        self.train_loader = BatchLoader(
-            self.data, "train", cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
-        )
-        self.eval_loaders = {
-            split: BatchLoader(self.data, split, cfg.eval_batch_size, env.rank, env.world_size)
-            for split in ("test", TRAIN_SAMPLE)
-        }
+        self.train_loader = build_loader(cfg, self.data, "train", env, shuffle=True)
+        self.eval_loaders = {split: build_loader(cfg, self.data, split, env) for split in ("test", TRAIN_SAMPLE)}
         run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINTS_DIR)
         # Found and checked before anything is built: a wrong --resume fails in seconds.
@@ -277,7 +292,7 @@ class Trainer:
         self.model.eval()
         results: Dict[str, TaskMetrics] = {}
         for split, loader in self.eval_loaders.items():
-            results[split] = task_metrics(run_eval_pass(self.pipeline.progress, loader), self.data.tasks)
+            results[split] = evaluate_pass(self.pipeline.progress, loader, self.data.tasks, self.env.device)
         self.model.train()
         values = {"eval/epoch": epoch}
         values |= {

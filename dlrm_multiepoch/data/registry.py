@@ -70,5 +70,7 @@ def require_file(cfg: "DataConfig", what: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {cfg.dataset} reads {what})")
     if path.is_dir():
-        raise ValueError(f"--data_path {path} is a folder without a preprocessed dataset; --dataset {cfg.dataset} reads {what}")
+        raise ValueError(
+            f"--data_path {path} is a folder without a preprocessed dataset; --dataset {cfg.dataset} reads {what}"
+        )
     return path

@@ -105,9 +105,8 @@ class TrainConfig:
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
-        for name in (
-            "eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches", "prefetch_batches"
-        ):
+        non_negative = ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches")
+        for name in non_negative + ("prefetch_batches",):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
         if self.keep_checkpoints < 1:

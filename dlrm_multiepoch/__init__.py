@@ -8,6 +8,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "AutoFreezeSchedule": "dlrm_multiepoch.auto",
+    "AutoScheduleConfig": "dlrm_multiepoch.auto",
+    "AutoSchedulePolicy": "dlrm_multiepoch.auto",
     "Batch": "dlrm_multiepoch.data.batch",
     "BatchLoader": "dlrm_multiepoch.data.loader",
     "InteractionData": "dlrm_multiepoch.data.dataset",

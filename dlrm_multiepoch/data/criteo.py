@@ -10,7 +10,8 @@ Dense columns get TorchRec's transform (missing -> 0, shift so the minimum is 2,
 natural log). Categoricals are hashed, ``1 + int(hex, 16) % (criteo_hash_size - 1)``,
 so row 0 stays reserved for missing values; hashed rows no train row reached (and,
 with ``--min_count``, rare ones) fold into it. Rows are in time order in Criteo logs,
-so the last ``test_fraction`` of the file is the test split. Malformed lines (wrong
+so the last ``test_fraction`` of the file is the test split (and the last
+``val_fraction`` of the rest the validation split). Malformed lines (wrong
 field count, non-0/1 label, non-integer dense value, non-hex category) are dropped and
 counted. A folder of TorchRec's preprocessed ``day_N_*.npy`` files is read in place
 (:mod:`~dlrm_multiepoch.data.torchrec_criteo`).
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Tuple
 import numpy as np
 import pandas as pd
 
-from dlrm_multiepoch.data.encode import check_fraction, subsample
+from dlrm_multiepoch.data.encode import check_fraction, subsample, validation_split
 from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
 from dlrm_multiepoch.data.preprocess import Chunk, CriteoLog, Recipe, SplitPlan, preprocess
 from dlrm_multiepoch.data.readers import describe_lines
@@ -182,9 +183,11 @@ def criteo_recipe(cfg: "DataConfig", path: Path, stats: ScanStats) -> Recipe:
             raise ValueError(
                 f"--data_path {path}: {n} usable rows leave an empty split with --test_fraction {cfg.test_fraction}"
             )
+        # File order is time order: the validation rows are the train rows' last share.
+        first = np.arange(n - n_test)
+        train, val = validation_split(first, cfg.val_fraction, f"--data_path {path}", times=first)
         codes = np.full(len(bad), -1, dtype=np.int8)
-        codes[keep[: n - n_test]] = 0
-        codes[keep[n - n_test :]] = 1
+        codes[keep[train]], codes[keep[n - n_test :]], codes[keep[val]] = 0, 1, 2
         notes = [f"criteo: {stats.lines} lines read from {path}"]
         if stats.bad:
             notes.append(
@@ -192,7 +195,7 @@ def criteo_recipe(cfg: "DataConfig", path: Path, stats: ScanStats) -> Recipe:
                 f"a non-integer dense value or a non-hex category): lines "
                 f"{describe_lines(stats.first_bad, total=stats.bad)}"
             )
-        return SplitPlan(codes, ["train", "test"], notes)
+        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []), notes)
 
     return Recipe(
         name="criteo",

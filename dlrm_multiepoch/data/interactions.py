@@ -1,7 +1,8 @@
 """A user's own interactions table (CSV, TSV or Parquet), columns named by the config.
 
-Required: user, item and label columns. Optional: a timestamp column (time split and
-time-ordered histories; else a seeded random split), extra categorical columns (one
+Required: user, item and label columns. Optional: a timestamp column (time split, also
+of the validation split, and time-ordered histories; else seeded random splits), extra
+categorical columns (one
 table each), multi-hot list columns (a Parquet list, or text split by
 ``--multi_hot_sep``; one table each, a bag of ids per row) and numeric columns
 (z-scored on train, each with a missing flag). The label is either 0/1 (one task,
@@ -26,7 +27,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, POOLINGS
-from dlrm_multiepoch.data.encode import check_fraction, random_split, subsample, time_split
+from dlrm_multiepoch.data.encode import check_fraction, random_split, subsample, time_split, validation_split
 from dlrm_multiepoch.data.preprocess import (
     ITEM_FEATURE,
     USER_FEATURE,
@@ -231,14 +232,15 @@ def interactions_recipe(cfg: "DataConfig", path: Path, reader: TableReader) -> R
                     f"--label_col {cfg.label_col!r} holds values {values[:10].tolist()}, not 0/1; "
                     f"set --task_thresholds (e.g. 'like:4') to turn a rating into tasks"
                 )
-        if cfg.timestamp_col:
-            train, test = time_split(load("time")[usable], cfg.test_fraction, what)
+        times = load("time")[usable] if cfg.timestamp_col else None
+        if times is not None:
+            train, test = time_split(times, cfg.test_fraction, what)
         else:
             train, test = random_split(len(usable), cfg.test_fraction, cfg.split_seed)
+        train, val = validation_split(train, cfg.val_fraction, what, times=times, seed=cfg.split_seed)
         codes = np.full(n_read, -1, dtype=np.int8)
-        codes[usable[train]] = 0
-        codes[usable[test]] = 1
-        return SplitPlan(codes, ["train", "test"], notes)
+        codes[usable[train]], codes[usable[test]], codes[usable[val]] = 0, 1, 2
+        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []), notes)
 
     def binary_label(numbers: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         return {"label": numbers["label"].astype(np.float32)}

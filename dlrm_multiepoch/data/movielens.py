@@ -1,6 +1,7 @@
 """MovieLens-100k, read out of the ``recbole==1.2.1`` wheel (RecBole's atomic files).
 
-Time split: the latest ``test_fraction`` of ratings form the test split. Tasks:
+Time split: the latest ``test_fraction`` of ratings form the test split (and the latest
+``val_fraction`` of the remaining train ratings the validation split). Tasks:
 ``like`` = rating >= 4, ``love`` = rating 5. Histories hold strictly earlier train items.
 """
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List
 import numpy as np
 import pandas as pd
 
-from dlrm_multiepoch.data.encode import age_bucket, subsample, time_split
+from dlrm_multiepoch.data.encode import age_bucket, subsample, time_split, validation_split
 from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
 from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
@@ -100,9 +101,10 @@ def prepare_movielens(
 
     def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
         train, test = time_split(times, cfg.test_fraction, "movielens")
+        train, val = validation_split(train, cfg.val_fraction, "movielens", times=times)
         codes = np.zeros(len(times), dtype=np.int8)
-        codes[test] = 1
-        return SplitPlan(codes, ["train", "test"])
+        codes[test], codes[val] = 1, 2
+        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []))
 
     recipe = Recipe(
         name="movielens",

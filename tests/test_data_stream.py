@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 import dlrm_multiepoch.data.preprocess as preprocess_module
-from dlrm_multiepoch.data import DataConfig, InteractionData, Ragged, Split, TableSpec, load_dataset
+from dlrm_multiepoch.data import DataConfig, InteractionData, Ragged, Split, TableSpec, load_dataset, prepare_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.registry import SOURCES, Source, register_source
 from dlrm_multiepoch.data.shuffle import rank_rows
@@ -278,3 +278,7 @@ def test_preprocess_command_imports_no_torch(tmp_path: Path) -> None:
     assert len(data.splits["train"]) == 40
     with pytest.raises(ValueError, match="holds a preprocessed 'criteo' dataset; pass --dataset criteo"):
         load_dataset(DataConfig(dataset="movielens", data_path=str(tmp_path / "out")), log=lambda s: None)
+    again = DataConfig(dataset="criteo", data_path=str(tsv), cache_dir=str(tmp_path))
+    assert prepare_dataset(again, str(tmp_path / "out")) == tmp_path / "out"  # same options: nothing to do
+    with pytest.raises(ValueError, match=r"other options or input \(differing: criteo_hash_size\)"):
+        prepare_dataset(replace(again, criteo_hash_size=77), str(tmp_path / "out"))

@@ -21,15 +21,16 @@ from dlrm_multiepoch.data.store import is_dataset_folder, open_dataset
 Log = Callable[[str], None]
 
 
-def cached_folder(cfg: DataConfig, log: Log = print) -> Tuple[Path, Path]:
-    """``(input, folder)``: the source's input (fetched if needed) and the cache folder
-    its encoding lives in."""
+def cached_folder(cfg: DataConfig, log: Log = print) -> Tuple[Path, Path, Dict[str, Any]]:
+    """``(input, folder, options)``: the source's input (fetched if needed), the cache
+    folder its encoding lives in, and the options that decide it (the input's digest
+    included)."""
     source = get_source(cfg.dataset)
     cache_dir = cfg.cache_dir or default_cache_dir()
     path = source.locate(cfg, cache_dir, log)
     options = cfg.cache_options()
     options["source_sha256"] = file_digest(path)
-    return path, Path(cache_dir) / "datasets" / f"{cfg.dataset}-{cache_key(options)}"
+    return path, Path(cache_dir) / "datasets" / f"{cfg.dataset}-{cache_key(options)}", options
 
 
 def prepare_dataset(cfg: DataConfig, output: Optional[str] = None, log: Log = print) -> Path:
@@ -44,20 +45,28 @@ def prepare_dataset(cfg: DataConfig, output: Optional[str] = None, log: Log = pr
 
         folder = prepare_dataset(DataConfig(dataset="criteo", data_path="day_0.tsv"), "prepped/day_0")
     """
-    path, folder = cached_folder(cfg, log)
+    path, folder, options = cached_folder(cfg, log)
     folder = Path(output) if output else folder
     with build_lock(folder):
         if is_dataset_folder(folder):
             try:
-                open_dataset(folder)
-                return folder
+                _, meta = open_dataset(folder)
             except (OSError, ValueError, KeyError, TypeError) as e:
                 # A damaged folder (disk full, deleted file) is rebuilt rather than trusted.
                 log(f"ignoring unreadable cache entry {folder}: {e}")
                 shutil.rmtree(folder)
+            else:
+                # A cache folder's key covers its options; a chosen --output must match them.
+                if output and meta.get("options") != options:
+                    changed = sorted(k for k in options if meta.get("options", {}).get(k) != options[k])
+                    raise ValueError(
+                        f"--output {folder} holds {meta['name']!r} preprocessed with other options or input "
+                        f"(differing: {', '.join(changed)}); pick another --output or delete the folder"
+                    )
+                return folder
         start = time.perf_counter()
         log(f"building {cfg.dataset} from {path}")
-        meta = {"options": cfg.cache_options(), "source": str(path)}
+        meta = {"options": options, "source": str(path)}
         get_source(cfg.dataset).prepare(cfg, path, folder, log, meta)
         log(f"built {cfg.dataset} in {time.perf_counter() - start:.1f}s, cached as {folder}")
     return folder

@@ -1,19 +1,18 @@
 """dlrm-multiepoch: multi-epoch training components for TorchRec DLRM-style models.
 
-Exports load on first use, so ``import dlrm_multiepoch.data.preprocess`` (numpy,
-pyarrow) does not pay for importing torch and TorchRec.
+The exports load on first use (PEP 562), so ``import dlrm_multiepoch.<config module>``
+(the TorchX components, the ``dlrm-multiepoch`` command) does not load torch.
 """
 
-import importlib
-from typing import Any
+from dlrm_multiepoch.lazy import lazy_exports
 
 _EXPORTS = {
     "AutoFreezeSchedule": "dlrm_multiepoch.auto",
     "AutoScheduleConfig": "dlrm_multiepoch.auto",
     "AutoSchedulePolicy": "dlrm_multiepoch.auto",
-    "Batch": "dlrm_multiepoch.data.batch",
-    "BatchLoader": "dlrm_multiepoch.data.loader",
-    "InteractionData": "dlrm_multiepoch.data.dataset",
+    "Batch": "dlrm_multiepoch.data",
+    "BatchLoader": "dlrm_multiepoch.data",
+    "InteractionData": "dlrm_multiepoch.data",
     "FreezeScheduleWrapper": "dlrm_multiepoch.freeze",
     "GradientGate": "dlrm_multiepoch.gates",
     "FusedKJTLookup": "dlrm_multiepoch.lookup",
@@ -26,16 +25,4 @@ _EXPORTS = {
     "Window": "dlrm_multiepoch.schedule",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'dlrm_multiepoch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -1,56 +1,31 @@
 """Data: sources encoded into dataset folders, streamed per rank as TorchRec batches.
 
-The numpy-only modules (sources, preprocessing, the dataset store, the block shuffle)
-import no torch; :class:`Batch` and :class:`BatchLoader` import torch and TorchRec when
-first used. Importing this package registers the built-in sources.
+Exports load on first use: the numpy-only modules (sources, preprocessing, the dataset
+store, the block shuffle) import no torch, and :class:`Batch` and :class:`BatchLoader`
+import torch and TorchRec only when used. The built-in sources register themselves
+when a source is first looked up (:mod:`~dlrm_multiepoch.data.registry`).
 """
 
-import importlib
-from typing import Any
+from dlrm_multiepoch.lazy import lazy_exports
 
-# The built-in sources add themselves to the registry (this order: the choices' order).
-from dlrm_multiepoch.data import bookcrossing, movielens, interactions, criteo  # noqa: F401, E401
-from dlrm_multiepoch.data.config import DataConfig
-from dlrm_multiepoch.data.dataset import (
-    HISTORY_FEATURE,
-    HISTORY_PAD,
-    UNKNOWN_ID,
-    InteractionData,
-    Ragged,
-    Split,
-    SplitSource,
-    TableSpec,
-)
-from dlrm_multiepoch.data.load import load_dataset, prepare_dataset
-from dlrm_multiepoch.data.registry import SOURCES, Source, register_source
-from dlrm_multiepoch.data.synthetic import synthetic_data
+_EXPORTS = {
+    "Batch": "dlrm_multiepoch.data.batch",
+    "BatchLoader": "dlrm_multiepoch.data.loader",
+    "DataConfig": "dlrm_multiepoch.data.config",
+    "HISTORY_FEATURE": "dlrm_multiepoch.data.dataset",
+    "HISTORY_PAD": "dlrm_multiepoch.data.dataset",
+    "UNKNOWN_ID": "dlrm_multiepoch.data.dataset",
+    "InteractionData": "dlrm_multiepoch.data.dataset",
+    "Ragged": "dlrm_multiepoch.data.dataset",
+    "Split": "dlrm_multiepoch.data.dataset",
+    "SplitSource": "dlrm_multiepoch.data.dataset",
+    "TableSpec": "dlrm_multiepoch.data.dataset",
+    "load_dataset": "dlrm_multiepoch.data.load",
+    "prepare_dataset": "dlrm_multiepoch.data.load",
+    "SOURCES": "dlrm_multiepoch.data.registry",
+    "Source": "dlrm_multiepoch.data.registry",
+    "register_source": "dlrm_multiepoch.data.registry",
+    "synthetic_data": "dlrm_multiepoch.data.synthetic",
+}
 
-_LAZY = {"Batch": "dlrm_multiepoch.data.batch", "BatchLoader": "dlrm_multiepoch.data.loader"}
-
-__all__ = [
-    "Batch",
-    "BatchLoader",
-    "DataConfig",
-    "HISTORY_FEATURE",
-    "HISTORY_PAD",
-    "InteractionData",
-    "Ragged",
-    "SOURCES",
-    "Source",
-    "Split",
-    "SplitSource",
-    "TableSpec",
-    "UNKNOWN_ID",
-    "load_dataset",
-    "prepare_dataset",
-    "register_source",
-    "synthetic_data",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'dlrm_multiepoch.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -1,13 +1,15 @@
 """The registry of data sources: each source module adds itself with :func:`register_source`.
 
 ``load_dataset`` and ``dlrm-multiepoch preprocess`` look sources up by ``--dataset``
-name; nothing here imports a source, so sources import this module (and
-:class:`~dlrm_multiepoch.data.config.DataConfig`) without a cycle. The built-in
-sources register when :mod:`dlrm_multiepoch.data` is imported.
+name. Sources import this module (and :class:`~dlrm_multiepoch.data.config.DataConfig`);
+this module imports no source at import time, only the built-in ones
+(:data:`BUILTIN_SOURCES`) when a name is first looked up, so there is no import cycle
+and importing the data config stays light.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional
@@ -46,6 +48,13 @@ class Source:
 
 
 SOURCES: Dict[str, Source] = {}
+# Modules that register the built-in sources, in the order ``--dataset`` lists them.
+BUILTIN_SOURCES = (
+    "dlrm_multiepoch.data.bookcrossing",
+    "dlrm_multiepoch.data.movielens",
+    "dlrm_multiepoch.data.interactions",
+    "dlrm_multiepoch.data.criteo",
+)
 
 
 def register_source(source: Source) -> Source:
@@ -55,10 +64,14 @@ def register_source(source: Source) -> Source:
 
 
 def get_source(name: str) -> Source:
-    import dlrm_multiepoch.data  # noqa: F401 - registers the built-in sources
-
+    """The source registered as ``name`` (the built-in sources register on first call)."""
+    for module in BUILTIN_SOURCES:
+        importlib.import_module(module)
     if name not in SOURCES:
-        raise ValueError(f"--dataset {name!r} is unknown; choices: {', '.join(SOURCES)}")
+        from dlrm_multiepoch.data.config import BUILTIN_DATASETS
+
+        choices = [n for n in BUILTIN_DATASETS if n in SOURCES] + [n for n in SOURCES if n not in BUILTIN_DATASETS]
+        raise ValueError(f"--dataset {name!r} is unknown; choices: {', '.join(choices)}")
     return SOURCES[name]
 
 

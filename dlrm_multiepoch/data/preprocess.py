@@ -365,7 +365,7 @@ class _Job:
                     self.scratch.append(f"len:{f}", lengths)
                     self.scratch.append(f"bag:{f}", codes)
                 elif f in self.r.hashed_rows:
-                    self.scratch.append(f"id:{f}", np.asarray(chunk.hashed[f], dtype=np.int64))
+                    self.scratch.append(f"id:{f}", np.asarray(chunk.hashed[f]))  # the source's dtype (int32)
                 else:
                     self.scratch.append(f"id:{f}", self.coders[f].encode(chunk.ids[f]))
             for name, values in chunk.numbers.items():
@@ -404,7 +404,7 @@ class _Job:
         start = time.perf_counter()
         train = self.plan.names.index("train")
         counters = {
-            f: IdCounter(self.r.hashed_rows[f] if f in self.r.hashed_rows else len(self.values[f]))
+            f: IdCounter(self.r.hashed_rows[f]) if f in self.r.hashed_rows else IdCounter(len(self.values[f]), True)
             for f in self.r.features
         }
         elements = {f: 0 for f in self.r.bags}

@@ -108,16 +108,18 @@ class IdCounter:
 
     Args:
         size: number of codes (``len(values)``, or the rows of a hashed table).
+        first_rows: also track each code's first train row (the frequency order's
+            tie-break; hashed tables need only counts).
 
     Example::
 
-        counter = IdCounter(len(values))
+        counter = IdCounter(len(values), first_rows=True)
         counter.update(codes_of_train_rows, their_row_numbers)
     """
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, first_rows: bool = False) -> None:
         self.counts = np.zeros(size, dtype=np.int64)
-        self.first = np.full(size, NO_ROW, dtype=np.int64)
+        self.first = np.full(size, NO_ROW, dtype=np.int64) if first_rows else None
 
     def update(self, codes: np.ndarray, rows: np.ndarray) -> None:
         """Count ``codes`` (missing ones, -1, skipped) seen at row numbers ``rows``."""
@@ -126,8 +128,9 @@ class IdCounter:
         if codes.size == 0:
             return
         self.counts += np.bincount(codes, minlength=len(self.counts))
-        distinct, at = np.unique(codes, return_index=True)  # first occurrence within this block
-        np.minimum.at(self.first, distinct, rows[at])
+        if self.first is not None:
+            distinct, at = np.unique(codes, return_index=True)  # first occurrence within this block
+            np.minimum.at(self.first, distinct, rows[at])
 
 
 def frequency_ids(counter: IdCounter, min_count: int) -> Tuple[np.ndarray, np.ndarray]:

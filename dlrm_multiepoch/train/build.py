@@ -7,8 +7,9 @@ from torchrec.distributed import DistributedModelParallel
 from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
-from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.load import load_dataset
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
@@ -31,11 +32,34 @@ def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
 
 
 def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
-    """A fixed train sample, evaluated like the test split, shows memorisation (none with --train_eval_rows 0)."""
+    """A fixed train sample, evaluated like the test split, shows memorisation (none with --train_eval_rows 0).
+
+    Drawn without a permutation of all rows: memory stays flat as the split grows.
+    """
     if cfg.train_eval_rows:
         train = data.splits["train"]
-        rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
+        size = min(cfg.train_eval_rows, len(train))
+        rows = np.random.default_rng(cfg.seed).choice(len(train), size=size, replace=False)
         data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+
+
+def build_loader(
+    cfg: TrainConfig, data: InteractionData, split: str, env: DistEnv, shuffle: bool = False
+) -> BatchLoader:
+    """This rank's loader of ``split``: training batches (shuffled) or evaluation batches."""
+    return BatchLoader(
+        data,
+        split,
+        cfg.batch_size if shuffle else cfg.eval_batch_size,
+        env.rank,
+        env.world_size,
+        shuffle=shuffle,
+        seed=cfg.seed,
+        block_rows=cfg.shuffle_block_rows,
+        buffer_rows=cfg.shuffle_buffer_rows,
+        prefetch_batches=cfg.prefetch_batches,
+        pin_memory=env.device.type == "cuda",
+    )
 
 
 def evaluated_splits(data: InteractionData) -> List[str]:
@@ -78,8 +102,14 @@ def build_freeze(
         raise ValueError(f"--freeze_schedule {cfg.freeze_schedule!r}: {e}") from None
 
 
-def check_resumable(info: CheckpointInfo, cfg: TrainConfig) -> None:
-    """Refuse a resume that would skip or redo work: ``--epochs`` below what is done, or a moved data position."""
+def check_resumable(info: CheckpointInfo, cfg: TrainConfig, world_size: int) -> None:
+    """Refuse a resume that would skip or redo work: ``--epochs`` below what is done, or a moved data position.
+
+    A mid-epoch data position is a number of steps into that epoch's order, which
+    depends on the batch size and, with the block shuffle, on the number of ranks (each
+    rank reads a contiguous share of the shuffled blocks): it continues only where both
+    are the same. An end-of-epoch checkpoint continues anywhere.
+    """
     if info.state.get("kind") == "best":
         raise ValueError(
             f"--resume {info.path!r} is a best-validation checkpoint (weights to deploy, no data position); "
@@ -92,6 +122,13 @@ def check_resumable(info: CheckpointInfo, cfg: TrainConfig) -> None:
             f"--epochs {cfg.epochs} is below what checkpoint {info.path} has trained (epoch {done['epoch'] + 1}"
             f"{', batch ' + str(done['batch_in_epoch']) if done['batch_in_epoch'] else ' done'}); "
             f"pass --epochs {epochs_done} or more"
+        )
+    saved_ranks = info.state.get("world_size", world_size)
+    if done["batch_in_epoch"] and saved_ranks != world_size:
+        raise ValueError(
+            f"--resume {info.path!r} was taken {done['batch_in_epoch']} batches into epoch {done['epoch'] + 1} on "
+            f"{saved_ranks} ranks; the shuffled order of an epoch depends on the number of ranks, so that position "
+            f"continues only on {saved_ranks} ranks. Resume on {saved_ranks} ranks, or from an end-of-epoch checkpoint"
         )
     saved_batch = info.state["config"]["batch_size"]
     if done["batch_in_epoch"] and saved_batch != cfg.batch_size:

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
-from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
+from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
@@ -26,6 +26,7 @@ from dlrm_multiepoch.train.build import (
     Freeze,
     add_train_sample,
     build_freeze,
+    build_loader,
     check_resumable,
     check_splits,
     evaluated_splits,
@@ -39,7 +40,7 @@ from dlrm_multiepoch.train.checkpoint import (
     table_sharding,
 )
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics, undefined_metrics
+from dlrm_multiepoch.train.evaluate import TaskMetrics, evaluate_pass, undefined_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
 from dlrm_multiepoch.train.nonfinite import (
     NonFiniteLossError,
@@ -95,7 +96,7 @@ class Trainer:
         self.run = open_run_folder(cfg, log)
         self.resume_from = self.run.resume_from
         if self.resume_from is not None:
-            check_resumable(self.resume_from, cfg)
+            check_resumable(self.resume_from, cfg, env.world_size)
         torch.manual_seed(cfg.seed)
         if data is None:
             self.data = load_data(cfg, env)
@@ -106,12 +107,9 @@ class Trainer:
         if cfg.freeze_schedule.strip() == AUTO and VAL not in self.data.splits:
             raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {self.data.name!r} has none")
         changes = check_compatible(self.resume_from, cfg.to_dict(), self.data.tables) if self.resume_from else []
-        self.train_loader = BatchLoader(
-            self.data, "train", cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
-        )
+        self.train_loader = build_loader(cfg, self.data, "train", env, shuffle=True)
         self.eval_loaders = {
-            split: BatchLoader(self.data, split, cfg.eval_batch_size, env.rank, env.world_size)
-            for split in evaluated_splits(self.data)
+            split: build_loader(cfg, self.data, split, env) for split in evaluated_splits(self.data)
         }
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         self.logger = MetricsLogger(self.run.path, enabled=env.is_main, purge_step=self.run.purge_step)
@@ -273,7 +271,7 @@ class Trainer:
         steps = self.steps_per_epoch
         first = self.progress.batch_in_epoch if self.progress.epoch == epoch else 0
         self.progress.epoch, self.progress.batch_in_epoch = epoch, first
-        self.train_loader.set_epoch(epoch, start_batch=first)
+        self.train_loader.set_epoch(epoch, start_step=first)
         batches: Iterator[Batch] = itertools.islice(iter(self.train_loader), steps - first)
         show = self.env.is_main and self.cfg.progress_bar
         bar = tqdm(total=steps, initial=first, desc=f"epoch {epoch + 1}", disable=not show)
@@ -383,7 +381,10 @@ class Trainer:
 
     def _eval_pass(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
         self.model.eval()
-        results = {s: task_metrics(run_eval_pass(self.pipeline.progress, self.eval_loaders[s]), self.data.tasks) for s in splits}
+        results = {
+            s: evaluate_pass(self.pipeline.progress, self.eval_loaders[s], self.data.tasks, self.env.device)
+            for s in splits
+        }
         self.model.train()
         return results
 

@@ -5,8 +5,9 @@ schedule strings, values of every CLI flag, and small data files (truncated, wro
 columns, wrong types, wrong encodings, negative or huge ids, NaN/inf values, empty).
 The contract checked for each case:
 
-- accepted: the data passes ``InteractionData.validate`` (ids in range, finite dense
-  values, 0/1 labels), no row disappears unaccounted for, and a first batch builds;
+- accepted: the data passes ``InteractionData.validate`` (ids in range), every dense
+  value is finite and every label 0/1, no row disappears unaccounted for, and a first
+  batch builds;
 - refused: a ``ValueError``/``OSError`` (argparse: exit code 2) whose message names
   the flag or the file; never another exception type from deep inside a library.
 
@@ -192,6 +193,10 @@ def _check_load(cfg: DataConfig) -> None:
     if read is not None:  # rows kept = rows in the splits; dropped ones are counted in a note
         kept = int(re.search(r"(\d+) kept", read).group(1))
         assert kept == len(data.splits["train"]) + len(data.splits["test"]), notes
+    for name, split in data.splits.items():  # every value a model would see is finite, every label 0/1
+        rows = split.read(0, len(split))
+        assert np.isfinite(rows.dense).all(), f"{name} split: non-finite dense values"
+        assert all(np.isin(y, (0.0, 1.0)).all() for y in rows.labels.values()), f"{name} split: labels not 0/1"
     loader = BatchLoader(data, "train", 4, rank=1, world_size=2, shuffle=True)
     first = next(iter(loader))
     assert first.sparse_features.values().numel() == first.batch_size * len(data.feature_names)

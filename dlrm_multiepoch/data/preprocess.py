@@ -114,7 +114,7 @@ class DenseTransform(Protocol):
 
 
 class Standardize:
-    """Each input z-scored with train mean/std, plus a 0/1 missing flag (NaN = missing).
+    """Each input z-scored with train mean/std, plus a 0/1 missing flag (NaN and +-inf = missing).
 
     Equal, bit for bit, to numpy's ``mean``/``std`` over the train values when they fit
     one :data:`STAT_BLOCK`; beyond that, block sums combine with ``math.fsum``.
@@ -133,24 +133,36 @@ class Standardize:
         def train_values() -> Iterator[Dict[str, np.ndarray]]:
             for numbers, codes in blocks():
                 values = {c: np.asarray(numbers[c][codes == train], dtype=np.float64) for c in self.inputs}
-                yield {c: v[~np.isnan(v)] for c, v in values.items()}
+                yield {c: v[np.isfinite(v)] for c, v in values.items()}
 
-        sums = _block_sums(train_values(), self.inputs, lambda v, c: v)
-        means = {c: (math.fsum(s) / n if n else 0.0) for c, (s, n) in sums.items()}
-        squares = _block_sums(train_values(), self.inputs, lambda v, c: np.square(v - means[c]))
-        for c in self.inputs:
-            n = sums[c][1]
-            self.stats[c] = (means[c], math.sqrt(math.fsum(squares[c][0]) / n) if n else 0.0)
+        try:
+            sums = _block_sums(train_values(), self.inputs, lambda v, c: v)
+            means = {c: (math.fsum(s) / n if n else 0.0) for c, (s, n) in sums.items()}
+            squares = _block_sums(train_values(), self.inputs, lambda v, c: np.square(v - means[c]))
+            for c in self.inputs:
+                n = sums[c][1]
+                self.stats[c] = (means[c], math.sqrt(math.fsum(squares[c][0]) / n) if n else 0.0)
+        except OverflowError:
+            raise ValueError(
+                f"dense features {self.names[::2]} (--dense_cols): values too large to standardise (|x| near 1e308); "
+                "rescale them"
+            ) from None
 
     def apply(self, numbers: Dict[str, np.ndarray], rows: int) -> np.ndarray:
         parts = []
-        for c in self.inputs:
+        for c, name in zip(self.inputs, self.names[::2]):
             values = np.asarray(numbers[c], dtype=np.float64)
             mean, std = self.stats[c]
-            missing = np.isnan(values)
-            z = (values - mean) / (std if std > 0 else 1.0)
+            missing = ~np.isfinite(values)
+            with np.errstate(over="ignore", invalid="ignore"):
+                z = ((values - mean) / (std if std > 0 else 1.0)).astype(np.float32)
             z[missing] = 0.0
-            parts += [z.astype(np.float32), missing.astype(np.float32)]
+            if not np.isfinite(z).all():  # beyond float32 after scaling (e.g. 1e300 where train values are ~1)
+                raise ValueError(
+                    f"dense feature {name!r} (--dense_cols): values too large to standardise (z-scores beyond "
+                    f"float32); rescale it"
+                )
+            parts += [z, missing.astype(np.float32)]
         return np.stack(parts, axis=1) if parts else np.zeros((rows, 0), np.float32)
 
 

@@ -142,6 +142,7 @@ def test_update_window_slope_per_seed(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 6 and {float(r["seed_slope"]) for r in rows} == {fit.slopes[0], fit.slopes[1]}
     assert os.path.getsize(exp / "compare" / "update_window.png") > 10_000
+    assert not (exp / "compare" / "test_auc.png").exists()  # no strategy rows to plot
 
 
 def test_a_run_that_restores_its_best_validation_weights_is_judged_by_them(tmp_path):

@@ -102,22 +102,26 @@ def test_missing_partial_and_corrupt_runs_are_named_and_the_rest_compared(tmp_pa
     write_run(exp / "joint-s0", [0.74, 0.72])
     write_run(exp / "early-s0", [0.74, 0.75])
     write_run(exp / "delayed-s0", [0.55], planned=2, finished=False)  # interrupted after epoch 1
+    write_run(exp / "short-s0", [0.74])  # finished, but launched for 1 of the 2 planned epochs
+    write_run(exp / "auto-s0", [0.73], planned=2)  # stopped itself after epoch 1 of 2: finished
     write_run(exp / "corrupt-s0", [0.7, 0.7])
     (exp / "corrupt-s0" / "summary.json").write_text('{"config": {"seed": 0, "ep')
     (exp / "garbage-s0").mkdir()
     (exp / "garbage-s0" / "events.out.tfevents.1.host.1.0").write_bytes(os.urandom(300))
-    manifest(exp, [(n, n.split("-")[0], 0, 2) for n in ("joint-s0", "early-s0", "delayed-s0", "corrupt-s0", "garbage-s0", "missing-s0")])
+    names = ("joint-s0", "early-s0", "delayed-s0", "short-s0", "auto-s0", "corrupt-s0", "garbage-s0", "missing-s0")
+    manifest(exp, [(n, n.split("-")[0], 0, 2) for n in names])
     runs, problems = read_experiment(str(exp))
-    assert [r.name for r in runs] == ["joint-s0", "early-s0"]
+    assert [r.name for r in runs] == ["joint-s0", "early-s0", "auto-s0"]
     reasons = {p.name: p.reason for p in problems}
-    assert reasons["delayed-s0"].startswith("partial: 1 of 2 epochs evaluated")
+    assert reasons["delayed-s0"].startswith("partial: its summary.json does not record the end of training")
+    assert reasons["short-s0"].startswith("partial: 1 of 2 epochs")
     assert reasons["corrupt-s0"].startswith("corrupt summary.json")
     assert reasons["garbage-s0"].startswith("no evaluations in its event files")
     assert reasons["missing-s0"] == "missing: no run folder"
     assert compare_main([str(exp), "--no-hparams"]) == 0
     out = capsys.readouterr().out
     assert "**like: early wins**" in out
-    for name in ("delayed-s0", "corrupt-s0", "garbage-s0", "missing-s0"):
+    for name in ("delayed-s0", "short-s0", "corrupt-s0", "garbage-s0", "missing-s0"):
         assert f"- {name}: " in out
 
 

@@ -64,12 +64,17 @@ def test_figures_baselines_winner_and_one_epoch_flag(tmp_path):
     write_run(exp / "joint-s1", [0.76, 0.73, 0.71], [0.82, 0.91, 0.96], wall=22, seed=1)
     write_run(exp / "delayed-s0", [0.55, 0.56, 0.78], [0.55, 0.56, 0.85], wall=15, seed=0, logloss=[0.7, 0.69, 0.6])
     write_run(exp / "delayed-s1", [0.55, 0.56, 0.76], [0.55, 0.56, 0.83], wall=17, seed=1, logloss=[0.7, 0.69, 0.4])
+    # noisy: test AUC falls on the mean (-0.0025) by less than the seed spread: not flagged.
+    write_run(exp / "noisy-s0", [0.70, 0.69], [0.80, 0.90], seed=0)
+    write_run(exp / "noisy-s1", [0.72, 0.725], [0.80, 0.90], seed=1)
     manifest(exp, [("joint-1ep-s0", "joint-1ep", 0, 1), ("joint-1ep-s1", "joint-1ep", 1, 1), ("joint-s0", "joint", 0, 3),
-                   ("joint-s1", "joint", 1, 3), ("delayed-s0", "delayed", 0, 3), ("delayed-s1", "delayed", 1, 3)])  # fmt: skip
+                   ("joint-s1", "joint", 1, 3), ("delayed-s0", "delayed", 0, 3), ("delayed-s1", "delayed", 1, 3),
+                   ("noisy-s0", "noisy", 0, 2), ("noisy-s1", "noisy", 1, 2)])  # fmt: skip
     comparison = compare_experiment(str(exp))
     assert comparison.problems == []
     (task,) = comparison.tasks
-    assert [r.strategy for r in task.rows] == ["joint-1ep", "joint", "delayed"]
+    assert [r.strategy for r in task.rows] == ["joint-1ep", "joint", "delayed", "noisy"]
+    assert task.row("noisy").one_epoch_drop is None
     joint, delayed = task.row("joint"), task.row("delayed")
     assert (joint.best_epoch, joint.epochs, joint.seeds) == (1, 3, 2)
     assert joint.auc_best.mean == pytest.approx((f32(0.74) + f32(0.76)) / 2, abs=1e-12)

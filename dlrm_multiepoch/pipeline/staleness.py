@@ -13,31 +13,29 @@ summed over ranks with one asynchronous ``all_reduce`` that is waited a step lat
 
 from dataclasses import dataclass
 from collections import deque
-from typing import Collection, Deque, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Collection, Deque, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torchrec.distributed.sharding.dp_sharding import BaseDpEmbeddingSharding
+from torchrec.distributed.types import ShardingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from dlrm_multiepoch.tables import describe
 
 # Row ids of a table sit in the low bits of a key, the table's index above them.
 _TABLE_SHIFT = 40
 
 
 def _shardings(module: nn.Module) -> list:
-    shardings = getattr(module, "_embedding_shardings", None)
-    if shardings is None:
+    entry = describe(module)
+    shardings = entry.shardings() if entry is not None else []
+    if not shardings:
         raise TypeError(
-            f"{type(module).__name__} has no _embedding_shardings; staleness is measured for TorchRec's "
-            "sharded EmbeddingBagCollection / EmbeddingCollection only (pass measure_staleness=False)"
+            f"{type(module).__name__} is no sharded EmbeddingBagCollection / EmbeddingCollection / "
+            "FeatureProcessedEmbeddingBagCollection; staleness is measured for those only"
         )
     return shardings
-
-
-def table_names(module: nn.Module) -> Set[str]:
-    """Every table of a sharded EBC/EC, data-parallel ones included."""
-    return {table.name for sharding in _shardings(module) for table in sharding.embedding_tables()}
 
 
 class ShardRows:
@@ -49,7 +47,7 @@ class ShardRows:
     hand over shard-local ids, that is still one key per row of the shard).
 
     Args:
-        module: a sharded ``EmbeddingBagCollection`` / ``EmbeddingCollection``.
+        module: a sharded ``EmbeddingBagCollection`` / ``EmbeddingCollection`` / FP-EBC.
     """
 
     def __init__(self, module: nn.Module) -> None:
@@ -57,8 +55,8 @@ class ShardRows:
         self._features: List[Optional[Dict[str, int]]] = []  # per sharding; None: data-parallel
         self._masks: Dict[Tuple[FrozenSet[str], torch.device], torch.Tensor] = {}
         self._table_indices: Dict[Tuple[Tuple[str, ...], torch.device], torch.Tensor] = {}
-        for sharding in _shardings(module):
-            if isinstance(sharding, BaseDpEmbeddingSharding):
+        for sharding_type, sharding in _shardings(module):
+            if sharding_type == ShardingType.DATA_PARALLEL.value:
                 # Replicated tables see only this rank's ids but are updated with every
                 # rank's: their staleness is not measurable locally. They are left out.
                 self._features.append(None)

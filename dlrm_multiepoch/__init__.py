@@ -1,19 +1,20 @@
 """dlrm-multiepoch: multi-epoch training components for TorchRec DLRM-style models.
 
-Every public component is importable from here; each is imported on first use
-(PEP 562), so ``import dlrm_multiepoch`` (and loading its TorchX component) does not
-import torch or TorchRec.
+Every public component is importable from here. The exports load on first use
+(PEP 562), so ``import dlrm_multiepoch.<config module>`` (the TorchX components, the
+``dlrm-multiepoch`` command) does not load torch.
 
 Example::
 
     from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline
 """
 
-import importlib
-from typing import Any, Dict, List
+from dlrm_multiepoch.lazy import lazy_exports
 
-# name -> module that defines it
-_EXPORTS: Dict[str, str] = {
+_EXPORTS = {
+    "AutoFreezeSchedule": "dlrm_multiepoch.auto",
+    "AutoScheduleConfig": "dlrm_multiepoch.auto",
+    "AutoSchedulePolicy": "dlrm_multiepoch.auto",
     "Batch": "dlrm_multiepoch.data",
     "BatchLoader": "dlrm_multiepoch.data",
     "InteractionData": "dlrm_multiepoch.data",
@@ -36,17 +37,4 @@ _EXPORTS: Dict[str, str] = {
     "embedding_modules": "dlrm_multiepoch.tables",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dlrm_multiepoch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -5,9 +5,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
+from dlrm_multiepoch.auto.policy import AUTO, AutoScheduleConfig
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
-from dlrm_multiepoch.pipeline.factory import PIPELINES
 from dlrm_multiepoch.schedule import FreezeSchedule
 
 
@@ -35,6 +35,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    auto: AutoScheduleConfig = field(default_factory=AutoScheduleConfig)
     epochs: int = field(default=3, metadata={"help": "passes over the train split"})
     batch_size: int = field(default=1024, metadata={"help": "global batch size (summed over ranks)"})
     eval_batch_size: int = field(default=4096, metadata={"help": "global batch size for evaluation"})
@@ -46,8 +47,9 @@ class TrainConfig:
     freeze_schedule: str = field(
         default="joint",
         metadata={
-            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen) or e.g. "
-            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)'"
+            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen), e.g. "
+            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)', "
+            "or 'auto': decided from the validation split (needs --val_fraction; knobs --auto_*)"
         },
     )
     pretrained_tables: str = field(
@@ -90,6 +92,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+        from dlrm_multiepoch.pipeline.factory import PIPELINES  # torch: the config itself imports without it
+
         if self.pipeline not in PIPELINES:
             raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
         for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches"):
@@ -99,6 +103,20 @@ class TrainConfig:
             raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         if self.resume == "auto" and not self.run_name:
             raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
+        if not 0.0 <= self.data.val_fraction < 1.0:
+            raise ValueError(f"--val_fraction must be in [0, 1), got {self.data.val_fraction}")
+        if self.freeze_schedule.strip() == AUTO:
+            self.auto.validate()
+            if self.data.val_fraction == 0:
+                raise ValueError(
+                    "--freeze_schedule auto decides from a validation split: set --val_fraction (e.g. 0.1)"
+                )
+            return
+        if AUTO in (e.strip() for e in self.freeze_schedule.split(";")):
+            raise ValueError(
+                f"--freeze_schedule {self.freeze_schedule!r}: 'auto' stands alone (the policy owns the tables; "
+                "--auto_gate names a gate it may close)"
+            )
         # Syntax and window checks before any data or model is built; checks that need
         # the model (unknown tables, modules, gates) run when the trainer builds it.
         try:
@@ -114,7 +132,35 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-_SECTIONS = ("data", "model", "optim")
+_SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "auto": AutoScheduleConfig}
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """One leaf field of :class:`TrainConfig` or a section: its flag, type, default and help.
+
+    Example::
+
+        config_fields()["epochs"]   # ConfigField(name='epochs', kind=int, default=3, help=..., section='TrainConfig')
+    """
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    section: str
+
+
+def config_fields() -> Dict[str, ConfigField]:
+    """Every leaf field of :class:`TrainConfig` and its sections, by flag name (one flag each)."""
+    fields: Dict[str, ConfigField] = {}
+    for cls in (TrainConfig, *_SECTIONS.values()):
+        hints = get_type_hints(cls)
+        for f in _leaf_fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            kind = _optional_base(hints[f.name])
+            fields[f.name] = ConfigField(f.name, kind, default, f.metadata.get("help", ""), cls.__name__)
+    return fields
 
 
 def _leaf_fields(cls: Type[Any]) -> List[dataclasses.Field]:
@@ -128,18 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
     )
-    for cls in (TrainConfig, DataConfig, ModelConfig, OptimConfig):
-        group = parser.add_argument_group(cls.__name__)
-        hints = get_type_hints(cls)
-        for f in _leaf_fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            kind = hints[f.name]
-            help_text = f.metadata.get("help", "")
-            if kind is bool:
-                group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default, help=help_text)
-            else:
-                base = _optional_base(kind)
-                group.add_argument(f"--{f.name}", type=base, default=default, help=help_text)
+    groups: Dict[str, argparse._ArgumentGroup] = {}
+    for f in config_fields().values():
+        group = groups.get(f.section) or groups.setdefault(f.section, parser.add_argument_group(f.section))
+        if f.kind is bool:
+            group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=f.default, help=f.help)
+        else:
+            group.add_argument(f"--{f.name}", type=f.kind, default=f.default, help=f.help)
     return parser
 
 
@@ -154,10 +195,7 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> TrainConfig:
     """Parse CLI flags into a validated :class:`TrainConfig`; errors name the flag."""
     parser = build_parser()
     ns = vars(parser.parse_args(argv))
-    sections = {
-        name: cls(**{f.name: ns[f.name] for f in _leaf_fields(cls)})
-        for name, cls in (("data", DataConfig), ("model", ModelConfig), ("optim", OptimConfig))
-    }
+    sections = {name: cls(**{f.name: ns[f.name] for f in _leaf_fields(cls)}) for name, cls in _SECTIONS.items()}
     cfg = TrainConfig(**sections, **{f.name: ns[f.name] for f in _leaf_fields(TrainConfig)})
     try:
         cfg.validate()

@@ -22,7 +22,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import pytest
 import torch
@@ -77,8 +77,8 @@ def _tensors(x: Any) -> List[torch.Tensor]:
     return []
 
 
-def _train(model, pipeline, freeze, batches, detach: bool) -> List[torch.Tensor]:
-    """Both epochs; after the first step, detach, run an eval forward on the plain model, attach."""
+def _train(model, pipeline, freeze, batches, detach: bool, on_step=lambda: None) -> List[torch.Tensor]:
+    """Both epochs' outputs; with ``detach``, after the first step: detach, eval forward on the plain model, attach."""
     outputs: List[torch.Tensor] = []
     for epoch in range(EPOCHS):
         it = iter(batches[epoch * STEPS_PER_EPOCH : (epoch + 1) * STEPS_PER_EPOCH])
@@ -88,6 +88,7 @@ def _train(model, pipeline, freeze, batches, detach: bool) -> List[torch.Tensor]
             except StopIteration:
                 break
             freeze.step()
+            on_step()
             if detach and freeze.global_step == 1:
                 pipeline.detach()
                 with torch.no_grad():
@@ -194,16 +195,10 @@ def _check_semi_sync_options(case, world_size: int, rank: int, reference: List[t
         optimizer = CombinedOptimizer([model.fused_optimizer, dense_optimizer(model)])
         freeze = FreezeScheduleWrapper(model, case.schedule, STEPS_PER_EPOCH, EPOCHS, optimizer=optimizer)
         pipeline = SemiSyncTrainPipeline(model, optimizer, CPU, frozen_tables=freeze.frozen_tables, **kwargs)
-        batches, fractions, outputs = case.batches(rank, world_size), [], []
-        for epoch in range(EPOCHS):
-            it = iter(batches[epoch * STEPS_PER_EPOCH : (epoch + 1) * STEPS_PER_EPOCH])
-            while True:
-                try:
-                    outputs += _tensors(pipeline.progress(it))
-                except StopIteration:
-                    break
-                freeze.step()
-                fractions.append(pipeline.stale_fraction)
+        fractions: List[float] = []
+        outputs = _train(
+            model, pipeline, freeze, case.batches(rank, world_size), False, lambda: fractions.append(pipeline.stale_fraction)
+        )
         if "warmup_batches" in kwargs:  # the first epoch is warm-up: fresh lookups, the synchronous result
             half = len(reference) // 2
             assert all(torch.equal(a, b) for a, b in zip(outputs[:half], reference[:half]))

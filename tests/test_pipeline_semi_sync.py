@@ -14,11 +14,7 @@ from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.pipeline import PIPELINES, SemiSyncTrainPipeline, StalenessMeter, make_train_pipeline
 from dlrm_multiepoch.pipeline.staleness import row_overlap
 from tests.multiprocess import run_on_ranks
-from dlrm_multiepoch.data.synthetic import synthetic_data
-from dlrm_multiepoch.distributed import init_distributed
-from dlrm_multiepoch.models import ModelConfig, build_dlrm
-from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer
-from tests.pipeline_helpers import TABLE_SIZES, Job, build_job, shard, snapshot, table_shards
+from tests.pipeline_helpers import TABLE_SIZES, Job, build_job, snapshot, table_shards
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
 
 GLOBAL_BATCH = 256  # 2048 rows, 1536 in train: 6 steps per epoch
@@ -243,7 +239,7 @@ def _check_freeze_schedule_wrapper(rank: int, world_size: int) -> None:
     _assert_same(weights[0], sync_weights[0], "frozen epoch: semi_sync vs sparse_dist")
     # Sampled every 5th step (0, 5, 10): exactly the per-step values there; stale_fraction holds the last.
     expected = _expected_stale_fractions(job.data, [ALL, set()], warmup=0)
-    assert history == expected[::5] and expected[10] > 0, (history, expected)
+    assert history == [(s, expected[s]) for s in (0, 5, 10)] and expected[10] > 0, (history, expected)
     assert stale == [expected[5 * (i // 5)] for i in range(12)], (stale, expected)
 
 
@@ -277,10 +273,10 @@ def test_meter_single_process():
     meter.record(None, torch.device("cpu"))
     meter.record(meter.measure(torch.tensor([1.0, 4.0], dtype=torch.float64)), torch.device("cpu"))
     assert meter.last == 0.25 and meter.mean == 0.125 and meter.steps == 2
-    assert meter.take_history() == [0.0, 0.25]
+    assert meter.take_history() == [(0, 0.0), (1, 0.25)]
     assert meter.take_history() == []  # taken once
-    meter.record(meter.measure(torch.tensor([3.0, 4.0], dtype=torch.float64)), torch.device("cpu"))
-    assert meter.take_history() == [0.75] and meter.mean == 1.0 / 3
+    meter.record(meter.measure(torch.tensor([3.0, 4.0], dtype=torch.float64)), torch.device("cpu"), step=40)
+    assert meter.take_history() == [(40, 0.75)] and meter.mean == 1.0 / 3
 
 
 def test_factory_rejects_bad_names_and_torchrec_semi_sync_on_cpu():

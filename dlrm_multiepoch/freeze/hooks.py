@@ -14,7 +14,7 @@
   step and restored after it, weights and optimizer state alike.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch import nn

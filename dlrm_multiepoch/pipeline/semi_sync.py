@@ -45,11 +45,11 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
 
     Step for batch i (batches i+1 and i+2 are in flight)::
 
+        [start lookup(i)]               staleness=0 / warm-up / late modules: after i-1's update
         forward(i)                      uses the lookup of i started one step earlier
         start lookup(i+1)               staleness=1: TBE lookup + async output all-to-all
         load batch i+3, input dist(i+2)
         backward(i), optimizer step     fused table update of i's rows
-        [start lookup(i+1)]             staleness=0 / warm-up: lookup after the update
 
     With ``staleness=1`` batch i+1 reads the tables as they were before batch i's
     update (bounded staleness 1, like gradient accumulation of 2 for the tables), and
@@ -59,10 +59,11 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     on gloo's threads while the main thread computes; on CUDA they run on NCCL's
     stream, the lookup itself on the current stream (ordered before the update).
 
-    Modules whose tables the dense optimizer updates in place (data-parallel or
-    dense-kernel tables) and managed-collision modules (whose lookup may evict rows)
-    look up after the update, as in ``TrainPipelineSparseDist``; the others overlap.
-    Which modules overlap is logged once.
+    Modules whose lookup uses weights the dense optimizer updates in place
+    (data-parallel or dense-kernel tables, an FP-EBC's feature processors) and
+    managed-collision modules (whose lookup may evict rows) look up after the update,
+    as in ``TrainPipelineSparseDist``; the others overlap. Which modules do not
+    overlap, and why, is logged once.
 
     The stale-row fraction is measured (:mod:`.staleness`) on one training step in
     ``staleness_interval`` (every step with ``staleness_interval=1``) and exposed as
@@ -340,7 +341,7 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         if self._model.training:
             self._train_steps += 1
             if (self._measure or self.staleness == 0) and self._sampled(step):
-                self.staleness_meter.record(context.staleness, self._device)
+                self.staleness_meter.record(context.staleness, self._device, step)
         return output
 
     def _measure_staleness(self, previous: SemiSyncContext, current: SemiSyncContext) -> PendingStaleness:

@@ -169,7 +169,7 @@ class StalenessMeter:
     Example::
 
         meter = StalenessMeter()
-        meter.record(meter.measure(torch.tensor([stale, looked_up], dtype=torch.float64)), device)
+        meter.record(meter.measure(torch.tensor([stale, looked_up], dtype=torch.float64)), device, step)
         writer.add_scalar("pipeline/stale_fraction", meter.last, step)
     """
 
@@ -177,9 +177,9 @@ class StalenessMeter:
         self._group = process_group
         self._last: Optional[torch.Tensor] = None
         self._sum: Optional[torch.Tensor] = None
-        # Per-step fractions not yet taken by take_history(); bounded so a caller that
+        # (step, fraction) not yet taken by take_history(); bounded so a caller that
         # never takes them cannot grow it without limit.
-        self._history: Deque[torch.Tensor] = deque(maxlen=HISTORY_LIMIT)
+        self._history: Deque[Tuple[int, torch.Tensor]] = deque(maxlen=HISTORY_LIMIT)
         self.steps = 0
 
     def measure(self, counts: torch.Tensor) -> PendingStaleness:
@@ -190,27 +190,34 @@ class StalenessMeter:
             work = dist.all_reduce(counts, group=self._group, async_op=True)
         return PendingStaleness(counts, work)
 
-    def record(self, pending: Optional[PendingStaleness], device: torch.device) -> None:
-        """Record one step: ``pending`` counts, or ``None`` for an exact 0 (fresh lookup)."""
+    def record(self, pending: Optional[PendingStaleness], device: torch.device, step: Optional[int] = None) -> None:
+        """Record one step: ``pending`` counts, or ``None`` for an exact 0 (fresh lookup).
+
+        Args:
+            pending: the step's counts, or None.
+            device: where an exact 0 is created.
+            step: the step's number (default: the count of steps recorded before it).
+        """
         fraction = (
             torch.zeros((), dtype=torch.float64, device=device) if pending is None else pending.fraction()
         )
         self._last = fraction
         self._sum = fraction.clone() if self._sum is None else self._sum + fraction
-        self._history.append(fraction)
+        self._history.append((self.steps if step is None else step, fraction))
         self.steps += 1
 
-    def take_history(self) -> List[float]:
-        """The per-step fractions recorded since the last call, oldest first.
+    def take_history(self) -> List[Tuple[int, float]]:
+        """``(step, fraction)`` of the steps recorded since the last call, oldest first.
 
         One device synchronisation for all of them, so a training loop can log every
-        step's value at its logging interval instead of waiting on every step.
+        recorded value at its logging interval instead of waiting on every step.
         """
         if not self._history:
             return []
-        values = torch.stack(list(self._history)).tolist()
+        steps = [step for step, _ in self._history]
+        values = torch.stack([fraction for _, fraction in self._history]).tolist()
         self._history.clear()
-        return values
+        return list(zip(steps, values))
 
     @property
     def last(self) -> float:

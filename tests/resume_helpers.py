@@ -30,7 +30,7 @@ E2E_FLAGS = [
     "--dataset", "movielens", "--max_rows", "6000", "--epochs", "2", "--batch_size", "512",
     "--eval_every_n_steps", "5", "--checkpoint_every_n_steps", "5", "--train_eval_rows", "1000",
     "--log_every_n_steps", "2", "--no-progress_bar", "--freeze_schedule", "tables=frozen@[0,1) train@[1,end)",
-    "--pipeline", "semi_sync",
+    "--pipeline", "semi_sync", "--pipeline_staleness_interval", "1",
 ]  # fmt: skip
 
 

@@ -64,12 +64,17 @@ def test_figures_baselines_winner_and_one_epoch_flag(tmp_path):
     write_run(exp / "joint-s1", [0.76, 0.73, 0.71], [0.82, 0.91, 0.96], wall=22, seed=1)
     write_run(exp / "delayed-s0", [0.55, 0.56, 0.78], [0.55, 0.56, 0.85], wall=15, seed=0, logloss=[0.7, 0.69, 0.6])
     write_run(exp / "delayed-s1", [0.55, 0.56, 0.76], [0.55, 0.56, 0.83], wall=17, seed=1, logloss=[0.7, 0.69, 0.4])
+    # noisy: test AUC falls on the mean (-0.0025) by less than the seed spread: not flagged.
+    write_run(exp / "noisy-s0", [0.70, 0.69], [0.80, 0.90], seed=0)
+    write_run(exp / "noisy-s1", [0.72, 0.725], [0.80, 0.90], seed=1)
     manifest(exp, [("joint-1ep-s0", "joint-1ep", 0, 1), ("joint-1ep-s1", "joint-1ep", 1, 1), ("joint-s0", "joint", 0, 3),
-                   ("joint-s1", "joint", 1, 3), ("delayed-s0", "delayed", 0, 3), ("delayed-s1", "delayed", 1, 3)])  # fmt: skip
+                   ("joint-s1", "joint", 1, 3), ("delayed-s0", "delayed", 0, 3), ("delayed-s1", "delayed", 1, 3),
+                   ("noisy-s0", "noisy", 0, 2), ("noisy-s1", "noisy", 1, 2)])  # fmt: skip
     comparison = compare_experiment(str(exp))
     assert comparison.problems == []
     (task,) = comparison.tasks
-    assert [r.strategy for r in task.rows] == ["joint-1ep", "joint", "delayed"]
+    assert [r.strategy for r in task.rows] == ["joint-1ep", "joint", "delayed", "noisy"]
+    assert task.row("noisy").one_epoch_drop is None
     joint, delayed = task.row("joint"), task.row("delayed")
     assert (joint.best_epoch, joint.epochs, joint.seeds) == (1, 3, 2)
     assert joint.auc_best.mean == pytest.approx((f32(0.74) + f32(0.76)) / 2, abs=1e-12)
@@ -102,22 +107,26 @@ def test_missing_partial_and_corrupt_runs_are_named_and_the_rest_compared(tmp_pa
     write_run(exp / "joint-s0", [0.74, 0.72])
     write_run(exp / "early-s0", [0.74, 0.75])
     write_run(exp / "delayed-s0", [0.55], planned=2, finished=False)  # interrupted after epoch 1
+    write_run(exp / "short-s0", [0.74])  # finished, but launched for 1 of the 2 planned epochs
+    write_run(exp / "auto-s0", [0.73], planned=2)  # stopped itself after epoch 1 of 2: finished
     write_run(exp / "corrupt-s0", [0.7, 0.7])
     (exp / "corrupt-s0" / "summary.json").write_text('{"config": {"seed": 0, "ep')
     (exp / "garbage-s0").mkdir()
     (exp / "garbage-s0" / "events.out.tfevents.1.host.1.0").write_bytes(os.urandom(300))
-    manifest(exp, [(n, n.split("-")[0], 0, 2) for n in ("joint-s0", "early-s0", "delayed-s0", "corrupt-s0", "garbage-s0", "missing-s0")])
+    names = ("joint-s0", "early-s0", "delayed-s0", "short-s0", "auto-s0", "corrupt-s0", "garbage-s0", "missing-s0")
+    manifest(exp, [(n, n.split("-")[0], 0, 2) for n in names])
     runs, problems = read_experiment(str(exp))
-    assert [r.name for r in runs] == ["joint-s0", "early-s0"]
+    assert [r.name for r in runs] == ["joint-s0", "early-s0", "auto-s0"]
     reasons = {p.name: p.reason for p in problems}
-    assert reasons["delayed-s0"].startswith("partial: 1 of 2 epochs evaluated")
+    assert reasons["delayed-s0"].startswith("partial: its summary.json does not record the end of training")
+    assert reasons["short-s0"].startswith("partial: 1 of 2 epochs")
     assert reasons["corrupt-s0"].startswith("corrupt summary.json")
     assert reasons["garbage-s0"].startswith("no evaluations in its event files")
     assert reasons["missing-s0"] == "missing: no run folder"
     assert compare_main([str(exp), "--no-hparams"]) == 0
     out = capsys.readouterr().out
     assert "**like: early wins**" in out
-    for name in ("delayed-s0", "corrupt-s0", "garbage-s0", "missing-s0"):
+    for name in ("delayed-s0", "short-s0", "corrupt-s0", "garbage-s0", "missing-s0"):
         assert f"- {name}: " in out
 
 
@@ -142,6 +151,7 @@ def test_update_window_slope_per_seed(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 6 and {float(r["seed_slope"]) for r in rows} == {fit.slopes[0], fit.slopes[1]}
     assert os.path.getsize(exp / "compare" / "update_window.png") > 10_000
+    assert not (exp / "compare" / "test_auc.png").exists()  # no strategy rows to plot
 
 
 def test_a_run_that_restores_its_best_validation_weights_is_judged_by_them(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import dlrm_multiepoch.components as components
-from dlrm_multiepoch.sweep import DEFAULT_STRATEGIES, STRATEGIES, build_plan, parse_strategy, run_state, window_strategy
+from dlrm_multiepoch.sweep import DEFAULT_STRATEGIES, STRATEGIES, RunState, build_plan, parse_strategy, run_state, window_strategy
 from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.plan import update_manifest
 from dlrm_multiepoch.train.config import parse_config
@@ -90,8 +90,11 @@ def test_run_states_and_manifest(tmp_path):
     joint, early, delayed = plan.runs
     assert run_state(str(exp), joint).status == "new"
     evaluations = [{"epoch": 1}, {"epoch": 1.5}, {"epoch": 2}, {"epoch": 3}]
-    _write(exp / "joint-s0" / "summary.json", json.dumps({"evaluations": evaluations, "wall_time_s": 9.0}))
-    assert run_state(str(exp), joint) == run_state(str(exp), joint).__class__("finished", 3)
+    _write(exp / "joint-s0" / "summary.json", json.dumps({"evaluations": evaluations, "config": {"epochs": 3}, "wall_time_s": 9.0}))
+    assert run_state(str(exp), joint) == RunState("finished", 3)
+    # Finished after stopping itself (the automatic schedule) before its last epoch: still finished.
+    _write(exp / "early-s0" / "summary.json", json.dumps({"evaluations": evaluations[:1], "config": {"epochs": 2}, "wall_time_s": 3.0}))
+    assert run_state(str(exp), early) == RunState("finished", 1)
     # Interrupted after epoch 1 with a complete checkpoint: resumable.
     _write(exp / "early-s0" / "summary.json", json.dumps({"evaluations": evaluations[:1]}))
     state = {"step": 12, "parts": {"progress": {"epoch": 1, "batch_in_epoch": 2}}}

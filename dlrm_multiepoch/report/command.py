@@ -53,8 +53,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     with open(files["table (Markdown)"], "w") as f:
         f.write(report)
     write_csv(comparison, files["table (CSV)"])
-    files["test AUC per epoch (PNG)"] = os.path.join(out, "test_auc.png")
-    plot_curves(comparison, files["test AUC per epoch (PNG)"])
+    if any(task.rows for task in comparison.tasks):  # an update-window sweep alone has no strategy rows
+        files["test AUC per epoch (PNG)"] = os.path.join(out, "test_auc.png")
+        plot_curves(comparison, files["test AUC per epoch (PNG)"])
     if comparison.windows:
         files["update window (PNG)"] = os.path.join(out, "update_window.png")
         plot_windows(comparison, files["update window (PNG)"])

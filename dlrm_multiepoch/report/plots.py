@@ -28,7 +28,11 @@ def _figure(panels: int):
 
 
 def plot_curves(comparison: Comparison, path: str) -> None:
-    """Test AUC per epoch, one line per strategy (mean over seeds, ± std shaded), one panel per task."""
+    """Test AUC per epoch, one line per strategy (mean over seeds, ± std shaded), one panel per task.
+
+    A star marks the model a run ends holding when that is not its last epoch's (the
+    automatic schedule's restored best-validation weights, at their mean epoch).
+    """
     tasks = [t for t in comparison.tasks if t.rows]
     fig, axes = _figure(max(len(tasks), 1))
     for ax, task in zip(axes, tasks):
@@ -39,6 +43,8 @@ def plot_curves(comparison: Comparison, path: str) -> None:
             (line,) = ax.plot(epochs, mean, marker="o", label=row.strategy, linewidth=1.5)
             if row.seeds > 1:
                 ax.fill_between(epochs, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+            if row.deployed_epoch is not None:  # the restored best-validation weights it ends with
+                ax.plot([row.deployed_epoch], [row.auc_last.mean], marker="*", markersize=11, color=line.get_color())
         if task.joint_best is not None:
             ax.axhline(task.joint_best.auc, color="grey", linestyle=":", linewidth=1, label="joint at its best epoch")
         seeds = max(r.seeds for r in task.rows)

@@ -196,10 +196,15 @@ def read_experiment(experiment_dir: str) -> Tuple[List[RunRecord], List[RunProbl
 
 
 def _partial(run: RunRecord) -> Optional[str]:
-    if run.epochs_planned is not None and run.epochs_done < run.epochs_planned:
-        return f"partial: {run.epochs_done} of {run.epochs_planned} epochs evaluated (interrupted or still running)"
     if run.finished is False:
         return "partial: its summary.json does not record the end of training (interrupted or still running)"
+    if run.epochs_planned is None:
+        return None
+    # A finished run may have stopped itself early (the automatic schedule): judge it by
+    # the epochs it was configured for; without a summary, by the epochs it evaluated.
+    trained_for = run.config.get("epochs", run.epochs_done) if run.finished else run.epochs_done
+    if trained_for < run.epochs_planned:
+        return f"partial: {trained_for} of {run.epochs_planned} epochs (interrupted, or launched with fewer epochs)"
     return None
 
 

@@ -96,7 +96,7 @@ def verdict(task: TaskComparison) -> str:
         )
     drops = [r.strategy for r in task.rows if r.one_epoch_drop is not None]
     if drops:
-        text += f". One-epoch phenomenon (test AUC falls while train AUC rises) in: {', '.join(drops)}"
+        text += f". One-epoch phenomenon (test AUC falls beyond the seed spread while train AUC rises) in: {', '.join(drops)}"
     return text + "."
 
 

@@ -18,6 +18,7 @@ from their last checkpoint. Then: ``dlrm-multiepoch compare EXPERIMENT_DIR``.
 """
 
 import argparse
+import os
 import shlex
 import sys
 from typing import List, Optional
@@ -113,6 +114,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         plan = build_plan(args.experiment_dir, strategies, seeds, args.epochs, common)
     except ValueError as e:
         parser.error(str(e))
+    if args.scheduler == "local_cwd" and not args.dryrun and not os.path.isfile(args.script):
+        parser.error(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root or pass --script")
 
     from torchx.runner import get_runner
 

@@ -204,34 +204,44 @@ class SweepLauncher:
 
 
 class _EvaluationPrinter:
-    """Prints each new per-epoch evaluation of a run's ``summary.json`` as one line."""
+    """Prints each new end-of-epoch evaluation of a run's ``summary.json`` as one line
+    (and the restored best-validation model, for the automatic schedule)."""
 
     def __init__(self, summary_path: str, emit: Callable[[str], None]):
         self.path = summary_path
         self.emit = emit
-        self.seen = self._read_epochs()  # a resumed run's earlier epochs are not news
+        # A resumed run's earlier epochs are not news.
+        self.seen = {e["epoch"] for e in self._read().get("evaluations", [])}
+        self.best_shown = False
 
-    def _read(self) -> List[dict]:
+    def _read(self) -> dict:
         try:
             with open(self.path) as f:
-                return json.load(f).get("evaluations", [])
+                return json.load(f)
         except (OSError, ValueError):
-            return []
-
-    def _read_epochs(self) -> set:
-        return {e["epoch"] for e in self._read()}
+            return {}
 
     def poll(self) -> None:
-        for e in self._read():
-            if e["epoch"] in self.seen:
+        summary = self._read()
+        for e in summary.get("evaluations", []):
+            # Mid-epoch evaluations (--eval_every_n_steps, the auto schedule's) stay in the log.
+            if e["epoch"] in self.seen or not float(e["epoch"]).is_integer():
                 continue
             self.seen.add(e["epoch"])
-            parts = [
-                f"{split} " + " ".join(f"{task} {m['auc']:.4f}" for task, m in per_task.items())
-                for split, per_task in e.items()
-                if isinstance(per_task, dict)
-            ]
-            self.emit(f"    epoch {e['epoch']:g}: AUC " + " | ".join(parts))
+            self.emit(f"    epoch {e['epoch']:g}: AUC {_aucs(e)}")
+        best = summary.get("best")
+        if best and not self.best_shown:
+            self.best_shown = True
+            self.emit(f"    kept its best-validation weights (epoch {best['epoch']:.2f}): AUC {_aucs(best)}")
+
+
+def _aucs(evaluation: dict) -> str:
+    """``test like 0.7408 love 0.7956 | train_sample ...`` from one evaluation's per-split metrics."""
+    return " | ".join(
+        f"{split} " + " ".join(f"{task} {m['auc']:.4f}" for task, m in per_task.items())
+        for split, per_task in evaluation.items()
+        if isinstance(per_task, dict) and all(isinstance(m, dict) and "auc" in m for m in per_task.values())
+    )
 
 
 def _epochs(n: int) -> str:

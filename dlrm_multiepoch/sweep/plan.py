@@ -160,7 +160,7 @@ class RunState:
 
 
 def run_state(experiment_dir: str, run: RunSpec) -> RunState:
-    """The state of ``run``'s folder: finished when its summary holds ``run.epochs`` epochs and a wall time."""
+    """The state of ``run``'s folder: finished when its summary records the end of a ``run.epochs``-epoch training."""
     run_dir = os.path.join(experiment_dir, run.name)
     if not os.path.isdir(run_dir):
         return RunState("new")
@@ -169,7 +169,10 @@ def run_state(experiment_dir: str, run: RunSpec) -> RunState:
     except ValueError:
         summary = {}  # unreadable: not finished; the run resumes from its checkpoint or starts over
     done = max((int(e["epoch"]) for e in summary.get("evaluations", []) if float(e["epoch"]).is_integer()), default=0)
-    if "wall_time_s" in summary and done >= run.epochs:
+    # The app records the wall time when its training loop ends: after the last epoch,
+    # or earlier when the automatic schedule stopped the run. A finished run trained for
+    # fewer epochs than asked now (a larger --epochs) resumes.
+    if "wall_time_s" in summary and summary.get("config", {}).get("epochs", 0) >= run.epochs:
         return RunState("finished", done)
     checkpoints = os.path.join(run_dir, CHECKPOINTS)
     from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy: unfinished runs only

@@ -66,7 +66,7 @@ def child(which: str, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", default=str(REPO / ".cache" / "bench_criteo_parse"))
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)

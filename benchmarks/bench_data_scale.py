@@ -22,7 +22,8 @@ Usage::
 
     python benchmarks/bench_data_scale.py --sizes 10000000,50000000 --work /work/tmp13/scale
 
-Without flags (as ``make bench`` runs it) it uses 1M and 5M rows under ``.cache/``.
+Without flags (as ``make bench`` runs it): 500k and 2M rows under ``.cache/``, 200 loader
+and 50 training steps.
 """
 
 import argparse
@@ -124,11 +125,11 @@ def run_ranks(data: Path, args: argparse.Namespace, in_memory: bool) -> List[Dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1000000,5000000")
+    parser.add_argument("--sizes", default="500000,2000000")
     parser.add_argument("--work", default=str(REPO / ".cache" / "bench_data_scale"))
     parser.add_argument("--batch_size", type=int, default=4096)
-    parser.add_argument("--loader_steps", type=int, default=500)
-    parser.add_argument("--train_steps", type=int, default=100)
+    parser.add_argument("--loader_steps", type=int, default=200)
+    parser.add_argument("--train_steps", type=int, default=50)
     parser.add_argument("--skip_in_memory", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--in_memory", action="store_true", help=argparse.SUPPRESS)

@@ -150,3 +150,23 @@ def test_age_bucket_edges() -> None:
     b = age_bucket(np.array([1, 17, 18, 24, 25, 55, 56, 90, np.nan]))
     np.testing.assert_array_equal(b[:-1], [0, 0, 1, 1, 2, 5, 6, 6])
     assert np.isnan(b[-1])
+
+
+def test_count_based_cuts_equal_validation_split() -> None:
+    from dlrm_multiepoch.data.encode import last_share, nth_true
+
+    rng = np.random.default_rng(0)
+    for n in (7, 10, 101, 5000):
+        for fraction in (0.0, 0.1, 0.25, 0.5):
+            rows = np.arange(n)
+            try:
+                _, val = validation_split(rows, fraction, "x", times=rows)
+            except ValueError as e:
+                with pytest.raises(ValueError, match=str(e).split(":")[1].strip()[:20]):
+                    last_share(n, fraction, "x")
+                continue
+            assert last_share(n, fraction, "x") == len(val)
+        mask = rng.random(n) < 0.7
+        for k in (0, 1, int(mask.sum()) - 1, int(mask.sum())):
+            want = np.flatnonzero(mask)[k] if k < mask.sum() else n
+            assert nth_true(mask, k, block=3) == want

@@ -282,3 +282,31 @@ def test_preprocess_command_imports_no_torch(tmp_path: Path) -> None:
     assert prepare_dataset(again, str(tmp_path / "out")) == tmp_path / "out"  # same options: nothing to do
     with pytest.raises(ValueError, match=r"other options or input \(differing: criteo_hash_size\)"):
         prepare_dataset(replace(again, criteo_hash_size=77), str(tmp_path / "out"))
+
+
+def test_prefetcher_stops_when_dropped_and_passes_errors_on() -> None:
+    import gc
+    import itertools
+    import threading
+
+    from dlrm_multiepoch.data.prefetch import Prefetcher
+
+    before = threading.active_count()
+    ahead = Prefetcher(itertools.count(), depth=2)
+    assert list(itertools.islice(ahead, 3)) == [0, 1, 2]
+    del ahead  # an epoch cut short: the thread must not live on
+    gc.collect()
+    for _ in range(50):
+        if threading.active_count() == before:
+            break
+        threading.Event().wait(0.05)
+    assert threading.active_count() == before
+
+    def failing():
+        yield 1
+        raise OSError("disk gone")
+
+    it = Prefetcher(failing())
+    assert next(it) == 1
+    with pytest.raises(OSError, match="disk gone"):
+        next(it)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Tuple
 import numpy as np
 import pandas as pd
 
-from dlrm_multiepoch.data.encode import check_fraction, subsample, validation_split
+from dlrm_multiepoch.data.encode import check_fraction, last_share, nth_true, subsample
 from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
 from dlrm_multiepoch.data.preprocess import Chunk, CriteoLog, Recipe, SplitPlan, preprocess
 from dlrm_multiepoch.data.readers import describe_lines
@@ -175,20 +175,25 @@ def criteo_recipe(cfg: "DataConfig", path: Path, stats: ScanStats) -> Recipe:
     """How parsed Criteo rows become the dataset (split, labels, dense transform)."""
 
     def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
-        keep = np.flatnonzero(~bad)
-        if cfg.max_rows is not None:
-            keep = keep[subsample(len(keep), cfg.max_rows, cfg.split_seed)]
-        n = len(keep)
+        # File order is time order: test is the last share of the usable rows, val the
+        # last share of the rest. Masks and cut rows only: 2 bytes a row, not 8.
+        kept = ~bad
+        if cfg.max_rows is not None:  # a smoke-run option: row indices are fine here
+            usable = np.flatnonzero(kept)
+            kept = np.zeros(len(bad), dtype=bool)
+            kept[usable[subsample(len(usable), cfg.max_rows, cfg.split_seed)]] = True
+        n = int(kept.sum())
         n_test = int(round(n * cfg.test_fraction))
         if n_test == 0 or n_test == n:
             raise ValueError(
                 f"--data_path {path}: {n} usable rows leave an empty split with --test_fraction {cfg.test_fraction}"
             )
-        # File order is time order: the validation rows are the train rows' last share.
-        first = np.arange(n - n_test)
-        train, val = validation_split(first, cfg.val_fraction, f"--data_path {path}", times=first)
+        n_val = last_share(n - n_test, cfg.val_fraction, f"--data_path {path}")
         codes = np.full(len(bad), -1, dtype=np.int8)
-        codes[keep[train]], codes[keep[n - n_test :]], codes[keep[val]] = 0, 1, 2
+        codes[kept] = 0
+        test_start, val_start = nth_true(kept, n - n_test), nth_true(kept, n - n_test - n_val)
+        codes[test_start:][kept[test_start:]] = 1
+        codes[val_start:test_start][kept[val_start:test_start]] = 2
         notes = [f"criteo: {stats.lines} lines read"]  # cached: load_dataset names the file
         if stats.bad:
             notes.append(
@@ -196,7 +201,7 @@ def criteo_recipe(cfg: "DataConfig", path: Path, stats: ScanStats) -> Recipe:
                 f"a dense value that is no integer of at most 2^53 or a non-hex category): lines "
                 f"{describe_lines(stats.first_bad, total=stats.bad)}"
             )
-        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []), notes)
+        return SplitPlan(codes, ["train", "test"] + (["val"] if n_val else []), notes)
 
     return Recipe(
         name="criteo",

@@ -94,6 +94,34 @@ def validation_split(
     return train_rows[keep], train_rows[held]
 
 
+def last_share(n: int, val_fraction: float, what: str) -> int:
+    """How many of ``n`` time-ordered train rows :func:`validation_split` holds out (its
+    latest ones, when every row has its own time), without the row arrays."""
+    if val_fraction == 0:
+        return 0
+    check_fraction(val_fraction, "--val_fraction")
+    held = n - int(n * (1.0 - val_fraction))
+    if held == 0 or held == n:
+        raise ValueError(
+            f"{what}: --val_fraction {val_fraction} of {n} train rows leaves an empty "
+            f"{'validation' if held == 0 else 'train'} split"
+        )
+    return held
+
+
+def nth_true(mask: np.ndarray, k: int, block: int = 1 << 22) -> int:
+    """Index of the ``k``-th (0-based) True of ``mask``, or ``len(mask)`` if it has at most
+    ``k``; scans in blocks, so no index array of the whole mask is made."""
+    seen = 0
+    for lo in range(0, len(mask), block):
+        part = mask[lo : lo + block]
+        count = int(np.count_nonzero(part))
+        if seen + count > k:
+            return lo + int(np.flatnonzero(part)[k - seen])
+        seen += count
+    return len(mask)
+
+
 def age_bucket(age: np.ndarray) -> np.ndarray:
     """Bucket index (float, NaN for missing) of each age by :data:`AGE_BUCKET_EDGES`."""
     age = np.asarray(age, dtype=np.float64)

@@ -13,6 +13,30 @@ T = TypeVar("T")
 _DONE = object()
 
 
+def _put(q: "queue.Queue[Any]", stop: threading.Event, item: Any) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _produce(source: Iterator[Any], q: "queue.Queue[Any]", stop: threading.Event) -> None:
+    try:
+        for item in source:
+            if not _put(q, stop, item):
+                return
+        _put(q, stop, _DONE)
+    except BaseException as e:  # noqa: BLE001 - handed to the consumer
+        _put(q, stop, e)
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+
+
 class Prefetcher(Iterator[T]):
     """Iterates ``source`` in a daemon thread, holding at most ``depth`` items ahead.
 
@@ -32,31 +56,13 @@ class Prefetcher(Iterator[T]):
     def __init__(self, source: Iterator[T], depth: int = 2) -> None:
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(source,), name="batch-prefetch", daemon=True)
+        # The thread holds the queue and the event, not this object: dropping the
+        # iterator (e.g. an epoch cut short by islice) runs __del__, which stops it.
+        self._thread = threading.Thread(
+            target=_produce, args=(source, self._queue, self._stop), name="batch-prefetch", daemon=True
+        )
         self._thread.start()
         self._finished = False
-
-    def _run(self, source: Iterator[T]) -> None:
-        try:
-            for item in source:
-                if not self._put(item):
-                    return
-            self._put(_DONE)
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            self._put(e)
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
 
     def __next__(self) -> T:
         if self._finished:

@@ -240,6 +240,7 @@ class Recipe:
         hashed_rows: feature -> rows of its hashed table (row 0 = missing).
         bags: multi-hot feature -> pooling (``sum`` or ``mean``).
         min_count: ids seen fewer times in train fold into row 0 (one value, or per feature).
+        fit_splits: the splits id maps are counted on (dense statistics: train only).
         history_length: K > 0 adds the ``history`` feature (needs ``user`` and ``item``).
         history_time: the number ordering histories (None: a seeded order).
         seed: seed of that order.
@@ -254,6 +255,7 @@ class Recipe:
     hashed_rows: Dict[str, int] = field(default_factory=dict)
     bags: Dict[str, str] = field(default_factory=dict)
     min_count: Union[int, Dict[str, int]] = 1
+    fit_splits: Tuple[str, ...] = ("train",)
     history_length: int = 0
     history_time: Optional[str] = None
     seed: int = 0
@@ -415,13 +417,14 @@ class _Job:
     def fit(self) -> None:
         start = time.perf_counter()
         train = self.plan.names.index("train")
+        fitted = [self.plan.names.index(s) for s in self.r.fit_splits if s in self.plan.names]
         counters = {
             f: IdCounter(self.r.hashed_rows[f]) if f in self.r.hashed_rows else IdCounter(len(self.values[f]), True)
             for f in self.r.features
         }
         elements = {f: 0 for f in self.r.bags}
         for a, b in self.blocks():
-            is_train = self.plan.codes[a:b] == train
+            counted = np.isin(self.plan.codes[a:b], fitted)
             rows = np.arange(a, b)
             for f in self.r.features:
                 if f in self.r.bags:
@@ -429,10 +432,10 @@ class _Job:
                     e = elements[f]
                     codes = _lookup(self.to_global[f], self.scratch.read(f"bag:{f}", e, e + int(lengths.sum())))
                     elements[f] += len(codes)
-                    mask = np.repeat(is_train, lengths)
+                    mask = np.repeat(counted, lengths)
                     counters[f].update(codes[mask], np.repeat(rows, lengths)[mask])
                 else:
-                    counters[f].update(self._codes(f, a, b)[is_train], rows[is_train])
+                    counters[f].update(self._codes(f, a, b)[counted], rows[counted])
         for f in self.r.features:
             self._fit_table(f, counters[f])
         self.r.dense.fit(self._number_blocks(self.r.dense.inputs), train)

@@ -271,7 +271,11 @@ class StoredSplit:
         rows = np.asarray(rows, dtype=np.int64)
         sparse: Dict[str, Any] = {f: file.take(rows) for f, file in self._sparse.items()}
         for f, (values, offsets) in self._bags.items():
-            sparse[f] = Ragged(values.memmap(), offsets.memmap()).take(rows)
+            starts = offsets.take(rows)
+            lengths = offsets.take(rows + 1) - starts
+            bags = Ragged.from_lengths(np.zeros(int(lengths.sum()), np.int64), lengths)
+            within = np.arange(len(bags.values)) - np.repeat(bags.offsets[:-1], lengths)
+            sparse[f] = Ragged(values.take(np.repeat(starts, lengths) + within), bags.offsets)
         return Split(
             sparse={f: sparse[f] for f in self._features},
             dense=self._dense.take(rows),

@@ -1,7 +1,7 @@
 """The unit of data every stage after the loader sees."""
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
@@ -22,6 +22,9 @@ class Batch(Pipelineable):
         sparse_features: KJT with one bag per sample per feature.
         labels: task name -> ``[B]`` float tensor of 0/1 labels.
         weights: ``[B]`` float tensor, 1 for real samples and 0 for padding.
+        row_index: optional ``[B]`` int64 CPU tensor: each sample's row in its split (-1
+            for padding), so evaluation can report metrics on row subsets. It stays on
+            the CPU when the batch moves.
 
     Example::
 
@@ -33,6 +36,7 @@ class Batch(Pipelineable):
     sparse_features: KeyedJaggedTensor
     labels: Dict[str, torch.Tensor]
     weights: torch.Tensor
+    row_index: Optional[torch.Tensor] = None
 
     @property
     def batch_size(self) -> int:
@@ -44,6 +48,7 @@ class Batch(Pipelineable):
             sparse_features=self.sparse_features.to(device=device, non_blocking=non_blocking),
             labels={k: v.to(device=device, non_blocking=non_blocking) for k, v in self.labels.items()},
             weights=self.weights.to(device=device, non_blocking=non_blocking),
+            row_index=self.row_index,
         )
 
     def record_stream(self, stream: torch.Stream) -> None:
@@ -63,4 +68,5 @@ class Batch(Pipelineable):
             sparse_features=self.sparse_features.pin_memory(),
             labels={k: v.pin_memory() for k, v in self.labels.items()},
             weights=self.weights.pin_memory(),
+            row_index=self.row_index,
         )

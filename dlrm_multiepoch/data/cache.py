@@ -20,7 +20,7 @@ import numpy as np
 from dlrm_multiepoch.data.dataset import InteractionData, Split, TableSpec
 
 # Bump when a loader changes the arrays it produces, so stale caches are not reused.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 
 def file_digest(path: Path) -> str:
@@ -89,6 +89,7 @@ class ArrayCache:
                 tables=[TableSpec(**t) for t in meta["tables"]],
                 dense_names=meta["dense_names"],
                 tasks=meta["tasks"],
+                encoding=meta.get("encoding", {}),
             )
             for name, layout in meta["splits"].items():
                 data.splits[name] = Split(
@@ -96,6 +97,7 @@ class ArrayCache:
                     dense=arrays[f"{name}/dense"],
                     labels={t: arrays[f"{name}/labels/{t}"] for t in layout["labels"]},
                     history=arrays[f"{name}/history"] if layout["history"] else None,
+                    slices={s: arrays[f"{name}/slices/{s}"] for s in layout.get("slices", [])},
                 )
             return data, list(meta["notes"])
         except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as e:
@@ -115,10 +117,13 @@ class ArrayCache:
                 arrays[f"{name}/labels/{t}"] = v
             if split.history is not None:
                 arrays[f"{name}/history"] = split.history
+            for s, v in split.slices.items():
+                arrays[f"{name}/slices/{s}"] = v
             layout[name] = {
                 "sparse": list(split.sparse),
                 "labels": list(split.labels),
                 "history": split.history is not None,
+                "slices": list(split.slices),
             }
         meta = {
             "name": data.name,
@@ -126,6 +131,7 @@ class ArrayCache:
             "dense_names": data.dense_names,
             "tasks": data.tasks,
             "splits": layout,
+            "encoding": data.encoding,
             "notes": notes,
         }
         self._atomic_write(self.npz_path, lambda f: np.savez(f, **arrays))

@@ -54,7 +54,20 @@ class DataConfig:
         default=0,
         metadata={"help": "seed of the random split, the --max_rows sample and the history order without timestamps"},
     )
-    min_count: int = field(default=1, metadata={"help": "ids seen fewer times in train fold into the unknown row 0"})
+    min_count: str = field(
+        default="1",
+        metadata={
+            "help": "ids seen fewer times than this fold into the unknown row 0, which then trains: '2' (every "
+            "table) or '2,t_user=5' (per table)"
+        },
+    )
+    id_maps: str = field(
+        default="train",
+        metadata={
+            "help": "rows the id maps are fitted on: 'train', or 'train+pretrain' (rows seen only in the pretrain "
+            "split get their own row: trained by pre-training, left at their init by runs without it)"
+        },
+    )
     max_rows: Optional[int] = field(
         default=None, metadata={"help": "keep only a seeded random sample of this many interactions (smoke runs)"}
     )
@@ -89,6 +102,16 @@ class DataConfig:
     criteo_hash_size: int = field(
         default=100_000, metadata={"help": "criteo: rows per categorical table (row 0 = missing)"}
     )
+
+
+ID_MAPS = {"train": ("train",), "train+pretrain": ("train", "pretrain")}
+
+
+def id_fit_splits(cfg: DataConfig) -> Tuple[str, ...]:
+    """The splits ``--id_maps`` fits the id maps on."""
+    if cfg.id_maps not in ID_MAPS:
+        raise ValueError(f"--id_maps must be one of {', '.join(ID_MAPS)}, got {cfg.id_maps!r}")
+    return ID_MAPS[cfg.id_maps]
 
 
 def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> InteractionData:

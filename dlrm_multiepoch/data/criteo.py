@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, List, Tuple
 import numpy as np
 import pandas as pd
 
+from dlrm_multiepoch.data.assemble import parse_min_count
 from dlrm_multiepoch.data.dataset import InteractionData, Split, TableSpec, UNKNOWN_ID
 from dlrm_multiepoch.data.encode import check_fraction, subsample
 from dlrm_multiepoch.data.readers import describe_lines
@@ -130,9 +131,13 @@ def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[s
     train = np.arange(n - n_test)
     # Fold rare hashed rows and rows no train value hashed to (count 0 < min_count, also
     # at the default 1) into the trained missing row, as the other loaders fold ids.
+    min_count = parse_min_count(cfg.min_count)
+    min_count.check_tables([f"t_{f}" for f in SPARSE_FEATURES])
+    if cfg.id_maps != "train":
+        raise ValueError(f"--id_maps {cfg.id_maps!r}: criteo has no pretrain split (use --id_maps train)")
     for j in range(CAT_FEATURE_COUNT):
         counts = np.bincount(sparse[train, j], minlength=cfg.criteo_hash_size)
-        sparse[counts[sparse[:, j]] < cfg.min_count, j] = UNKNOWN_ID
+        sparse[counts[sparse[:, j]] < min_count.get(f"t_{SPARSE_FEATURES[j]}"), j] = UNKNOWN_ID
 
     data = InteractionData(
         name="criteo",

@@ -48,12 +48,15 @@ class Split:
         dense: ``float32 [N, num_dense]``.
         labels: task -> ``float32 [N]`` of 0/1.
         history: optional ``int64 [N, K]`` item ids, most recent first, padded with -1.
+        slices: name -> ``bool [N]`` row subsets the evaluation also reports metrics on,
+            e.g. ``unseen_user`` (the user id does not occur in the train split).
     """
 
     sparse: Dict[str, np.ndarray]
     dense: np.ndarray
     labels: Dict[str, np.ndarray]
     history: Optional[np.ndarray] = None
+    slices: Dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.dense.shape[0])
@@ -64,6 +67,7 @@ class Split:
             dense=self.dense[index],
             labels={k: v[index] for k, v in self.labels.items()},
             history=None if self.history is None else self.history[index],
+            slices={k: v[index] for k, v in self.slices.items()},
         )
 
 
@@ -77,6 +81,8 @@ class InteractionData:
         dense_names: names of the dense columns.
         tasks: label names (e.g. ``["like", "love"]``).
         splits: ``"train"``, ``"test"`` and optionally ``"pretrain"``.
+        encoding: per table, how ids were encoded (``min_count``, ids and rows folded into
+            the unknown row, share of each split's rows in it), for logs and the run summary.
     """
 
     name: str
@@ -84,6 +90,7 @@ class InteractionData:
     dense_names: List[str]
     tasks: List[str]
     splits: Dict[str, Split] = field(default_factory=dict)
+    encoding: Dict[str, Dict[str, float]] = field(default_factory=dict)
 
     @property
     def feature_names(self) -> List[str]:
@@ -229,4 +236,5 @@ class BatchLoader:
             sparse_features=kjt,
             labels={k: torch.from_numpy(padded(v, 0.0).astype(np.float32, copy=False)) for k, v in part.labels.items()},
             weights=torch.from_numpy(weights),
+            row_index=torch.from_numpy(padded(rows.astype(np.int64, copy=False), -1)),
         )

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.data.assemble import ITEM_FEATURE, USER_FEATURE, assemble
+from dlrm_multiepoch.data.config import id_fit_splits
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
 from dlrm_multiepoch.data.encode import random_split, standardize, subsample, time_split
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
@@ -166,6 +167,7 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
         dense_names,
         labels,
         min_count=cfg.min_count,
+        id_fit_splits=id_fit_splits(cfg),
         history_length=cfg.history_length,
         times=times,
         seed=cfg.split_seed,

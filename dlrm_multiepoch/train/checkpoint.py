@@ -36,6 +36,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizer, KeyedOptimizerWrapper
 
 from dlrm_multiepoch.data.dataset import TableSpec
@@ -107,6 +108,7 @@ def save_checkpoint(
     optimizer: KeyedOptimizer,
     trainer_state: Mapping[str, Any],
     keep: int = 2,
+    parts: Optional[Mapping[str, Stateful]] = None,
 ) -> str:
     """Save the training state after ``epoch`` epochs to ``<folder>/epoch_<epoch>``; returns that path.
 
@@ -120,6 +122,8 @@ def save_checkpoint(
         optimizer: its ``CombinedOptimizer`` (fused table optimizers and dense optimizer).
         trainer_state: JSON-serialisable trainer state; must hold ``step``.
         keep: complete checkpoints to keep (>= 1).
+        parts: more training state by name (``Stateful``: e.g. FALR counters, sharded
+            like their tables), saved in the same DCP checkpoint beside model and optimizer.
 
     Example::
 
@@ -134,7 +138,7 @@ def save_checkpoint(
         shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier interrupted save of this epoch
         os.makedirs(tmp)
     _barrier()
-    dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint_id=tmp)
+    dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **_parts(parts)}, checkpoint_id=tmp)
     _barrier()  # every rank's shards are on disk before the folder is marked complete
     if main:
         _write_json(os.path.join(tmp, STATE_FILE), {"format": FORMAT_VERSION, **trainer_state, "epoch": epoch})
@@ -358,8 +362,11 @@ def _materialize_optimizer_state(optimizer: KeyedOptimizer, saved_keys: Sequence
             param.grad = grads[key]
 
 
-def load_checkpoint(path: str, model: nn.Module, optimizer: KeyedOptimizer) -> None:
-    """Load a checkpoint written by :func:`save_checkpoint` into ``model`` and ``optimizer``, in place.
+def load_checkpoint(
+    path: str, model: nn.Module, optimizer: KeyedOptimizer, parts: Optional[Mapping[str, Stateful]] = None
+) -> None:
+    """Load a checkpoint written by :func:`save_checkpoint` into ``model``, ``optimizer``
+    and the named ``parts`` (DCP calls their ``load_state_dict``), in place.
 
     Collective. The model must be sharded the same way as when saved or differently
     (DCP reshards), with the same parameter shapes (see :func:`check_compatible`).
@@ -369,16 +376,31 @@ def load_checkpoint(path: str, model: nn.Module, optimizer: KeyedOptimizer) -> N
         load_checkpoint("runs/joint/checkpoints/epoch_2", dmp, optimizer)
     """
     saved_keys = list(FileSystemReader(path).read_metadata().state_dict_metadata)
+    saved_parts = {k.split(".")[0] for k in saved_keys}
+    missing = sorted(set(_parts(parts)) - saved_parts)
+    if missing:
+        raise ValueError(
+            f"--resume {path!r}: the checkpoint holds no {missing} state; it was trained without the options that "
+            "create it (e.g. --falr): resume with the checkpoint's options or start fresh"
+        )
     _materialize_optimizer_state(optimizer, saved_keys)
     model_state = model.state_dict()
     optimizer_state = optimizer.state_dict()
-    dcp.load({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=path)
+    dcp.load({"model": model_state, "optimizer": optimizer_state, **_parts(parts)}, checkpoint_id=path)
     # DCP filled the tensors in place; these calls also cover state_dict() entries that are copies.
     model.load_state_dict(model_state)
     optimizer.load_state_dict(optimizer_state)
 
 
 # -- helpers -----------------------------------------------------------------------
+
+
+def _parts(parts: Optional[Mapping[str, Stateful]]) -> Dict[str, Stateful]:
+    parts = dict(parts or {})
+    clash = sorted(set(parts) & {"model", "optimizer"})
+    if clash:
+        raise ValueError(f"checkpoint part names {clash} are taken by the model and optimizer")
+    return parts
 
 
 def _rank() -> int:

@@ -9,16 +9,22 @@ import numpy as np
 import torch
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.optim.keyed import CombinedOptimizer
 from tqdm import tqdm
 
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
+from dlrm_multiepoch.data.id_dropout import IdDropout
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
+from dlrm_multiepoch.optim.accumulation import GradientAccumulation
+from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR, falr_memory_fraction
+from dlrm_multiepoch.optim.lr import TableLRScheduler
+from dlrm_multiepoch.optim.reinit import reinit_tables
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
 from dlrm_multiepoch.train.checkpoint import (
     CHECKPOINTS_DIR,
@@ -29,7 +35,7 @@ from dlrm_multiepoch.train.checkpoint import (
     save_checkpoint,
 )
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics
+from dlrm_multiepoch.train.evaluate import TaskMetrics, gather_outputs, merged_task_metrics, run_eval_pass, slice_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
@@ -80,8 +86,14 @@ class Trainer:
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
     freeze: Optional[FreezeScheduleWrapper]
+    table_lr: TableLRScheduler
+    falr: Optional[FrequencyAdaptiveLR]
+    accumulation: Optional[GradientAccumulation]
+    id_dropout: Optional[IdDropout]
     pipeline: TrainPipelineSparseDist
     logger: MetricsLogger
+    # Training state beyond model and optimizer, saved in the same DCP checkpoint.
+    checkpointed: Dict[str, Stateful]
 
     def __init__(self, cfg: TrainConfig, env: DistEnv) -> None:
         self.cfg = cfg
@@ -103,17 +115,46 @@ class Trainer:
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         purge_step = self.resume_from.step + 1 if self.resume_from else None
         self.logger = MetricsLogger(run_dir, enabled=env.is_main, purge_step=purge_step)
+        table_names = [t.name for t in self.data.tables]
+        table_lrs = cfg.optim.table_lr_values()
+        table_lrs.check_tables(table_names)
+        base_lrs = {t: table_lrs.get(t) for t in table_names}
+        self.reinit = cfg.optim.reinit_schedule(cfg.epochs)
+        self.reinit.check_tables(table_names)
         model = build_model(self.data, cfg.model, env.device)
-        apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.embedding_learning_rate)
-        self.model = shard_model(model, env, cfg.sharding_type_list)
+        apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.base_table_lr(), base_lrs)
+        self.model = shard_model(model, env, cfg.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
         if cfg.pretrained_tables and self.resume_from is None:  # on resume the checkpoint has the tables
             load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
         self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch)
+        self.accumulation = (
+            GradientAccumulation(self.model, self.optimizer, cfg.optim.grad_accum_steps, cfg.optim.grad_accum_lr_rule)
+            if cfg.optim.grad_accum_steps > 1
+            else None
+        )
+        self.table_lr = TableLRScheduler(
+            self.model,
+            cfg.optim.lr_schedule(),
+            self.steps_per_epoch,
+            cfg.epochs,
+            base_lrs=base_lrs,
+            factor=self.accumulation.lr_factor if self.accumulation is not None else 1.0,
+        )
+        falr = cfg.optim.falr_config()
+        self.falr = FrequencyAdaptiveLR(self.model, falr, cfg.optim.falr_table_list()) if falr is not None else None
+        rates = cfg.id_dropout_values()
+        dropout = IdDropout.for_tables(self.data.tables, {t: rates.get(t) for t in table_names} if rates else {}, cfg.seed, env.rank)
+        self.id_dropout = dropout if dropout else None
+        self.checkpointed = {"table_lr": self.table_lr}
+        if self.falr is not None:
+            self.checkpointed["falr"] = self.falr
+        if self.accumulation is not None:
+            self.checkpointed["accumulation"] = self.accumulation
         self.pipeline = make_train_pipeline(
             cfg.pipeline,
             self.model,
-            self.optimizer,
+            self.accumulation.optimizer if self.accumulation is not None else self.optimizer,
             env.device,
             warmup_batches=cfg.pipeline_warmup_batches,
             frozen_tables=self.freeze.frozen_tables if self.freeze is not None else None,
@@ -136,7 +177,19 @@ class Trainer:
         self.logger.info(f"TensorBoard run folder: {self.logger.run_dir}")
         self.logger.record("config", self.cfg.to_dict())
         self.logger.record("dataset", {name: len(split) for name, split in self.data.splits.items()})
+        self.logger.record("encoding", self.data.encoding)
         self.logger.text("config", f"```\n{self.cfg.to_dict()}\n```")
+        self.logger.info(
+            f"table LR: {self.table_lr.schedule}; at step 0: "
+            + ", ".join(f"{t} {lr:.4g}" for t, lr in self.table_lr.lrs().items())
+        )
+        if self.falr is not None:
+            fraction = falr_memory_fraction(self.falr, self.model)
+            self.logger.info(
+                f"FALR {self.falr.config} on {self.falr.tables}: {self.falr.memory_bytes():,} counter bytes on rank "
+                f"{self.env.rank} ({fraction:.1%} of the local shards of those tables)"
+            )
+            self.logger.record("falr_memory", {"bytes_rank0": self.falr.memory_bytes(), "fraction_rank0": fraction})
 
     # -- training ---------------------------------------------------------------
 
@@ -150,7 +203,12 @@ class Trainer:
         return self.logger.summary
 
     def run_epoch(self, epoch: int) -> None:
-        """Train epoch ``epoch`` (0-based), evaluate, and save a checkpoint (unless ``--no-checkpoint``)."""
+        """Re-initialise tables if ``--reinit`` says so, train epoch ``epoch`` (0-based),
+        evaluate, and save a checkpoint (unless ``--no-checkpoint``)."""
+        tables = self.reinit.tables_at(epoch, [t.name for t in self.data.tables])
+        if tables:  # before the epoch: the checkpoint of the previous epoch predates it, so a resume redoes it
+            reinit_tables(self.model, self.optimizer, tables, self.cfg.seed, epoch)
+            self.logger.info(f"re-initialised {tables} before epoch {epoch + 1} (optimizer state zeroed)")
         self.train_epoch(epoch)
         self.evaluate(epoch=epoch + 1)
         if self.cfg.checkpoint:
@@ -174,7 +232,13 @@ class Trainer:
             "world_size": self.env.world_size,
         }
         path = save_checkpoint(
-            self.checkpoint_dir, epochs_done, self.model, self.optimizer, state, keep=self.cfg.keep_checkpoints
+            self.checkpoint_dir,
+            epochs_done,
+            self.model,
+            self.optimizer,
+            state,
+            keep=self.cfg.keep_checkpoints,
+            parts=self.checkpointed,
         )
         self.logger.info(f"saved checkpoint {path} (step {self.step}) in {time.perf_counter() - start:.1f}s")
         return path
@@ -189,10 +253,11 @@ class Trainer:
                 f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
                 f"{info.state['config']['freeze_schedule']!r}, this run has {self.cfg.freeze_schedule!r}"
             )
-        load_checkpoint(info.path, self.model, self.optimizer)
+        load_checkpoint(info.path, self.model, self.optimizer, parts=self.checkpointed)
         if self.freeze is not None:
             self.freeze.load_state_dict(saved_freeze)
         self.step = info.step
+        self.table_lr.set_step(info.step, force=True)  # the optimizer load put back the saved param-group LR
         self.start_epoch = info.epoch
         self._wall_time_before = float(info.state["wall_time_s"])
         if isinstance(self.pipeline, SemiSyncTrainPipeline):
@@ -216,6 +281,8 @@ class Trainer:
         self.train_loader.set_epoch(epoch)
         steps = self.steps_per_epoch
         batches: Iterator[Batch] = itertools.islice(iter(self.train_loader), steps)
+        if self.id_dropout is not None:
+            batches = self.id_dropout.apply(batches, epoch)
         bar = tqdm(total=steps, desc=f"epoch {epoch + 1}", disable=not (self.env.is_main and self.cfg.progress_bar))
         # Train in segments that end where a mid-epoch evaluation is due: the
         # pipeline drains its in-flight batches at the end of each segment.
@@ -234,8 +301,13 @@ class Trainer:
         window: List[ModelOutput] = []
         t0 = time.perf_counter()
         while True:
+            self.table_lr.set_step(self.step)
             try:
-                out: ModelOutput = self.pipeline.progress(batches)
+                if self.accumulation is not None:
+                    with self.accumulation.micro_batch(last_of_epoch=(self.step + 1) % self.steps_per_epoch == 0):
+                        out: ModelOutput = self.pipeline.progress(batches)
+                else:
+                    out = self.pipeline.progress(batches)
             except StopIteration:
                 break
             self.step += 1
@@ -256,6 +328,7 @@ class Trainer:
         values = {"train/loss": loss, "train/samples_per_sec": samples / max(seconds, 1e-9), "train/epoch": epoch}
         if self.freeze is not None:
             values |= {f"freeze/{group}": state for group, state in self.freeze.states().items()}
+        values |= {f"lr/{table}": lr for table, lr in self.table_lr.lrs().items()}
         for name in window[0].losses:
             values[f"train/loss_{name}"] = float(torch.stack([o.losses[name] for o in window]).mean())
         self.logger.scalars(values, self.step)
@@ -276,7 +349,11 @@ class Trainer:
         self.model.eval()
         results: Dict[str, TaskMetrics] = {}
         for split, loader in self.eval_loaders.items():
-            results[split] = task_metrics(run_eval_pass(self.pipeline.progress, loader), self.data.tasks)
+            rows: List[torch.Tensor] = []
+            merged = gather_outputs(run_eval_pass(self.pipeline.progress, loader, rows), rows)
+            results[split] = merged_task_metrics(merged, self.data.tasks)
+            for name, metrics in slice_metrics(merged, self.data.splits[split].slices, self.data.tasks).items():
+                results[f"{split}.{name}"] = metrics
         self.model.train()
         values = {"eval/epoch": epoch}
         values |= {

@@ -1,0 +1,174 @@
+"""Re-initialise embedding tables and their optimizer state at epoch boundaries (MEDA).
+
+MEDA (arXiv 2305.19531, 2407.01607) resets the embedding tables at the start of each
+epoch so they never see an example twice, while the rest of the model keeps training.
+``--reinit`` names the events::
+
+    tables@each                 every table, before every epoch after the first
+    tables@1,2                  every table, before epochs 2 and 3 (after 1 and 2 epochs)
+    table:t_user@1; table:t_item@2
+
+Values are drawn from the table's own initialiser (TorchRec's uniform
+``[weight_init_min, weight_init_max]``, by default ``+-sqrt(1/num_embeddings)``) with a
+generator seeded by ``(seed, table, epoch, block of rows)``, so a table gets the same
+values however it is sharded, and equals :func:`init_values` of the full table. The
+table's optimizer state is zeroed: the fused optimizer's accumulators in the TBE, and
+the dense optimizer's state for data-parallel tables.
+
+Example::
+
+    events = ReinitSchedule.parse("tables@each", num_epochs=3)
+    for epoch in range(3):
+        reinit_tables(dmp, optimizer, events.tables_at(epoch, all_table_names(dmp)), seed=0, epoch=epoch)
+        train_one_epoch()
+"""
+
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from dlrm_multiepoch.optim.tables import TableShard, all_table_names, table_shards
+
+ROWS_PER_BLOCK = 1 << 16  # rows drawn per seeded generator: the unit of sharding independence
+
+
+@dataclass(frozen=True)
+class ReinitSchedule:
+    """Which tables are re-initialised before which epochs (0-based epoch index >= 1).
+
+    Args:
+        events: ``(group, epochs)`` pairs; a group is ``"tables"`` or ``"table:NAME"``.
+
+    Example::
+
+        ReinitSchedule.parse("table:t_user@1,2", num_epochs=3).tables_at(1, ["t_user", "t_item"])   # ["t_user"]
+    """
+
+    events: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
+
+    @staticmethod
+    def parse(text: str, num_epochs: int) -> "ReinitSchedule":
+        """Parse ``--reinit``; epochs must be whole boundaries inside the run (1..epochs-1)."""
+        events: List[Tuple[str, Tuple[int, ...]]] = []
+        for entry in (e.strip() for e in text.split(";")):
+            if not entry:
+                continue
+            group, at, when = (x.strip() for x in entry.partition("@"))
+            if not at or not when:
+                raise ValueError(f"--reinit: entry {entry!r} must be GROUP@EPOCHS, e.g. tables@1,2 or table:t_user@each")
+            if group != "tables" and not (group.startswith("table:") and group[len("table:") :]):
+                raise ValueError(f"--reinit: group {group!r} in {entry!r} must be 'tables' or 'table:NAME'")
+            if when == "each":
+                epochs = tuple(range(1, num_epochs))
+            else:
+                if not re.fullmatch(r"\d+(,\d+)*", when.replace(" ", "")):
+                    raise ValueError(f"--reinit: epochs {when!r} in {entry!r} must be 'each' or comma-separated integers")
+                epochs = tuple(sorted({int(x) for x in when.replace(" ", "").split(",")}))
+                bad = [e for e in epochs if not 1 <= e < num_epochs]
+                if bad:
+                    raise ValueError(
+                        f"--reinit: {entry!r} re-initialises after epoch(s) {bad}, but with --epochs {num_epochs} the "
+                        f"boundaries are 1..{num_epochs - 1} (k = after k epochs, before epoch k+1)"
+                    )
+            events.append((group, epochs))
+        return ReinitSchedule(tuple(events))
+
+    def check_tables(self, tables: Sequence[str]) -> None:
+        for group, _ in self.events:
+            if group.startswith("table:") and group[len("table:") :] not in tables:
+                raise ValueError(f"--reinit: unknown table {group[len('table:'):]!r}; tables: {sorted(tables)}")
+
+    def tables_at(self, epoch: int, tables: Sequence[str]) -> List[str]:
+        """Tables to re-initialise before 0-based epoch ``epoch`` (i.e. after ``epoch`` epochs)."""
+        out = set()
+        for group, epochs in self.events:
+            if epoch in epochs:
+                out |= set(tables) if group == "tables" else {group[len("table:") :]}
+        return sorted(out)
+
+    def __bool__(self) -> bool:
+        return bool(self.events)
+
+
+def _block_seed(seed: int, table: str, epoch: int, block: int) -> int:
+    return zlib.crc32(f"{seed}/{table}/{epoch}/{block}".encode())
+
+
+def init_values(
+    table: str, num_embeddings: int, dim: int, low: float, high: float, seed: int, epoch: int, rows: slice
+) -> torch.Tensor:
+    """The re-initialised values of rows ``rows`` (all columns) of ``table``, on the CPU.
+
+    Rows are drawn in blocks of :data:`ROWS_PER_BLOCK`, each from its own seeded generator,
+    so any shard's values are a slice of the full table's.
+    """
+    start, stop = rows.start or 0, min(rows.stop if rows.stop is not None else num_embeddings, num_embeddings)
+    parts = []
+    for block in range(start // ROWS_PER_BLOCK, (max(stop, 1) - 1) // ROWS_PER_BLOCK + 1):
+        first = block * ROWS_PER_BLOCK
+        n = min(ROWS_PER_BLOCK, num_embeddings - first)
+        gen = torch.Generator().manual_seed(_block_seed(seed, table, epoch, block))
+        values = torch.empty(n, dim).uniform_(low, high, generator=gen)
+        parts.append(values[max(start - first, 0) : stop - first])
+    return torch.cat(parts) if parts else torch.empty(0, dim)
+
+
+def _reinit_shard(shard: TableShard, seed: int, epoch: int) -> None:
+    cfg = shard.config
+    values = init_values(
+        cfg.name,
+        cfg.num_embeddings,
+        cfg.embedding_dim,
+        cfg.get_weight_init_min(),
+        cfg.get_weight_init_max(),
+        seed,
+        epoch,
+        slice(shard.row_offset, shard.row_offset + shard.local_rows),
+    )
+    weight = shard.weight()
+    with torch.no_grad():
+        weight.copy_(values[:, shard.col_offset : shard.col_offset + shard.local_cols])
+        for state in shard.optimizer_states():
+            state.zero_()
+
+
+def _reset_dense_state(optimizer: Any, table: str) -> int:
+    """Zero the dense optimizer's state of a data-parallel table; returns tensors reset."""
+    reset = 0
+    params: Dict[str, Any] = dict(getattr(optimizer, "params", {}))
+    state = getattr(optimizer, "state", {})
+    for key, param in params.items():
+        parts = key.split(".")
+        if len(parts) >= 2 and parts[-2] == table and param in state:
+            for value in state[param].values():
+                if isinstance(value, torch.Tensor):
+                    value.zero_()
+                    reset += 1
+    return reset
+
+
+def reinit_tables(model: nn.Module, optimizer: Any, tables: Sequence[str], seed: int, epoch: int) -> None:
+    """Re-initialise ``tables`` of a sharded ``model`` (local shards, collective-free) and zero
+    their optimizer state.
+
+    Args:
+        model: the ``DistributedModelParallel`` model.
+        optimizer: its optimizer (for data-parallel tables' dense optimizer state).
+        tables: table names (every rank passes the same).
+        seed: the run's seed.
+        epoch: the event's epoch; part of the values' seed.
+    """
+    known = all_table_names(model)
+    unknown = sorted(set(tables) - set(known))
+    if unknown:
+        raise ValueError(f"--reinit: unknown table(s) {unknown}; tables: {known}")
+    wanted = set(tables)
+    for shard in table_shards(model):
+        if shard.name in wanted:
+            _reinit_shard(shard, seed, epoch)
+            if not shard.fused:
+                _reset_dense_state(optimizer, shard.name)

@@ -10,6 +10,7 @@ import contextlib
 from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
+import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
@@ -66,7 +67,8 @@ def count_ddp_all_reduce(ddp_modules: Iterable[Any]) -> Counter:
 
     calls: Counter = Counter()
 
-    def counting(state: Any, bucket: Any) -> Any:
+    # DDP checks these annotations.
+    def counting(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         calls["all_reduce"] += 1
         calls["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
         return allreduce_hook(state, bucket)

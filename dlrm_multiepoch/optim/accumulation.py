@@ -109,10 +109,9 @@ class GradientAccumulation:
         self.rule = rule
         self.lr_factor = ACCUMULATION_RULES[rule](steps)
         self._ddp = ddp_modules(model)
-        # What the optimizer steps from .grad: fused tables (ShardedTensor views) have none.
-        self.dense_params = [
-            p for p in optimizer.params.values() if not isinstance(p, ShardedTensor) and p.is_leaf and p.requires_grad
-        ]
+        # What the optimizer steps from .grad: dense weights and data-parallel tables (whose
+        # parameters are views with a .grad property); fused tables (ShardedTensor) have none.
+        self.dense_params = [p for p in optimizer.params.values() if not isinstance(p, ShardedTensor)]
         self.accumulated = 0  # micro-batches since the last optimizer step
         self.optimizer_steps = 0
         self.closing = True

@@ -223,8 +223,13 @@ class FrequencyAdaptiveLR:
             if flag.item():
                 self._check_row_split_over_all_ranks()
                 self._pg = process_group or dist.new_group(backend=dist.get_backend())
+        self.attach()
+
+    def attach(self) -> None:
+        """Install the hooks (done by the constructor; again after :meth:`remove`)."""
         for k in self._kernels:
-            k.hooks.append(k.shards[0].kernel.register_forward_hook(self._make_hook(k)))
+            if not k.hooks:
+                k.hooks.append(k.shards[0].kernel.register_forward_hook(self._make_hook(k)))
 
     def _make_counts(self, shards: List[TableShard], wanted: set) -> _KernelCounts:
         kernel = shards[0].kernel
@@ -356,7 +361,7 @@ class FrequencyAdaptiveLR:
                 k.table_max[i] = local.max() if local.numel() else 0
 
     def remove(self) -> None:
-        """Detach the hooks: the tables train at the plain learning rate again."""
+        """Detach the hooks: the tables train at the plain learning rate (counting stops)."""
         for k in self._kernels:
             for h in k.hooks:
                 h.remove()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +27,9 @@ def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_pat
         "--dataset", "movielens", "--max_rows", "6000", "--epochs", "2", "--batch_size", "512",
         "--eval_every_n_steps", "5", "--train_eval_rows", "1000", "--log_every_n_steps", "2", "--no-progress_bar",
         "--freeze_schedule", "tables=frozen@[0,1) train@[1,end)", "--pipeline", "semi_sync",
+        # The remedies ride along (their exactness is tested in tests/test_optim_*.py).
+        "--falr", "log", "--reinit", "table:t_item@1", "--id_dropout", "0.05", "--min_count", "1,t_user=2",
+        "--table_lr", "t_item=0.1", "--table_lr_warmup", "2step",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     run_dir = tmp_path / "run"
@@ -34,6 +38,7 @@ def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_pat
     tags = set(acc.Tags()["scalars"])
     expected = {"train/loss", "train/samples_per_sec", "train/loss_like", "train/loss_love"}
     expected |= {f"{split}/{task}/{m}" for split in ("test", "train_sample") for task in ("like", "love") for m in ("auc", "logloss", "ne")}
+    expected |= {"lr/t_user", "lr/t_item", "test.unseen_user/like/auc", "test.seen_user_item/love/auc"}
     assert expected <= tags, expected - tags
     # The freeze state is logged per group: frozen (0) in epoch 1, training (1) in epoch 2.
     states = [e.value for e in acc.Scalars("freeze/tables")]
@@ -44,7 +49,13 @@ def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_pat
     steps_per_epoch = max(stale) // 2
     assert all(v == 0.0 for step, v in stale.items() if step <= steps_per_epoch)
     assert any(v > 0.0 for step, v in stale.items() if step > steps_per_epoch + 1)
+    # Warm-up over 2 steps, then the per-table base LRs, as set on the fused kernels.
+    lrs = {t: [e.value for e in acc.Scalars(f"lr/{t}")] for t in ("t_item", "t_user")}
+    assert lrs["t_item"][-1] == pytest.approx(0.1) and lrs["t_user"][-1] == pytest.approx(0.05)
+    assert "re-initialised ['t_item'] before epoch 2" in proc.stdout + proc.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["encoding"]["t_user"]["min_count"] == 2 and summary["encoding"]["t_item"]["folded_ids"] == 0
+    assert summary["falr_memory"]["bytes_rank0"] > 0
     epochs = [e["epoch"] for e in summary["evaluations"]]
     assert epochs[-1] == 2 and 1 in epochs and len(epochs) > 2  # per epoch plus every 5 steps
     # Each evaluation covers every test row exactly once across the two ranks.

@@ -121,10 +121,18 @@ class _KernelCounts:
     hooks: List[Any] = field(default_factory=list)
 
 
+def _untracked(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s memory under a version counter of its own. The TBE's autograd nodes save the
+    weights; a later in-place write through a tracked view would fail their backward
+    (the semi-sync pipeline runs the next forward before this backward). FBGEMM's own
+    fused update writes untracked too."""
+    return t.data
+
+
 def _flat_weights(shards: List[TableShard]) -> Optional[torch.Tensor]:
     """One ``[rows, D]`` view over all the TBE's tables when they are laid out back to back
     with one width; None otherwise (FALR then works table by table)."""
-    views = [s.weight() for s in shards]
+    views = [_untracked(s.weight()) for s in shards]
     dims = {v.shape[1] for v in views}
     if len(dims) != 1:
         return None
@@ -322,7 +330,7 @@ class FrequencyAdaptiveLR:
         parts = []
         for t, s in enumerate(k.shards):
             mine = table == t
-            parts.append((s.weight(), flat[mine] - k.row_start[t], scale[mine]))
+            parts.append((_untracked(s.weight()), flat[mine] - k.row_start[t], scale[mine]))
         return parts
 
     # -- inspection, state ----------------------------------------------------------

@@ -24,18 +24,14 @@ Usage::
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from itertools import cycle, islice
-from typing import Dict, List
 
 os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 30))
 os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist  # noqa: E402
 
 from dlrm_multiepoch.data.config import DataConfig, load_dataset  # noqa: E402
@@ -45,6 +41,7 @@ from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402
 from dlrm_multiepoch.optim.falr import FALRConfig, FrequencyAdaptiveLR, falr_memory_fraction  # noqa: E402
 from dlrm_multiepoch.optim.tables import table_shards  # noqa: E402
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model  # noqa: E402
+from benchmarks.tools.interleaved import print_timings, time_interleaved  # noqa: E402
 from tests.multiprocess import run_on_ranks  # noqa: E402
 
 MODES = ("plain", "falr", "falr_unique")
@@ -84,41 +81,16 @@ def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
     loader = BatchLoader(data, "train", args.batch_size, rank, world_size, shuffle=True)
     batches = cycle(list(islice(loader, args.batches)))
     pipeline = TrainPipelineSparseDist(dmp, opt, env.device)
-    walls: Dict[str, List[float]] = {m: [] for m in MODES}
-    cpus: Dict[str, List[float]] = {m: [] for m in MODES}
-    rounds: Dict[str, Dict[str, List[float]]] = {"wall": {m: [] for m in MODES}, "cpu": {m: [] for m in MODES}}
-    for r in range(args.rounds):
-        for mode in MODES[r % 3 :] + MODES[: r % 3]:
-            if mode != "plain":
-                falrs[mode].attach()
-            for _ in range(3):  # warm-up, and flush batches queued under the previous mode
-                pipeline.progress(batches)
-            dist.barrier()
-            wall, cpu = [], []
-            for _ in range(args.steps):
-                start, start_cpu = time.perf_counter(), time.process_time()
-                pipeline.progress(batches)
-                wall.append(time.perf_counter() - start)
-                cpu.append(time.process_time() - start_cpu)
-            if mode != "plain":
-                falrs[mode].remove()
-            walls[mode].extend(wall)
-            cpus[mode].extend(cpu)
-            rounds["wall"][mode].append(statistics.median(wall))
-            rounds["cpu"][mode].append(statistics.median(cpu))
+    timings = time_interleaved(
+        lambda: pipeline.progress(batches),
+        MODES,
+        enter=lambda mode: falrs[mode].attach() if mode != "plain" else None,
+        leave=lambda mode: falrs[mode].remove() if mode != "plain" else None,
+        rounds=args.rounds,
+        steps=args.steps,
+    )
     if rank == 0:
-        for clock, per_step in (("wall", walls), ("cpu", cpus)):
-            print(f"[{clock} time, rank 0]")
-            for m, t in per_step.items():
-                q = statistics.quantiles(t, n=4)
-                print(f"  {m:11s} median {statistics.median(t) * 1e3:7.2f} ms/step  "
-                      f"(IQR {q[0] * 1e3:.2f}-{q[2] * 1e3:.2f}, {len(t)} steps)")
-            med = rounds[clock]
-            for mode in MODES[1:]:
-                overhead = [(f / p - 1) * 100 for f, p in zip(med[mode], med["plain"])]
-                q = statistics.quantiles(overhead, n=4) if len(overhead) > 1 else [overhead[0]] * 3
-                print(f"  {mode} / plain - 1: median of {len(overhead)} rounds {statistics.median(overhead):+.1f}% "
-                      f"(IQR {q[0]:+.1f}% to {q[2]:+.1f}%)")
+        print_timings(timings, ratios={f"{m} / plain - 1": (m, "plain") for m in MODES[1:]})
 
 
 if __name__ == "__main__":

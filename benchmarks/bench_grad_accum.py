@@ -4,9 +4,11 @@ The app's default model (``build_dlrm``, fused row-wise Adagrad tables, dense Ad
 the app's Book-Crossing data under ``TrainPipelineSparseDist``, with the DDP
 all-reduces of dense gradients counted by a DDP communication hook. One
 ``GradientAccumulation`` drives the pipeline; each round sets its window to every N of
-``--accum`` in turn (rotating order), on the same model and micro-batches. Per N: DDP
-all-reduce calls and bytes per 1,000 samples, and median time per micro-batch (wall and
-CPU, rank 0); then the ratio to N = 1 (median over rounds).
+``--accum`` in turn (rotating order), on the same model and micro-batches, for
+``--windows`` + 1 whole windows (the first included in the counts but timed with the
+rest: a window's all-reduce falls in its last micro-batch). Per N: DDP all-reduce calls
+and bytes per 1,000 samples, median time per micro-batch (wall and CPU, rank 0) and its
+ratio to the first N (median over rounds).
 
 Usage::
 
@@ -17,7 +19,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from itertools import cycle, islice
 from typing import Dict, List
 
@@ -26,7 +27,6 @@ os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(1 << 30))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist  # noqa: E402
 
 from dlrm_multiepoch.data.config import DataConfig, load_dataset  # noqa: E402
@@ -36,6 +36,7 @@ from dlrm_multiepoch.lookup.comm_count import count_ddp_all_reduce  # noqa: E402
 from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402
 from dlrm_multiepoch.optim.accumulation import GradientAccumulation, ddp_modules  # noqa: E402
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model  # noqa: E402
+from benchmarks.tools.interleaved import print_timings, time_interleaved  # noqa: E402
 from tests.multiprocess import run_on_ranks  # noqa: E402
 
 
@@ -52,47 +53,35 @@ def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
     loader = BatchLoader(data, "train", args.batch_size, rank, world_size, shuffle=True)
     batches = cycle(list(islice(loader, args.batches)))
     pipeline = TrainPipelineSparseDist(dmp, accum.optimizer, env.device)
-    modes = list(args.accum)
-    walls: Dict[int, List[float]] = {n: [] for n in modes}
-    cpus: Dict[int, List[float]] = {n: [] for n in modes}
-    reduces: Dict[int, List[float]] = {n: [] for n in modes}
-    nbytes: Dict[int, List[float]] = {n: [] for n in modes}
-    per_round: Dict[str, Dict[int, List[float]]] = {"wall": {n: [] for n in modes}, "cpu": {n: [] for n in modes}}
-    for r in range(args.rounds):
-        for n in modes[r % len(modes) :] + modes[: r % len(modes)]:
-            accum.steps = n
-            for _ in range(n):  # one warm-up window
-                with accum.micro_batch():
-                    pipeline.progress(batches)
-            dist.barrier()
-            before, before_bytes = calls["all_reduce"], calls["bytes"]
-            wall, cpu = [], []
-            for _ in range(args.windows * n):
-                start, start_cpu = time.perf_counter(), time.process_time()
-                with accum.micro_batch():
-                    pipeline.progress(batches)
-                wall.append(time.perf_counter() - start)
-                cpu.append(time.process_time() - start_cpu)
-            samples = args.windows * n * args.batch_size
-            reduces[n].append((calls["all_reduce"] - before) / samples * 1000)
-            nbytes[n].append((calls["bytes"] - before_bytes) / samples * 1000)
-            walls[n].extend(wall)
-            cpus[n].extend(cpu)
-            per_round["wall"][n].append(statistics.median(wall))
-            per_round["cpu"][n].append(statistics.median(cpu))
+    modes = [f"N={n}" for n in args.accum]
+    counted: Dict[str, List[float]] = {m: [] for m in modes}
+    start: Dict[str, int] = {}
+
+    def enter(mode: str) -> None:
+        accum.steps = int(mode[2:])
+        start["reduces"], start["bytes"] = calls["all_reduce"], calls["bytes"]
+
+    def leave(mode: str) -> None:
+        # Warm-up and timed micro-batches are whole windows: every one ran its all-reduce.
+        samples = (accum.steps * (args.windows + 1)) * args.batch_size
+        counted[mode].append((calls["all_reduce"] - start["reduces"]) / samples * 1000)
+        counted[mode + " bytes"] = counted.get(mode + " bytes", []) + [(calls["bytes"] - start["bytes"]) / samples * 1000]
+
+    def step() -> None:
+        with accum.micro_batch():
+            pipeline.progress(batches)
+
+    timings = time_interleaved(
+        step, modes, enter, leave, rounds=args.rounds, steps=0, warmup=0,
+        steps_of=lambda mode: int(mode[2:]) * (args.windows + 1),
+    )  # fmt: skip
     if rank == 0:
-        print(f"{len(ddp_modules(dmp))} DDP module(s); global batch {args.batch_size} per micro-batch")
-        for n in modes:
-            print(f"  N={n}: {statistics.median(reduces[n]):.3f} dense all-reduces and "
-                  f"{statistics.median(nbytes[n]) / 1e3:.1f} kB per 1,000 samples (rank 0)")
-        for clock, per_step in (("wall", walls), ("cpu", cpus)):
-            print(f"[{clock} time per micro-batch, rank 0]")
-            for n in modes:
-                t = per_step[n]
-                q = statistics.quantiles(t, n=4)
-                ratios = [a / b for a, b in zip(per_round[clock][n], per_round[clock][modes[0]])]
-                print(f"  N={n}: median {statistics.median(t) * 1e3:7.2f} ms (IQR {q[0] * 1e3:.2f}-{q[2] * 1e3:.2f}); "
-                      f"vs N={modes[0]}: {statistics.median(ratios):.3f}x (median of {len(ratios)} rounds)")
+        print(f"{len(ddp_modules(dmp))} DDP module(s); global micro-batch {args.batch_size}")
+        for m in modes:
+            print(f"  {m}: {statistics.median(counted[m]):.3f} dense all-reduces and "
+                  f"{statistics.median(counted[m + ' bytes']) / 1e3:.1f} kB per 1,000 samples (rank 0)")
+        print_timings(timings, ratios={f"{m} / {modes[0]}": (m, modes[0]) for m in modes[1:]}, percent=False,
+                      label="micro-batch")
 
 
 if __name__ == "__main__":

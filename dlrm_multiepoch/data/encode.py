@@ -1,10 +1,10 @@
 """Turn raw columns into table ids, split rows, and normalise dense values.
 
-Everything here is fitted on the train split only, so nothing about the test split
-leaks into ids or normalisation statistics.
+Everything here is fitted on the train split only (without the validation rows), so
+nothing about the test or validation split leaks into ids or normalisation statistics.
 """
 
-from typing import Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -56,9 +56,9 @@ class IdMap:
         return np.where(index < 0, UNKNOWN_ID, index + 1).astype(np.int64)
 
 
-def check_fraction(test_fraction: float) -> None:
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"--test_fraction must be in (0, 1), got {test_fraction}")
+def check_fraction(fraction: float, flag: str = "--test_fraction") -> None:
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"{flag} must be in (0, 1), got {fraction}")
 
 
 def subsample(n: int, max_rows: int, seed: int) -> np.ndarray:
@@ -71,27 +71,69 @@ def subsample(n: int, max_rows: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng([seed, 1]).permutation(n)[:max_rows])
 
 
-def random_split(n: int, test_fraction: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+def random_split(
+    n: int, test_fraction: float, seed: Union[int, Sequence[int]], flag: str = "--test_fraction"
+) -> Tuple[np.ndarray, np.ndarray]:
     """Seeded random ``(train_rows, test_rows)``, each sorted."""
-    check_fraction(test_fraction)
+    check_fraction(test_fraction, flag)
     perm = np.random.default_rng(seed).permutation(n)
     n_test = int(round(n * test_fraction))
     return np.sort(perm[n_test:]), np.sort(perm[:n_test])
 
 
-def time_split(times: np.ndarray, test_fraction: float, what: str) -> Tuple[np.ndarray, np.ndarray]:
+def time_split(
+    times: np.ndarray, test_fraction: float, what: str, flag: str = "--test_fraction"
+) -> Tuple[np.ndarray, np.ndarray]:
     """Rows at or after the ``1 - test_fraction`` time quantile are test, the rest train.
 
     The cut is at a timestamp, so rows sharing a timestamp never straddle the split and
     every train row is strictly earlier than every test row.
     """
-    check_fraction(test_fraction)
+    check_fraction(test_fraction, flag)
     order = np.sort(times)
     cut = order[min(len(order) - 1, int(len(order) * (1.0 - test_fraction)))]
     test = times >= cut
     if test.all() or not test.any():
-        raise ValueError(f"{what}: a time split with --test_fraction {test_fraction} leaves an empty split")
+        raise ValueError(f"{what}: a time split with {flag} {test_fraction} leaves an empty split")
     return np.flatnonzero(~test), np.flatnonzero(test)
+
+
+def validation_split(
+    train_rows: np.ndarray, val_fraction: float, what: str, times: Optional[np.ndarray] = None, seed: int = 0
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Carve the validation split out of the train split: ``(train_rows, val_rows)``, sorted.
+
+    Called before ids and dense statistics are fitted, so they are fitted on the rows
+    left for training and the validation rows look to the model like unseen test rows
+    (new ids fall into the unknown row as they do on the test split). With ``times``
+    the validation rows are the latest ``val_fraction`` of the train rows (every
+    remaining train row is strictly earlier); without, a seeded random share.
+
+    Args:
+        train_rows: row indices of the train split.
+        val_fraction: share of the train rows to hold out; 0 holds out nothing.
+        what: the dataset, for error messages.
+        times: timestamps of *all* rows (indexed by ``train_rows``), or None.
+        seed: seed of the random carve (``--split_seed``; drawn apart from the test split's).
+
+    Example::
+
+        train, test = random_split(n, 0.2, seed=0)
+        train, val = validation_split(train, 0.1, "bookcrossing", seed=0)
+    """
+    train_rows = np.asarray(train_rows)
+    if val_fraction == 0:
+        return train_rows, train_rows[:0]
+    if times is not None:
+        keep, held = time_split(np.asarray(times)[train_rows], val_fraction, what, flag="--val_fraction")
+    else:
+        keep, held = random_split(len(train_rows), val_fraction, [seed, 2], flag="--val_fraction")
+    if len(keep) == 0 or len(held) == 0:
+        raise ValueError(
+            f"{what}: --val_fraction {val_fraction} of {len(train_rows)} train rows leaves an empty "
+            f"{'validation' if len(held) == 0 else 'train'} split"
+        )
+    return train_rows[keep], train_rows[held]
 
 
 def standardize(values: np.ndarray, train_rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:

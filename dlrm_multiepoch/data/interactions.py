@@ -1,7 +1,7 @@
 """A user's own interactions table (CSV, TSV or Parquet), columns named by the config.
 
-Required: user, item and label columns. Optional: a timestamp column (time split and
-time-ordered histories; else a seeded random split), extra categorical columns (one
+Required: user, item and label columns. Optional: a timestamp column (time split, also
+of the validation split, and time-ordered histories; else seeded random splits), extra categorical columns (one
 table each) and numeric columns (z-scored on train, each with a missing flag). The label
 is either 0/1 (one task, ``label``) or a rating turned into tasks by
 ``--task_thresholds like:4,love:5``. Rows missing the user, item, label or timestamp
@@ -19,7 +19,7 @@ import pandas as pd
 from dlrm_multiepoch.data.assemble import ITEM_FEATURE, USER_FEATURE, assemble
 from dlrm_multiepoch.data.config import id_fit_splits
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
-from dlrm_multiepoch.data.encode import random_split, standardize, subsample, time_split
+from dlrm_multiepoch.data.encode import random_split, standardize, subsample, time_split, validation_split
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
         train, test = time_split(times, cfg.test_fraction, what)
     else:
         train, test = random_split(len(frame), cfg.test_fraction, cfg.split_seed)
+    train, val = validation_split(train, cfg.val_fraction, what, times=times, seed=cfg.split_seed)
 
     dense_parts, dense_names = [], []
     for col in dense_cols:
@@ -161,7 +162,7 @@ def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, 
     data = assemble(
         "interactions",
         sparse,
-        {"train": train, "test": test},
+        {"train": train, "test": test} | ({"val": val} if len(val) else {}),
         list(sparse.columns),
         dense,
         dense_names,

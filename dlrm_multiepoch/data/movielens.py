@@ -1,6 +1,7 @@
 """MovieLens-100k, read out of the ``recbole==1.2.1`` wheel (RecBole's atomic files).
 
-Time split: the latest ``test_fraction`` of ratings form the test split. Tasks:
+Time split: the latest ``test_fraction`` of ratings form the test split (and the latest
+``val_fraction`` of the remaining train ratings the validation split). Tasks:
 ``like`` = rating >= 4, ``love`` = rating 5. Histories hold strictly earlier train items.
 """
 
@@ -16,7 +17,7 @@ import pandas as pd
 from dlrm_multiepoch.data.assemble import assemble
 from dlrm_multiepoch.data.config import id_fit_splits
 from dlrm_multiepoch.data.dataset import InteractionData
-from dlrm_multiepoch.data.encode import age_bucket, standardize, subsample, time_split
+from dlrm_multiepoch.data.encode import age_bucket, standardize, subsample, time_split, validation_split
 from dlrm_multiepoch.data.fetch import WheelSource, read_member
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
 
@@ -96,6 +97,8 @@ def build_movielens(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, Li
         f"{int(np.isnan(year).sum())} without a release year"
     ]
     train, test = time_split(times, cfg.test_fraction, "movielens")
+    train, val = validation_split(train, cfg.val_fraction, "movielens", times=times)
+    splits = {"train": train, "test": test} | ({"val": val} if len(val) else {})
     age_z, age_missing = standardize(age, train)
     year_z, year_missing = standardize(year, train)
     dense = np.stack([age_z, age_missing, year_z, year_missing], axis=1)
@@ -103,7 +106,7 @@ def build_movielens(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, Li
     data = assemble(
         "movielens",
         frame,
-        {"train": train, "test": test},
+        splits,
         SPARSE_FEATURES,
         dense,
         DENSE_FEATURES,

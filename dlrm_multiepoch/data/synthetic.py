@@ -15,6 +15,7 @@ def synthetic_data(
     history_length: int = 0,
     zipf_a: float = 1.2,
     test_fraction: float = 0.25,
+    val_fraction: float = 0.0,
     seed: int = 0,
 ) -> InteractionData:
     """An ``InteractionData`` whose labels depend on the ids (so models can learn).
@@ -28,6 +29,7 @@ def synthetic_data(
         history_length: K of the ``history`` feature (0 = none).
         zipf_a: Zipf exponent of the ids (hot rows repeat across batches).
         test_fraction: fraction of rows in the test split.
+        val_fraction: fraction of the train rows held out as the ``val`` split (0: none).
         seed: RNG seed; equal seeds give identical data.
 
     Example::
@@ -55,6 +57,7 @@ def synthetic_data(
         history[np.arange(history_length)[None, :] >= lengths[:, None]] = HISTORY_PAD
     full = Split(sparse=sparse, dense=dense, labels=labels, history=history)
     n_test = int(num_rows * test_fraction)
+    n_val = int((num_rows - n_test) * val_fraction)
     tables = [
         TableSpec(name, size, [name, HISTORY_FEATURE] if name == "item" and history_length else [name])
         for name, size in table_sizes.items()
@@ -64,7 +67,9 @@ def synthetic_data(
         tables=tables,
         dense_names=[f"dense{i}" for i in range(num_dense)],
         tasks=list(tasks),
-        splits={"train": full.take(np.arange(n_test, num_rows)), "test": full.take(np.arange(n_test))},
+        splits={"train": full.take(np.arange(n_test + n_val, num_rows)), "test": full.take(np.arange(n_test))},
     )
+    if n_val:
+        data.splits["val"] = full.take(np.arange(n_test, n_test + n_val))
     data.validate()
     return data

@@ -131,20 +131,10 @@ def save_checkpoint(
     """
     if keep < 1:
         raise ValueError(f"--keep_checkpoints must be >= 1, got {keep}")
-    final = os.path.join(folder, checkpoint_name(epoch))
-    tmp = final + _TMP_SUFFIX
-    main = _rank() == 0
-    if main:
-        shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier interrupted save of this epoch
-        os.makedirs(tmp)
-    _barrier()
-    dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **_parts(parts)}, checkpoint_id=tmp)
-    _barrier()  # every rank's shards are on disk before the folder is marked complete
-    if main:
-        _write_json(os.path.join(tmp, STATE_FILE), {"format": FORMAT_VERSION, **trainer_state, "epoch": epoch})
-        if os.path.exists(final):  # re-training an epoch after resuming from an older checkpoint
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+    final = write_checkpoint(
+        os.path.join(folder, checkpoint_name(epoch)), model, optimizer, {**trainer_state, "epoch": epoch}, parts
+    )
+    if _rank() == 0:
         _write_json(
             os.path.join(folder, LATEST_FILE),
             {"path": checkpoint_name(epoch), "epoch": epoch, "step": int(trainer_state["step"])},
@@ -152,6 +142,41 @@ def save_checkpoint(
         _prune(folder, keep, epoch)
     _barrier()
     return final
+
+
+def write_checkpoint(
+    path: str,
+    model: nn.Module,
+    optimizer: KeyedOptimizer,
+    trainer_state: Mapping[str, Any],
+    parts: Optional[Mapping[str, Stateful]] = None,
+) -> str:
+    """Save model, optimizer and the named ``parts`` to the checkpoint folder ``path``,
+    atomically; returns ``path``.
+
+    Collective. The save lands in ``<path>.tmp``; ``trainer_state.json`` is written after
+    every rank's shards are on disk, then the folder is renamed to ``path`` (replacing an
+    older one). No ``latest.json``, no pruning: :func:`save_checkpoint` adds those.
+
+    Example::
+
+        write_checkpoint("runs/auto/checkpoints/best_step_120", dmp, optimizer, {"step": 120})
+    """
+    tmp = path + _TMP_SUFFIX
+    main = _rank() == 0
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)  # left by an earlier interrupted save
+        os.makedirs(tmp)
+    _barrier()
+    dcp.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), **_parts(parts)}, checkpoint_id=tmp)
+    _barrier()  # every rank's shards are on disk before the folder is marked complete
+    if main:
+        _write_json(os.path.join(tmp, STATE_FILE), {"format": FORMAT_VERSION, **trainer_state})
+        if os.path.exists(path):  # re-training after resuming from an older checkpoint
+            shutil.rmtree(path)
+        os.rename(tmp, path)
+    _barrier()
+    return path
 
 
 def _prune(folder: str, keep: int, saved: int) -> None:
@@ -324,14 +349,16 @@ def _leaf_optimizers(optimizer: KeyedOptimizer, prefix: str = "") -> Iterator[Tu
 
 
 def _materialize_optimizer_state(optimizer: KeyedOptimizer, saved_keys: Sequence[str]) -> None:
-    """Create the lazily-built optimizer state the checkpoint has values for.
+    """Create the lazily-built optimizer state the checkpoint has values for, drop the state it has none for.
 
     DCP loads in place into the state dict it is given, and ``KeyedOptimizer.load_state_dict``
     refuses to load state into an optimizer that has none. A fresh ``torch.optim.Adam``
     has no state until its first step, so its moments must exist before loading. The
     fused table optimizers build theirs at sharding time. Only parameters with state in
     the checkpoint get it: a parameter frozen all along has none, and must stay without
-    (Adam's step count starts at its first real step, as in an uninterrupted run).
+    (Adam's step count starts at its first real step, as in an uninterrupted run). For
+    the same reason a parameter that has state now but had none when the checkpoint was
+    saved (loading an earlier checkpoint mid-run, e.g. the best-validation one) loses it.
     """
     saved = {k[len("optimizer.state.") :] for k in saved_keys if k.startswith("optimizer.state.")}
 
@@ -339,6 +366,9 @@ def _materialize_optimizer_state(optimizer: KeyedOptimizer, saved_keys: Sequence
         return any(k.startswith(key + ".") for k in saved)
 
     for prefix, leaf in _leaf_optimizers(optimizer):
+        for key, param in leaf.params.items():
+            if param in leaf.state and not has_saved_state(CombinedOptimizer.prepend_opt_key(key, prefix)):
+                del leaf.state[param]
         missing = {
             key: param
             for key, param in leaf.params.items()

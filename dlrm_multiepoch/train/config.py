@@ -5,6 +5,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
+from dlrm_multiepoch.auto.policy import AutoScheduleConfig
+from dlrm_multiepoch.auto.wrapper import AUTO
 from dlrm_multiepoch.data.assemble import parse_min_count
 from dlrm_multiepoch.data.config import DataConfig, id_fit_splits
 from dlrm_multiepoch.models.config import ModelConfig
@@ -123,6 +125,7 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    auto: AutoScheduleConfig = field(default_factory=AutoScheduleConfig)
     epochs: int = field(default=3, metadata={"help": "passes over the train split"})
     batch_size: int = field(default=1024, metadata={"help": "global batch size (summed over ranks)"})
     eval_batch_size: int = field(default=4096, metadata={"help": "global batch size for evaluation"})
@@ -134,8 +137,9 @@ class TrainConfig:
     freeze_schedule: str = field(
         default="joint",
         metadata={
-            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen) or e.g. "
-            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)'"
+            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen), e.g. "
+            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)', "
+            "or 'auto': decided from the validation split (needs --val_fraction; knobs --auto_*)"
         },
     )
     pretrained_tables: str = field(
@@ -198,6 +202,20 @@ class TrainConfig:
         id_fit_splits(self.data)
         if self.resume == "auto" and not self.run_name:
             raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
+        if not 0.0 <= self.data.val_fraction < 1.0:
+            raise ValueError(f"--val_fraction must be in [0, 1), got {self.data.val_fraction}")
+        if self.freeze_schedule.strip() == AUTO:
+            self.auto.validate()
+            if self.data.val_fraction == 0:
+                raise ValueError(
+                    "--freeze_schedule auto decides from a validation split: set --val_fraction (e.g. 0.1)"
+                )
+            return
+        if AUTO in (e.strip() for e in self.freeze_schedule.split(";")):
+            raise ValueError(
+                f"--freeze_schedule {self.freeze_schedule!r}: 'auto' stands alone (the policy owns the tables; "
+                "--auto_gate names a gate it may close)"
+            )
         # Syntax and window checks before any data or model is built; checks that need
         # the model (unknown tables, modules, gates) run when the trainer builds it.
         try:
@@ -218,7 +236,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-_SECTIONS = ("data", "model", "optim")
+_SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "auto": AutoScheduleConfig}
 
 
 def _leaf_fields(cls: Type[Any]) -> List[dataclasses.Field]:
@@ -232,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
     )
-    for cls in (TrainConfig, DataConfig, ModelConfig, OptimConfig):
+    for cls in (TrainConfig, *_SECTIONS.values()):
         group = parser.add_argument_group(cls.__name__)
         hints = get_type_hints(cls)
         for f in _leaf_fields(cls):
@@ -258,10 +276,7 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> TrainConfig:
     """Parse CLI flags into a validated :class:`TrainConfig`; errors name the flag."""
     parser = build_parser()
     ns = vars(parser.parse_args(argv))
-    sections = {
-        name: cls(**{f.name: ns[f.name] for f in _leaf_fields(cls)})
-        for name, cls in (("data", DataConfig), ("model", ModelConfig), ("optim", OptimConfig))
-    }
+    sections = {name: cls(**{f.name: ns[f.name] for f in _leaf_fields(cls)}) for name, cls in _SECTIONS.items()}
     cfg = TrainConfig(**sections, **{f.name: ns[f.name] for f in _leaf_fields(TrainConfig)})
     try:
         cfg.validate()

@@ -2,7 +2,7 @@
 
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from torch.utils.tensorboard import SummaryWriter
 
@@ -46,9 +46,9 @@ class MetricsLogger:
         if self.enabled:
             print(message, flush=True)
 
-    def text(self, tag: str, text: str) -> None:
+    def text(self, tag: str, text: str, step: Optional[int] = None) -> None:
         if self._writer is not None:
-            self._writer.add_text(tag, text)
+            self._writer.add_text(tag, text, global_step=step)
 
     def record(self, key: str, value: Any) -> None:
         """Store ``value`` under ``key`` in the summary (and persist it)."""
@@ -84,3 +84,23 @@ class MetricsLogger:
         if self._writer is not None:
             self._writer.flush()
             self._writer.close()
+
+
+def metric_scalars(results: Mapping[str, Mapping[str, Mapping[str, float]]]) -> Dict[str, float]:
+    """``{split: {task: {metric: value}}}`` -> TensorBoard scalars ``split/task/metric`` (AUC, logloss, NE)."""
+    return {
+        f"{split}/{task}/{name}": value
+        for split, per_task in results.items()
+        for task, metrics in per_task.items()
+        for name, value in metrics.items()
+        if name in ("auc", "logloss", "ne")
+    }
+
+
+def format_metrics(title: str, results: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
+    """Console lines: one per split and task."""
+    lines = [title]
+    for split, per_task in results.items():
+        for task, m in per_task.items():
+            lines.append(f"  {split:>12} {task:>6}: auc {m['auc']:.4f}  logloss {m['logloss']:.4f}  ne {m['ne']:.4f}")
+    return "\n".join(lines)

@@ -3,7 +3,7 @@
 import itertools
 import os
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -13,6 +13,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.optim.keyed import CombinedOptimizer
 from tqdm import tqdm
 
+from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
@@ -26,6 +27,7 @@ from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR, falr_memory_fraction
 from dlrm_multiepoch.optim.lr import TableLRScheduler
 from dlrm_multiepoch.optim.reinit import reinit_tables
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
+from dlrm_multiepoch.train.auto_run import AutoRun
 from dlrm_multiepoch.train.checkpoint import (
     CHECKPOINTS_DIR,
     CheckpointInfo,
@@ -36,29 +38,45 @@ from dlrm_multiepoch.train.checkpoint import (
 )
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.evaluate import TaskMetrics, gather_outputs, merged_task_metrics, run_eval_pass, slice_metrics
-from dlrm_multiepoch.train.metrics_logger import MetricsLogger
+from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 
 TRAIN_SAMPLE = "train_sample"
+VAL = "val"
+# Splits evaluated, in this order, where the data has them; only "val" drives decisions.
+EVAL_SPLITS = ("test", VAL, TRAIN_SAMPLE)
 
 
 def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
     """Load the dataset on every rank (the cache's file lock lets one rank build it)."""
     data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
-    # A fixed train sample, evaluated like the test split, shows memorisation.
-    train = data.splits["train"]
-    rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
-    data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+    add_train_sample(data, cfg)
     return data
 
 
+def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
+    """A fixed train sample, evaluated like the test split, shows memorisation."""
+    train = data.splits["train"]
+    rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
+    data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+
+
+Freeze = Union[FreezeScheduleWrapper, AutoFreezeSchedule]
+
+
 def build_freeze(
-    cfg: TrainConfig, model: DistributedModelParallel, optimizer: CombinedOptimizer, steps_per_epoch: int
-) -> Optional[FreezeScheduleWrapper]:
+    cfg: TrainConfig,
+    model: DistributedModelParallel,
+    optimizer: CombinedOptimizer,
+    steps_per_epoch: int,
+    tasks: List[str],
+) -> Optional[Freeze]:
     """The freeze-schedule controller of ``--freeze_schedule``; None when everything trains."""
     if not cfg.freeze_schedule or cfg.freeze_schedule == "joint":
         return None
+    if cfg.freeze_schedule.strip() == AUTO:
+        return AutoFreezeSchedule(model, steps_per_epoch, cfg.epochs, tasks, optimizer=optimizer, config=cfg.auto)
     return FreezeScheduleWrapper(model, cfg.freeze_schedule, steps_per_epoch, cfg.epochs, optimizer=optimizer)
 
 
@@ -75,6 +93,8 @@ class Trainer:
     Args:
         cfg: the run's config.
         env: process group facts from :func:`dlrm_multiepoch.distributed.init_distributed`.
+        data: an already loaded dataset (default: ``cfg.data`` is loaded); the trainer
+            adds its train sample split to it.
 
     Example::
 
@@ -85,7 +105,8 @@ class Trainer:
     data: InteractionData
     model: DistributedModelParallel
     optimizer: CombinedOptimizer
-    freeze: Optional[FreezeScheduleWrapper]
+    freeze: Optional[Freeze]
+    auto_run: Optional[AutoRun]  # with --freeze_schedule auto: acts on its decisions
     table_lr: TableLRScheduler
     falr: Optional[FrequencyAdaptiveLR]
     accumulation: Optional[GradientAccumulation]
@@ -95,22 +116,34 @@ class Trainer:
     # Training state beyond model and optimizer, saved in the same DCP checkpoint.
     checkpointed: Dict[str, Stateful]
 
-    def __init__(self, cfg: TrainConfig, env: DistEnv) -> None:
+    def __init__(self, cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData] = None) -> None:
         self.cfg = cfg
         self.env = env
         torch.manual_seed(cfg.seed)
-        self.data = load_data(cfg, env)
+        if data is None:
+            self.data = load_data(cfg, env)
+        else:
+            self.data = data
+            add_train_sample(data, cfg)
+        if cfg.freeze_schedule.strip() == AUTO and VAL not in self.data.splits:
+            raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {self.data.name!r} has none")
         self.train_loader = BatchLoader(
             self.data, "train", cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
         )
         self.eval_loaders = {
             split: BatchLoader(self.data, split, cfg.eval_batch_size, env.rank, env.world_size)
-            for split in ("test", TRAIN_SAMPLE)
+            for split in EVAL_SPLITS
+            if split in self.data.splits
         }
         run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINTS_DIR)
         # Found and checked before anything is built: a wrong --resume fails in seconds.
         self.resume_from = find_checkpoint(cfg.resume, self.checkpoint_dir)
+        if self.resume_from is not None and self.resume_from.state.get("kind") == "best":
+            raise ValueError(
+                f"--resume {self.resume_from.path!r} is a best-validation checkpoint (weights to deploy, no data "
+                "position); resume from an epoch_N checkpoint"
+            )
         changes = check_compatible(self.resume_from, cfg.to_dict(), self.data.tables) if self.resume_from else []
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         purge_step = self.resume_from.step + 1 if self.resume_from else None
@@ -127,7 +160,12 @@ class Trainer:
         if cfg.pretrained_tables and self.resume_from is None:  # on resume the checkpoint has the tables
             load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
-        self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch)
+        self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch, self.data.tasks)
+        self.auto_run = (
+            AutoRun(self.freeze, self.checkpoint_dir, self.model, self.optimizer, self.logger)
+            if isinstance(self.freeze, AutoFreezeSchedule)
+            else None
+        )
         self.accumulation = (
             GradientAccumulation(self.model, self.optimizer, cfg.optim.grad_accum_steps, cfg.optim.grad_accum_lr_rule)
             if cfg.optim.grad_accum_steps > 1
@@ -197,7 +235,11 @@ class Trainer:
         """Train the epochs left of ``cfg.epochs``, evaluating and checkpointing after each; return the summary."""
         self._train_start = time.perf_counter()
         for epoch in range(self.start_epoch, self.cfg.epochs):
+            if self.stopped:
+                break
             self.run_epoch(epoch)
+        if self.auto_run is not None:
+            self.auto_run.end_on_best(self.step, self.steps_per_epoch, lambda: self._eval_pass(list(self.eval_loaders)))
         self.logger.record("wall_time_s", self._wall_time())
         self.logger.close()
         return self.logger.summary
@@ -210,9 +252,16 @@ class Trainer:
             reinit_tables(self.model, self.optimizer, tables, self.cfg.seed, epoch)
             self.logger.info(f"re-initialised {tables} before epoch {epoch + 1} (optimizer state zeroed)")
         self.train_epoch(epoch)
+        if self.stopped:  # mid-epoch: no epoch evaluation, no epoch checkpoint
+            return
         self.evaluate(epoch=epoch + 1)
         if self.cfg.checkpoint:
             self.save_checkpoint(epoch + 1)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the auto schedule ended the run before its budget."""
+        return self.auto_run is not None and self.auto_run.stopped
 
     def _wall_time(self) -> float:
         return self._wall_time_before + time.perf_counter() - self._train_start
@@ -240,15 +289,17 @@ class Trainer:
             keep=self.cfg.keep_checkpoints,
             parts=self.checkpointed,
         )
+        if self.auto_run is not None:
+            self.auto_run.after_epoch_checkpoint()
         self.logger.info(f"saved checkpoint {path} (step {self.step}) in {time.perf_counter() - start:.1f}s")
         return path
 
     def _resume(self, info: CheckpointInfo, changes: List[str]) -> None:
         """Load ``info``'s state into the built parts; training continues with epoch ``info.epoch``."""
         saved_freeze = info.state["freeze"]
-        # Compared in normalised form ("delayed" == its expansion); None: every group trains.
+        # Compared in normalised form ("delayed" == its expansion, "auto"); None: every group trains.
         saved_schedule = saved_freeze["schedule"] if saved_freeze is not None else None
-        if saved_schedule != (str(self.freeze.schedule) if self.freeze is not None else None):
+        if saved_schedule != (self.freeze.state_dict()["schedule"] if self.freeze is not None else None):
             raise ValueError(
                 f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
                 f"{info.state['config']['freeze_schedule']!r}, this run has {self.cfg.freeze_schedule!r}"
@@ -256,6 +307,8 @@ class Trainer:
         load_checkpoint(info.path, self.model, self.optimizer, parts=self.checkpointed)
         if self.freeze is not None:
             self.freeze.load_state_dict(saved_freeze)
+        if self.auto_run is not None:
+            self.auto_run.check_resumable()
         self.step = info.step
         self.table_lr.set_step(info.step, force=True)  # the optimizer load put back the saved param-group LR
         self.start_epoch = info.epoch
@@ -284,16 +337,22 @@ class Trainer:
         if self.id_dropout is not None:
             batches = self.id_dropout.apply(batches, epoch)
         bar = tqdm(total=steps, desc=f"epoch {epoch + 1}", disable=not (self.env.is_main and self.cfg.progress_bar))
-        # Train in segments that end where a mid-epoch evaluation is due: the
+        # Train in segments that end where a mid-epoch evaluation is due (all splits every
+        # --eval_every_n_steps, the val split at the auto schedule's cadence): the
         # pipeline drains its in-flight batches at the end of each segment.
-        every = self.cfg.eval_every_n_steps
+        full_every = self.cfg.eval_every_n_steps
+        cadences = [c for c in (full_every, self.auto_run.eval_every_n_steps if self.auto_run else 0) if c]
         done = 0
-        while done < steps:
-            segment = steps - done if not every else min(steps - done, every - self.step % every)
+        while done < steps and not self.stopped:
+            segment = min([steps - done] + [c - self.step % c for c in cadences])
             self._train_segment(itertools.islice(batches, segment), epoch, bar)
             done += segment
-            if every and self.step % every == 0 and done < steps:
+            if done == steps:
+                break  # the epoch's own evaluation follows
+            if full_every and self.step % full_every == 0:
                 self.evaluate(epoch=epoch + done / steps)
+            elif self.auto_run is not None and self.auto_run.evaluation_due(self.step):
+                self.evaluate(epoch=epoch + done / steps, splits=self._val_splits)
         bar.close()
 
     def _train_segment(self, batches: Iterator[Batch], epoch: int, bar: tqdm) -> None:
@@ -344,30 +403,36 @@ class Trainer:
 
     # -- evaluation -------------------------------------------------------------
 
-    def evaluate(self, epoch: float) -> Dict[str, TaskMetrics]:
-        """Metrics on the test split and the fixed train sample, logged at the current step."""
+    def evaluate(self, epoch: float, splits: Optional[Sequence[str]] = None) -> Dict[str, TaskMetrics]:
+        """Metrics of ``splits`` (default: every evaluated split), logged at the current step.
+
+        With the auto schedule, an evaluation that covers the val split also feeds its
+        decision (and only that split's metrics, plus the train sample's for a gate).
+        """
+        results = self._eval_pass(splits or list(self.eval_loaders))
+        values = {"eval/epoch": epoch} | metric_scalars(results)
+        self.logger.scalars(values, self.step)
+        self.logger.evaluation({"epoch": epoch, "step": self.step, **results})
+        self.logger.info(format_metrics(f"eval after epoch {epoch:g} (step {self.step}):", results))
+        if self.auto_run is not None and VAL in results:
+            tables = {t.name: t.num_embeddings for t in self.data.tables}
+            state = {"config": self.cfg.to_dict(), "tables": tables}
+            self.auto_run.observe(results[VAL], results.get(TRAIN_SAMPLE), self.step, state)
+        return results
+
+    def _eval_pass(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
+        """Metrics per split, and per row slice of it (``test.unseen_user``, ...)."""
         self.model.eval()
         results: Dict[str, TaskMetrics] = {}
-        for split, loader in self.eval_loaders.items():
+        for split in splits:
             rows: List[torch.Tensor] = []
-            merged = gather_outputs(run_eval_pass(self.pipeline.progress, loader, rows), rows)
+            merged = gather_outputs(run_eval_pass(self.pipeline.progress, self.eval_loaders[split], rows), rows)
             results[split] = merged_task_metrics(merged, self.data.tasks)
             for name, metrics in slice_metrics(merged, self.data.splits[split].slices, self.data.tasks).items():
                 results[f"{split}.{name}"] = metrics
         self.model.train()
-        values = {"eval/epoch": epoch}
-        values |= {
-            f"{split}/{task}/{name}": value
-            for split, per_task in results.items()
-            for task, metrics in per_task.items()
-            for name, value in metrics.items()
-            if name in ("auc", "logloss", "ne")
-        }
-        self.logger.scalars(values, self.step)
-        self.logger.evaluation({"epoch": epoch, "step": self.step, **results})
-        lines = [f"eval after epoch {epoch:g} (step {self.step}):"]
-        for split, per_task in results.items():
-            for task, m in per_task.items():
-                lines.append(f"  {split:>12} {task:>6}: auc {m['auc']:.4f}  logloss {m['logloss']:.4f}  ne {m['ne']:.4f}")
-        self.logger.info("\n".join(lines))
         return results
+
+    @property
+    def _val_splits(self) -> List[str]:
+        return [VAL, TRAIN_SAMPLE] if self.cfg.auto.auto_gate else [VAL]

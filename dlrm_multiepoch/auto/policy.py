@@ -1,0 +1,398 @@
+"""The automatic schedule's decisions, as a pure function of validation evaluations.
+
+:class:`AutoSchedulePolicy` sees one validation evaluation at a time (the step and the
+per-task metrics, optionally the train sample's for the gate) and answers with a
+:class:`Decision`. It touches no model, reads no clock and draws no random number, so
+the same evaluations give the same decisions; its whole state is a small JSON-able
+dict (``state_dict()``), which is how a resumed run makes the same decisions.
+
+Phases (each ends on a *plateau*: ``patience`` evaluations in a row without beating
+the phase's best objective by ``min_improvement``, relative, the ``min_delta`` rule of
+Keras/Lightning early stopping):
+
+1. ``frozen``: tables frozen (at init or pre-trained values), everything else trains.
+   Ends on a plateau or at the first evaluation at or past ``frozen_cap`` of the run.
+2. ``joint``: tables train with the rest. An optional gate (e.g. ``feature_cross``)
+   closes when the relative train/validation gap has grown by ``gate_gap`` since the
+   phase began. Ends on a plateau.
+3. ``dense`` (``after_tables="refreeze"``): tables frozen again, the dense part goes on
+   while it improves validation. Ends on a plateau. With ``after_tables="stop"`` the run
+   ends after phase 2 instead.
+
+Every transition restores the best-validation weights first (unless the current ones
+are the best), so each phase starts from the best model so far; the run ends on the
+best-validation weights. ``frozen_cap=0`` skips phase 1; with ``after_tables="stop"``
+that is joint training with early stopping on validation.
+
+Example::
+
+    policy = AutoSchedulePolicy(total_steps=300, tasks=["like", "love"])
+    for step in range(30, 301, 30):
+        decision = policy.observe(step, evaluate("val"))   # {"like": {"logloss": ...}, ...}
+        if decision.save_best: save("best")
+        if decision.restore_best: load("best")
+        if decision.stop: break
+"""
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+FROZEN, JOINT, DENSE, DONE = "frozen", "joint", "dense", "done"
+PHASES = (FROZEN, JOINT, DENSE, DONE)
+# Metric name -> +1 when higher is better, -1 when lower is.
+METRIC_SIGN = {"auc": 1.0, "logloss": -1.0, "ne": -1.0}
+AFTER_TABLES = ("refreeze", "stop")
+
+TaskMetrics = Mapping[str, Mapping[str, float]]
+
+
+def parse_task_weights(text: str, tasks: Sequence[str]) -> Dict[str, float]:
+    """``"like:1,love:0.5"`` -> ``{"like": 1.0, "love": 0.5}``; empty: every task weighs 1.
+
+    Raises:
+        ValueError: naming ``--auto_task_weights`` for unknown tasks, bad numbers or an
+            all-zero weighting.
+    """
+    if not text.strip():
+        return {t: 1.0 for t in tasks}
+    weights: Dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition(":")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = float("nan")
+        if not sep or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"--auto_task_weights: {part!r} must be TASK:WEIGHT with a weight >= 0, e.g. 'like:1'")
+        if name not in tasks:
+            raise ValueError(f"--auto_task_weights: unknown task {name!r}; tasks: {list(tasks)}")
+        weights[name] = weight
+    if not any(weights.values()):
+        raise ValueError(f"--auto_task_weights {text!r}: at least one weight must be positive")
+    return weights
+
+
+@dataclass
+class AutoScheduleConfig:
+    """Knobs of ``--freeze_schedule auto``; every field is a ``--<field>`` flag.
+
+    The defaults are in epochs and relative changes, not in steps or absolute metric
+    values, so they carry over between datasets (see docs/RESULTS.md for how they were
+    chosen).
+
+    Example::
+
+        AutoScheduleConfig(auto_patience=2, auto_after_tables="stop", auto_frozen_cap=0.0)  # joint + early stop
+    """
+
+    auto_evals_per_epoch: int = field(
+        default=10, metadata={"help": "auto schedule: validation evaluations per epoch (patience counts these)"}
+    )
+    auto_patience: int = field(
+        default=3, metadata={"help": "auto schedule: evaluations without improvement that end a phase"}
+    )
+    auto_min_improvement: float = field(
+        default=0.001,
+        metadata={"help": "auto schedule: relative improvement of the validation objective that counts (0.001 = 0.1%%)"},
+    )
+    auto_frozen_cap: float = field(
+        default=0.5,
+        metadata={"help": "auto schedule: most of the run (a share) the tables stay frozen at first; 0 skips that phase"},
+    )
+    auto_after_tables: str = field(
+        default="refreeze",
+        metadata={
+            "help": "auto schedule: when the tables stop improving validation, 'refreeze' them and let the dense "
+            "part continue while it improves, or 'stop' the run"
+        },
+    )
+    auto_metric: str = field(
+        default="logloss", metadata={"help": "auto schedule: validation metric it follows: logloss, auc or ne"}
+    )
+    auto_task_weights: str = field(
+        default="", metadata={"help": "auto schedule: weights of the tasks' metrics, e.g. 'like:1,love:0.5' (empty: equal)"}
+    )
+    auto_gate: str = field(
+        default="",
+        metadata={
+            "help": "auto schedule: a GradientGate (e.g. feature_cross) closed while the tables train once the "
+            "train/validation gap grows by --auto_gate_gap (empty: none)"
+        },
+    )
+    auto_gate_gap: float = field(
+        default=0.1,
+        metadata={"help": "auto schedule: growth of the relative train/validation gap that closes --auto_gate"},
+    )
+
+    def validate(self) -> None:
+        for name in ("auto_evals_per_epoch", "auto_patience"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.auto_frozen_cap <= 1.0:
+            raise ValueError(f"--auto_frozen_cap must be in [0, 1], got {self.auto_frozen_cap}")
+        for name in ("auto_min_improvement", "auto_gate_gap"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"--{name} must be a finite number >= 0, got {value}")
+        if self.auto_after_tables not in AFTER_TABLES:
+            raise ValueError(f"--auto_after_tables must be one of {AFTER_TABLES}, got {self.auto_after_tables!r}")
+        if self.auto_metric not in METRIC_SIGN:
+            raise ValueError(f"--auto_metric must be one of {tuple(METRIC_SIGN)}, got {self.auto_metric!r}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy decided at one validation evaluation.
+
+    Args:
+        step: the evaluation's step (steps done); a new phase applies from this step on.
+        phase: the phase from ``step`` on (``frozen``, ``joint``, ``dense``, ``done``).
+        transition: ``"frozen->joint"`` etc. when the phase changed here, else ``""``.
+        gates: gate name -> open, for gates that changed here.
+        reason: why, with the numbers that triggered it ("" when nothing changed).
+        objective: this evaluation's validation objective (higher is better).
+        best_objective: the best objective so far (this one included).
+        best_step: the step of the best objective.
+        save_best: this evaluation is the new best: checkpoint the weights now.
+        restore_best: load the best checkpoint before training on.
+        stop: end the run (after restoring the best weights).
+    """
+
+    step: int
+    phase: str
+    transition: str
+    gates: Dict[str, bool]
+    reason: str
+    objective: float
+    best_objective: float
+    best_step: int
+    save_best: bool
+    restore_best: bool
+    stop: bool
+
+    @property
+    def tables_train(self) -> bool:
+        return self.phase == JOINT
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-able (non-finite objectives as ``None``)."""
+        out = asdict(self)
+        for key in ("objective", "best_objective"):
+            out[key] = out[key] if math.isfinite(out[key]) else None
+        return out
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "Decision":
+        nan = float("nan")
+        return Decision(**{**d, **{k: nan if d[k] is None else d[k] for k in ("objective", "best_objective")}})
+
+
+class AutoSchedulePolicy:
+    """Validation-driven freeze, unfreeze and stop decisions (see the module docstring).
+
+    Args:
+        total_steps: steps in the run's budget (for ``auto_frozen_cap``).
+        tasks: the model's tasks, in order.
+        config: the knobs.
+
+    Example::
+
+        policy = AutoSchedulePolicy(300, ["like"], AutoScheduleConfig(auto_patience=2))
+        policy.observe(30, {"like": {"logloss": 0.61, "auc": 0.70}}).phase   # 'frozen'
+    """
+
+    def __init__(self, total_steps: int, tasks: Sequence[str], config: Optional[AutoScheduleConfig] = None) -> None:
+        self.config = config or AutoScheduleConfig()
+        self.config.validate()
+        if total_steps <= 0:
+            raise ValueError(f"total_steps must be positive, got {total_steps}")
+        self.total_steps = total_steps
+        self.tasks = list(tasks)
+        self.weights = parse_task_weights(self.config.auto_task_weights, self.tasks)
+        self.cap_step = math.ceil(self.config.auto_frozen_cap * total_steps)
+        self.phase = FROZEN if self.cap_step > 0 else JOINT
+        self.gates: Dict[str, bool] = {self.config.auto_gate: True} if self.config.auto_gate else {}
+        # (step, phase) and (step, gate, open) from the start: the realised schedule.
+        self.phase_history: List[List[Any]] = [[0, self.phase]]
+        self.gate_history: List[List[Any]] = []
+        self.best_objective: Optional[float] = None
+        self.best_step = -1
+        self._phase_best: Optional[float] = None
+        self._stale = 0
+        self._recent: List[float] = []  # this phase's objectives since its last improvement
+        self._gap_start: Optional[float] = None
+        self.last_step = -1
+
+    # ----- the objective -----
+
+    def objective(self, metrics: TaskMetrics) -> float:
+        """Weighted mean of the tasks' metric, signed so that higher is better (NaN if any is)."""
+        name, sign = self.config.auto_metric, METRIC_SIGN[self.config.auto_metric]
+        total = sum(self.weights.values())
+        value = 0.0
+        for task, weight in self.weights.items():
+            if task not in metrics or name not in metrics[task]:
+                raise KeyError(f"validation metrics lack {task!r}/{name!r}; got {sorted(metrics)}")
+            if weight:
+                value += weight * float(metrics[task][name])
+        return sign * value / total
+
+    def _gap(self, val: float, train: float) -> float:
+        """Relative train/validation gap of two objectives (positive: train looks better)."""
+        return (train - val) / max(abs(val), 1e-12)
+
+    # ----- one evaluation -----
+
+    def observe(self, step: int, val: TaskMetrics, train: Optional[TaskMetrics] = None) -> Decision:
+        """Take the validation metrics at ``step`` and decide.
+
+        Args:
+            step: steps done when the evaluation ran; must increase between calls.
+            val: per-task metrics on the validation split (``{"like": {"logloss": ...}}``).
+            train: the same on a train sample; needed only with ``auto_gate``.
+
+        Raises:
+            ValueError: after the run was stopped, or for a step that does not increase.
+        """
+        if self.phase == DONE:
+            raise ValueError(f"the auto schedule stopped the run at step {self.phase_history[-1][0]}; no more evaluations")
+        if step <= self.last_step:
+            raise ValueError(f"evaluation steps must increase: got {step} after {self.last_step}")
+        self.last_step = step
+        value = self.objective(val)
+        finite = math.isfinite(value)
+        save_best = finite and (self.best_objective is None or value > self.best_objective)
+        if save_best:
+            self.best_objective, self.best_step = value, step
+        if finite and (self._phase_best is None or value > self._phase_best + self._margin(self._phase_best)):
+            self._phase_best, self._stale, self._recent = value, 0, []
+        else:
+            self._stale += 1
+            self._recent.append(value)
+
+        gates: Dict[str, bool] = {}
+        reasons: List[str] = []
+        if self.phase == JOINT and self.gates.get(self.config.auto_gate):
+            gate_reason = self._check_gate(step, val, value, train)
+            if gate_reason:
+                gates[self.config.auto_gate] = False
+                self.gates[self.config.auto_gate] = False
+                self.gate_history.append([step, self.config.auto_gate, False])
+                reasons.append(gate_reason)
+
+        before = self.phase
+        nxt = self._next_phase(step)
+        if nxt is not None:
+            next_phase, why = nxt
+            reasons.append(why)
+            self.phase = next_phase
+            self.phase_history.append([step, next_phase])
+            # The next phase starts from the best weights; its plateau is judged against them.
+            self._phase_best, self._stale, self._recent, self._gap_start = self.best_objective, 0, [], None
+        restore = nxt is not None and self.best_step != step and self.best_objective is not None
+        return Decision(
+            step=step,
+            phase=self.phase,
+            transition=f"{before}->{self.phase}" if nxt is not None else "",
+            gates=gates,
+            reason="; ".join(reasons),
+            objective=value,
+            best_objective=self.best_objective if self.best_objective is not None else float("nan"),
+            best_step=self.best_step,
+            save_best=save_best,
+            restore_best=restore,
+            stop=self.phase == DONE,
+        )
+
+    def _margin(self, best: float) -> float:
+        return self.config.auto_min_improvement * abs(best)
+
+    def _plateau(self) -> bool:
+        return self._stale >= self.config.auto_patience
+
+    def metric_value(self, objective: float) -> float:
+        """An objective back in the metric's own terms (e.g. a positive logloss)."""
+        return objective * METRIC_SIGN[self.config.auto_metric]
+
+    def _plateau_reason(self) -> str:
+        cfg = self.config
+        recent = ", ".join(f"{self.metric_value(v):.4f}" for v in self._recent)
+        best = self.metric_value(self._phase_best) if self._phase_best is not None else float("nan")
+        return (
+            f"validation {cfg.auto_metric} plateaued in phase {self.phase}: {self._stale} evaluations without a "
+            f"{cfg.auto_min_improvement:g} relative improvement on {best:.4f} (since: {recent})"
+        )
+
+    def _next_phase(self, step: int) -> Optional[tuple]:
+        cfg = self.config
+        if self.phase == FROZEN:
+            if step >= self.cap_step:
+                return JOINT, (
+                    f"tables frozen for the cap: step {step} >= {cfg.auto_frozen_cap:g} of {self.total_steps} steps"
+                )
+            if self._plateau():
+                return JOINT, self._plateau_reason() + "; tables start training"
+        elif self.phase == JOINT and self._plateau():
+            if cfg.auto_after_tables == "refreeze":
+                return DENSE, self._plateau_reason() + "; tables frozen again, the dense part continues"
+            return DONE, self._plateau_reason() + "; run stopped"
+        elif self.phase == DENSE and self._plateau():
+            return DONE, self._plateau_reason() + "; run stopped"
+        return None
+
+    def _check_gate(self, step: int, val: TaskMetrics, value: float, train: Optional[TaskMetrics]) -> str:
+        if train is None:
+            raise ValueError(f"--auto_gate {self.config.auto_gate}: the policy needs train-sample metrics to observe")
+        train_value = self.objective(train)
+        gap = self._gap(value, train_value)
+        if not math.isfinite(gap):
+            return ""
+        if self._gap_start is None:
+            self._gap_start = gap
+            return ""
+        if gap - self._gap_start > self.config.auto_gate_gap:
+            return (
+                f"train/validation gap grew from {self._gap_start:.4f} to {gap:.4f} (> +{self.config.auto_gate_gap:g}); "
+                f"gate {self.config.auto_gate} closed"
+            )
+        return ""
+
+    # ----- checkpointing -----
+
+    def state_dict(self) -> Dict[str, Any]:
+        """JSON-able state; with the same config, ``load_state_dict`` continues exactly."""
+        return {
+            "config": asdict(self.config),
+            "total_steps": self.total_steps,
+            "phase": self.phase,
+            "gates": dict(self.gates),
+            "phase_history": [list(h) for h in self.phase_history],
+            "gate_history": [list(h) for h in self.gate_history],
+            "best_objective": self.best_objective,
+            "best_step": self.best_step,
+            "phase_best": self._phase_best,
+            "stale": self._stale,
+            "recent": [v if math.isfinite(v) else None for v in self._recent],
+            "gap_start": self._gap_start,
+            "last_step": self.last_step,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state``; its config and budget must equal this policy's."""
+        if state["config"] != asdict(self.config) or state["total_steps"] != self.total_steps:
+            changed = sorted(k for k, v in state["config"].items() if asdict(self.config).get(k) != v)
+            if state["total_steps"] != self.total_steps:
+                changed.append(f"total steps {state['total_steps']} -> {self.total_steps}")
+            raise ValueError(f"auto schedule state was saved with other settings ({', '.join(changed)})")
+        self.phase = state["phase"]
+        self.gates = dict(state["gates"])
+        self.phase_history = [list(h) for h in state["phase_history"]]
+        self.gate_history = [list(h) for h in state["gate_history"]]
+        self.best_objective = state["best_objective"]
+        self.best_step = int(state["best_step"])
+        self._phase_best = state["phase_best"]
+        self._stale = int(state["stale"])
+        self._recent = [float("nan") if v is None else v for v in state["recent"]]
+        self._gap_start = state["gap_start"]
+        self.last_step = int(state["last_step"])

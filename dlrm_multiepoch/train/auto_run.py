@@ -1,0 +1,128 @@
+"""The training app's side of ``--freeze_schedule auto``: act on each decision, log it, end on the best weights.
+
+The :class:`~dlrm_multiepoch.auto.AutoFreezeSchedule` decides from validation metrics;
+this module does what a decision asks of the run (checkpoint a new best, restore the
+best, stop) and makes it visible: console lines and TensorBoard text with the numbers
+that triggered a transition, scalars ``auto/phase`` and ``auto/val_<metric>`` at every
+evaluation, ``auto_decisions`` and ``best`` in ``summary.json``.
+"""
+
+from typing import Any, Callable, Dict, Mapping, Optional
+
+from torch import nn
+from torchrec.optim.keyed import KeyedOptimizer
+
+from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule, Decision
+from dlrm_multiepoch.auto.policy import PHASES
+from dlrm_multiepoch.train.best import BestCheckpoints
+from dlrm_multiepoch.train.evaluate import TaskMetrics
+from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
+
+
+def best_step_of(trainer_state: Mapping[str, Any]) -> Optional[int]:
+    """The best-validation step an epoch checkpoint's auto-schedule state refers to (None: none)."""
+    freeze = trainer_state.get("freeze") or {}
+    step = freeze.get("policy", {}).get("best_step", -1) if freeze.get("schedule") == AUTO else -1
+    return step if step >= 0 else None
+
+
+class AutoRun:
+    """Carries out an :class:`AutoFreezeSchedule`'s decisions in a training run.
+
+    Args:
+        auto: the schedule (it owns the decisions).
+        checkpoint_dir: the run's checkpoint folder; best checkpoints go there.
+        model: the sharded model.
+        optimizer: its optimizer (restored with the weights).
+        logger: the run's logger.
+
+    Example::
+
+        run = AutoRun(auto, f"{run_dir}/checkpoints", dmp, optimizer, logger)
+        run.observe(val_metrics, None, step, {"config": cfg.to_dict()})
+        ...
+        run.end_on_best(step, steps_per_epoch, evaluate_all_splits)
+    """
+
+    def __init__(
+        self,
+        auto: AutoFreezeSchedule,
+        checkpoint_dir: str,
+        model: nn.Module,
+        optimizer: KeyedOptimizer,
+        logger: MetricsLogger,
+    ) -> None:
+        self.auto = auto
+        self.best = BestCheckpoints(checkpoint_dir, best_step_of)
+        self.model = model
+        self.optimizer = optimizer
+        self.logger = logger
+
+    @property
+    def stopped(self) -> bool:
+        return self.auto.stopped
+
+    @property
+    def eval_every_n_steps(self) -> int:
+        return self.auto.eval_every_n_steps
+
+    def evaluation_due(self, step: int) -> bool:
+        return self.auto.evaluation_due(step)
+
+    def observe(
+        self, val: TaskMetrics, train: Optional[TaskMetrics], step: int, checkpoint_state: Mapping[str, Any]
+    ) -> Decision:
+        """Let the schedule decide on the validation metrics (and the train sample's), then act."""
+        decision = self.auto.observe(val, train)
+        self.act(decision, step, checkpoint_state)
+        return decision
+
+    def act(self, decision: Decision, step: int, checkpoint_state: Mapping[str, Any]) -> None:
+        """Checkpoint a new best, restore the best, log (collective when it saves or restores)."""
+        if decision.save_best:
+            self.best.save(step, self.model, self.optimizer, {**checkpoint_state, "val_objective": decision.objective})
+        if decision.restore_best:
+            self.best.restore(decision.best_step, self.model, self.optimizer)
+        metric, policy = self.auto.config.auto_metric, self.auto.policy
+        self.logger.scalars(
+            {
+                "auto/phase": PHASES.index(decision.phase),
+                f"auto/val_{metric}": policy.metric_value(decision.objective),
+                f"auto/best_val_{metric}": policy.metric_value(decision.best_objective),
+            },
+            step,
+        )
+        if decision.transition or decision.gates:
+            what = decision.transition or ", ".join(f"gate {g} {'open' if o else 'closed'}" for g, o in decision.gates.items())
+            restored = f" (restored the best weights, step {decision.best_step})" if decision.restore_best else ""
+            line = f"auto schedule at step {step}: {what}{restored}: {decision.reason}"
+            self.logger.info(line)
+            self.logger.text("auto/decisions", line, step)
+            self.logger.record("auto_decisions", self.logger.summary.get("auto_decisions", []) + [decision.to_dict()])
+
+    def after_epoch_checkpoint(self) -> None:
+        """Bests that only pruned epoch checkpoints referred to can go."""
+        self.best.prune(keep={self.auto.policy.best_step})
+
+    def check_resumable(self) -> None:
+        """After a resume: the best checkpoint the restored state refers to must exist."""
+        best = self.auto.policy.best_step
+        if best >= 0:
+            self.best.check(best)
+
+    def end_on_best(self, step: int, steps_per_epoch: int, evaluate: Callable[[], Dict[str, TaskMetrics]]) -> None:
+        """Restore the best-validation weights (unless current), evaluate them, record ``best``."""
+        best = self.auto.policy.best_step
+        if best < 0:  # no validation evaluation ran
+            return
+        if best != step:
+            self.best.restore(best, self.model, self.optimizer)
+        results = evaluate()
+        self.logger.scalars({f"best/{k}": v for k, v in metric_scalars(results).items()}, step)
+        epoch = best / steps_per_epoch
+        schedule = str(self.auto.schedule())
+        self.logger.record("best", {"step": best, "epoch": epoch, "schedule": schedule, **results})
+        self.logger.info(
+            format_metrics(f"best-validation weights (epoch {epoch:g}, step {best}) restored:", results)
+            + f"\n  realised schedule: {schedule}"
+        )

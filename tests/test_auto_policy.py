@@ -1,0 +1,187 @@
+"""AutoSchedulePolicy on scripted validation curves: exact transitions at exact steps."""
+
+import json
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pytest
+
+from dlrm_multiepoch.auto.policy import (
+    DENSE,
+    DONE,
+    FROZEN,
+    JOINT,
+    AutoScheduleConfig,
+    AutoSchedulePolicy,
+    Decision,
+    parse_task_weights,
+)
+
+EVERY = 10  # scripted evaluations every 10 steps
+
+
+def val(logloss: float, auc: float = 0.7) -> Dict[str, Dict[str, float]]:
+    return {"like": {"logloss": logloss, "auc": auc, "ne": logloss / 0.69}}
+
+
+def run(policy: AutoSchedulePolicy, curve: Sequence[float], start: int = EVERY) -> List[Decision]:
+    decisions = []
+    for i, value in enumerate(curve):
+        decisions.append(policy.observe(start + i * EVERY, val(value)))
+        if decisions[-1].stop:
+            break
+    return decisions
+
+
+def summary(decisions: Sequence[Decision]) -> List[Tuple[int, str, str, bool, bool, bool]]:
+    return [(d.step, d.phase, d.transition, d.save_best, d.restore_best, d.stop) for d in decisions]
+
+
+def cfg(**kw) -> AutoScheduleConfig:
+    base = dict(auto_patience=2, auto_min_improvement=0.01, auto_frozen_cap=0.5)
+    return AutoScheduleConfig(**(base | kw))
+
+
+# Validation logloss at steps 10, 20, ...: phase 1 plateaus, phase 2 improves then
+# overfits, phase 3 (tables frozen again) improves a little, then plateaus.
+CURVE = [0.70, 0.65, 0.648, 0.649, 0.60, 0.58, 0.59, 0.61, 0.575, 0.579, 0.5]
+
+
+def test_three_phases_on_a_scripted_curve() -> None:
+    policy = AutoSchedulePolicy(200, ["like"], cfg())
+    decisions = run(policy, CURVE)
+    assert summary(decisions) == [
+        (10, FROZEN, "", True, False, False),
+        (20, FROZEN, "", True, False, False),
+        # 0.648 is a new best (saved) but not 1% better than 0.65: first stale evaluation.
+        (30, FROZEN, "", True, False, False),
+        # Second stale evaluation: plateau; phase 2 starts from the best weights (step 30).
+        (40, JOINT, "frozen->joint", False, True, False),
+        (50, JOINT, "", True, False, False),
+        (60, JOINT, "", True, False, False),
+        (70, JOINT, "", False, False, False),
+        (80, DENSE, "joint->dense", False, True, False),
+        # Phase 3 is judged against the restored best (0.58): 0.575 is a new best but < 1%.
+        (90, DENSE, "", True, False, False),
+        (100, DONE, "dense->done", False, True, True),
+    ]
+    assert [d.best_step for d in decisions] == [10, 20, 30, 30, 50, 60, 60, 60, 90, 90]
+    assert decisions[-1].best_objective == -0.575 and policy.best_step == 90
+    assert policy.phase_history == [[0, FROZEN], [40, JOINT], [80, DENSE], [100, DONE]]
+    # The reasons carry the numbers that triggered them.
+    assert decisions[3].reason == (
+        "validation logloss plateaued in phase frozen: 2 evaluations without a 0.01 relative improvement on "
+        "0.6500 (since: 0.6480, 0.6490); tables start training"
+    )
+    assert "on 0.5800 (since: 0.5900, 0.6100); tables frozen again" in decisions[7].reason
+    assert decisions[-1].reason.endswith("(since: 0.5750, 0.5790); run stopped")
+    assert all(d.reason == "" for d in decisions if not d.transition)
+    with pytest.raises(ValueError, match="stopped the run at step 100"):
+        policy.observe(110, val(0.5))
+
+
+def test_cap_ends_phase_one_and_stop_ends_after_the_tables() -> None:
+    # Still improving at the cap (30% of 200 steps = step 60): the tables start there.
+    policy = AutoSchedulePolicy(200, ["like"], cfg(auto_frozen_cap=0.3, auto_after_tables="stop"))
+    decisions = run(policy, [0.70, 0.65, 0.60, 0.55, 0.50, 0.45, 0.40, 0.41, 0.42, 0.3])
+    assert summary(decisions)[4:] == [
+        (50, FROZEN, "", True, False, False),
+        (60, JOINT, "frozen->joint", True, False, False),  # the current weights are the best: no restore
+        (70, JOINT, "", True, False, False),
+        (80, JOINT, "", False, False, False),
+        (90, DONE, "joint->done", False, True, True),
+    ]
+    assert decisions[5].reason == "tables frozen for the cap: step 60 >= 0.3 of 200 steps"
+
+
+def test_zero_cap_is_joint_training_with_early_stopping() -> None:
+    policy = AutoSchedulePolicy(100, ["like"], cfg(auto_frozen_cap=0.0, auto_after_tables="stop"))
+    assert policy.phase == JOINT and policy.phase_history == [[0, JOINT]]
+    decisions = run(policy, [0.6, 0.5, 0.52, 0.51, 0.4])
+    assert summary(decisions) == [
+        (10, JOINT, "", True, False, False),
+        (20, JOINT, "", True, False, False),
+        (30, JOINT, "", False, False, False),
+        (40, DONE, "joint->done", False, True, True),
+    ]
+
+
+def test_auc_objective_weighted_over_tasks_and_nan_never_improves() -> None:
+    policy = AutoSchedulePolicy(
+        100, ["like", "love"], cfg(auto_metric="auc", auto_task_weights="like:1,love:3", auto_frozen_cap=0.0)
+    )
+    metrics = {"like": {"auc": 0.70, "logloss": 1.0}, "love": {"auc": 0.80, "logloss": 2.0}}
+    assert policy.objective(metrics) == pytest.approx((0.70 + 3 * 0.80) / 4)
+    first = policy.observe(10, metrics)
+    assert first.save_best and first.objective == pytest.approx(0.775)
+    nan = {"like": {"auc": float("nan")}, "love": {"auc": 0.9}}
+    second = policy.observe(20, nan)
+    assert math.isnan(second.objective) and not second.save_best and second.best_step == 10
+    third = policy.observe(30, nan)
+    assert third.stop is False and third.transition == "joint->dense" and third.restore_best
+    # Logloss counts lower-is-better: a higher logloss is worse.
+    ll = AutoSchedulePolicy(100, ["like"], cfg())
+    assert ll.objective(val(0.5)) > ll.objective(val(0.6))
+
+
+def test_gate_closes_when_the_train_validation_gap_grows() -> None:
+    policy = AutoSchedulePolicy(
+        200, ["like"], cfg(auto_frozen_cap=0.0, auto_gate="feature_cross", auto_gate_gap=0.2, auto_patience=3)
+    )
+    # Relative gap (val - train) / val in logloss: 0.0, 0.1, 0.25 (grown by 0.25 > 0.2).
+    steps = [(10, 0.60, 0.60), (20, 0.55, 0.495), (30, 0.54, 0.405), (40, 0.56, 0.3)]
+    decisions = [policy.observe(s, val(v), train=val(t)) for s, v, t in steps]
+    assert [d.gates for d in decisions] == [{}, {}, {"feature_cross": False}, {}]
+    assert decisions[2].phase == JOINT and decisions[2].transition == ""
+    assert decisions[2].reason == "train/validation gap grew from 0.0000 to 0.2500 (> +0.2); gate feature_cross closed"
+    assert policy.gate_history == [[30, "feature_cross", False]] and policy.gates == {"feature_cross": False}
+    with pytest.raises(ValueError, match="--auto_gate feature_cross: the policy needs train-sample metrics"):
+        AutoSchedulePolicy(100, ["like"], cfg(auto_frozen_cap=0.0, auto_gate="feature_cross")).observe(10, val(0.5))
+
+
+def test_resumed_policy_makes_the_same_decisions() -> None:
+    config = cfg(auto_gate="feature_cross")
+    reference = AutoSchedulePolicy(200, ["like"], config)
+    curve: List[Tuple[float, Optional[float]]] = [(v, v * 0.9 - 0.01 * i) for i, v in enumerate(CURVE)]
+
+    def feed(policy: AutoSchedulePolicy, part) -> List[dict]:
+        out = []
+        for i, (v, t) in part:
+            d = policy.observe(EVERY * (i + 1), val(v), train=val(t))
+            out.append(d.to_dict())
+            if d.stop:
+                break
+        return out
+
+    expected = feed(reference, list(enumerate(curve)))
+    for cut in range(1, len(expected)):
+        first = AutoSchedulePolicy(200, ["like"], config)
+        got = feed(first, list(enumerate(curve))[:cut])
+        saved = json.loads(json.dumps(first.state_dict()))  # what a checkpoint stores
+        resumed = AutoSchedulePolicy(200, ["like"], config)
+        resumed.load_state_dict(saved)
+        got += feed(resumed, list(enumerate(curve))[cut:])
+        assert got == expected, cut
+    with pytest.raises(ValueError, match=r"other settings \(auto_patience\)"):
+        AutoSchedulePolicy(200, ["like"], cfg(auto_gate="feature_cross", auto_patience=5)).load_state_dict(saved)
+
+
+def test_bad_settings_name_their_flag() -> None:
+    for kw, flag in [
+        (dict(auto_patience=0), "--auto_patience"),
+        (dict(auto_frozen_cap=1.5), "--auto_frozen_cap"),
+        (dict(auto_after_tables="continue"), "--auto_after_tables"),
+        (dict(auto_metric="accuracy"), "--auto_metric"),
+        (dict(auto_min_improvement=float("nan")), "--auto_min_improvement"),
+        (dict(auto_evals_per_epoch=0), "--auto_evals_per_epoch"),
+    ]:
+        with pytest.raises(ValueError, match=flag):
+            AutoSchedulePolicy(100, ["like"], cfg(**kw))
+    with pytest.raises(ValueError, match="unknown task 'click'"):
+        parse_task_weights("click:1", ["like"])
+    with pytest.raises(ValueError, match="must be TASK:WEIGHT"):
+        parse_task_weights("like=1", ["like"])
+    policy = AutoSchedulePolicy(100, ["like"], cfg())
+    policy.observe(10, val(0.5))
+    with pytest.raises(ValueError, match="must increase: got 10 after 10"):
+        policy.observe(10, val(0.5))

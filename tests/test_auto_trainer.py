@@ -1,0 +1,124 @@
+"""The auto schedule in the training app's Trainer, on 2 gloo ranks and a MovieLens sample.
+
+One deterministic run (A) is the reference; the settings make its validation curve go
+through every phase: tables frozen until the validation loss plateaus, trained until it
+stops improving, frozen again, stopped; each transition restores the best weights.
+Then, against A:
+
+- B sees test labels flipped: the same decisions and bitwise the same final weights
+  (the test metrics it reports do change), so decisions never read the test split;
+- C trains one epoch and dies; D resumes it: the same decisions, weights and summary;
+- A ends on the best-validation weights: the checkpoint of that evaluation, bitwise,
+  and the validation metrics recorded there;
+- E runs the semi-synchronous pipeline: exact lookups exactly while the tables are frozen.
+"""
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import torch.distributed.checkpoint as dcp
+
+from dlrm_multiepoch.auto import AutoScheduleConfig
+from dlrm_multiepoch.data.config import DataConfig, load_dataset
+from dlrm_multiepoch.distributed import init_distributed
+from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.schedule import FreezeSchedule
+from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
+from dlrm_multiepoch.train.trainer import Trainer
+from tests.multiprocess import run_on_ranks
+from tests.test_checkpoint import _assert_bitwise_equal, _scalars
+
+
+def _cfg(tmp: str, run_name: str, **overrides: Any) -> TrainConfig:
+    settings: Dict[str, Any] = dict(
+        epochs=3, batch_size=256, eval_batch_size=1024, train_eval_rows=500, log_every_n_steps=4,
+        progress_bar=False, freeze_schedule="auto", sharding_types="table_wise",
+        auto=AutoScheduleConfig(auto_evals_per_epoch=4, auto_patience=1),
+    )  # fmt: skip
+    model = ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16,8", over_arch_layer_sizes="16")
+    return TrainConfig(
+        data=DataConfig(dataset="movielens", max_rows=3000, val_fraction=0.2),
+        model=model,
+        tensorboard_dir=tmp,
+        run_name=run_name,
+        # Fast learning rates: 8 steps per epoch are enough to plateau and overfit.
+        optim=OptimConfig(learning_rate=0.03, embedding_learning_rate=0.5),
+        **(settings | overrides),
+    )
+
+
+def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
+    env = init_distributed()
+    a = Trainer(_cfg(tmp, "a"), env)
+    assert (a.steps_per_epoch, a.freeze.eval_every_n_steps) == (8, 2)
+    summary_a = a.train()
+    decisions = summary_a["auto_decisions"]
+    assert [(d["step"], d["transition"], d["best_step"], d["restore_best"]) for d in decisions] == [
+        (8, "frozen->joint", 6, True),
+        (12, "joint->dense", 10, True),
+        (14, "dense->done", 10, True),
+    ]
+    assert summary_a["best"]["step"] == 10
+    assert summary_a["best"]["schedule"] == "tables=frozen@[0step,8step) train@[8step,12step) frozen@[12step,end)"
+    # Stopped at step 14, mid-epoch 2: no evaluation after it.
+    assert [e["step"] for e in summary_a["evaluations"]] == [2, 4, 6, 8, 10, 12, 14]
+
+    # The final weights are the best-validation ones: the checkpoint taken at that
+    # evaluation (bitwise) and the validation metrics recorded there.
+    at_best = next(e for e in summary_a["evaluations"] if e["step"] == 10)
+    assert summary_a["best"]["val"] == at_best["val"]
+    final = a.model.state_dict()
+    from_disk = copy.deepcopy(final)
+    dcp.load({"model": from_disk}, checkpoint_id=f"{tmp}/a/checkpoints/best_step_10")
+    _assert_bitwise_equal(final, from_disk, "final weights vs best_step_10")
+
+    # B: test labels flipped. Nothing the schedule does may change.
+    data = load_dataset(_cfg(tmp, "b").data, log=lambda _: None)
+    test = data.splits["test"]
+    test.labels = {task: 1.0 - y for task, y in test.labels.items()}
+    b = Trainer(_cfg(tmp, "b"), env, data=data)
+    summary_b = b.train()
+    assert summary_b["auto_decisions"] == decisions
+    _assert_bitwise_equal(final, b.model.state_dict(), "final weights with flipped test labels")
+    assert summary_b["best"]["val"] == summary_a["best"]["val"]
+    for task in ("like", "love"):  # what B reports on its test split did change
+        assert abs(summary_b["best"]["test"][task]["auc"] + summary_a["best"]["test"][task]["auc"] - 1.0) < 1e-6
+
+    # C dies after epoch 1 (its checkpoint holds the restore decided at step 8); D resumes.
+    c = Trainer(_cfg(tmp, "c"), env)
+    c.run_epoch(0)
+    c.logger.close()
+    d = Trainer(_cfg(tmp, "c", resume="auto"), env)
+    assert d.freeze.policy.best_step == 6 and d.freeze.policy.phase == "joint"
+    summary_d = d.train()
+    assert summary_d["auto_decisions"] == decisions
+    assert summary_d["best"] == summary_a["best"]
+    assert summary_d["evaluations"] == summary_a["evaluations"]
+    _assert_bitwise_equal(final, d.model.state_dict(), "final weights after resume")
+    # E: the semi-synchronous pipeline follows the decisions too: its lookups are exact
+    # (no stale rows) exactly while the auto schedule keeps the tables frozen.
+    e = Trainer(_cfg(tmp, "e", pipeline="semi_sync", log_every_n_steps=1), env)
+    summary_e = e.train()
+    frozen_steps = set()
+    for start, end in _frozen_windows(summary_e["best"]["schedule"], e.freeze.policy.total_steps):
+        frozen_steps |= set(range(start + 1, end + 1))  # logged at the step count after the step
+    if rank == 0:
+        stale = dict(_scalars(f"{tmp}/e", "pipeline/stale_fraction"))
+        assert stale and {s for s, v in stale.items() if v == 0.0} >= frozen_steps & set(stale)
+        assert any(v > 0.0 for s, v in stale.items() if s not in frozen_steps)
+
+    if rank == 0:
+        # Bests kept: the current one and the one the epoch-1 checkpoint refers to.
+        assert sorted(os.listdir(f"{tmp}/c/checkpoints")) == ["best_step_10", "best_step_6", "epoch_1", "latest.json"]
+
+
+def _frozen_windows(schedule: str, total: int) -> List[Tuple[int, int]]:
+    """``[start, end)`` step windows of ``tables=frozen@[...)`` in a realised schedule."""
+    plan = FreezeSchedule.parse(schedule).resolve(steps_per_epoch=total, num_epochs=1)
+    return [(w.start, w.end) for w in plan.windows["tables"] if not w.trains]
+
+
+def test_auto_schedule_decisions_never_read_test_resume_exactly_and_end_on_best(tmp_path: Path) -> None:
+    run_on_ranks(_auto_runs, 2, str(tmp_path))

@@ -19,7 +19,8 @@ The optimizer state is untouched and equals that of a per-row-LR optimizer. Scal
 gradient instead would be exact for SGD only (Adagrad's accumulator would see it).
 
 Counting happens in a forward hook on each TorchRec kernel module, whose input is
-exactly this rank's local ids after the input all-to-all. Counters are ``int32`` per
+exactly this rank's local ids after the input all-to-all, in training forwards only
+(frozen tables' lookups count too: the counts measure how often the data shows a row). Counters are ``int32`` per
 local row, sharded like the table, and saved with the run (this object is a
 ``Stateful``: ``state_dict()`` holds one ``ShardedTensor`` per table).
 
@@ -149,6 +150,43 @@ def _flat_weights(shards: List[TableShard]) -> Optional[torch.Tensor]:
     return torch.as_strided(first, (total, first.shape[1]), first.stride(), first.storage_offset())
 
 
+def _wanted_tables(names: List[str], replicated: set, tables: Optional[Sequence[str]]) -> set:
+    """The tables FALR covers: ``tables``, or every table with a fused optimizer."""
+    if not names:
+        raise ValueError("FrequencyAdaptiveLR: the model has no embedding tables")
+    if tables is None:
+        if replicated:
+            logger.info("FALR leaves data-parallel tables %s at the plain learning rate", sorted(replicated))
+        return set(names) - replicated
+    unknown = sorted(set(tables) - set(names))
+    if unknown:
+        raise ValueError(f"--falr_tables: unknown table(s) {unknown}; tables: {names}")
+    dense = sorted(set(tables) & replicated)
+    if dense:
+        raise ValueError(
+            f"--falr_tables: {dense} are data-parallel (trained by a regular optimizer, not a fused one); "
+            "FALR scales fused table updates only: leave them out or drop data_parallel from --sharding_types"
+        )
+    return set(tables)
+
+
+def _check_supported(shards: List[TableShard], wanted: set) -> None:
+    for s in shards:
+        if s.name not in wanted:
+            continue
+        if getattr(s.tbe, "lxu_cache_weights", torch.empty(0)).numel():
+            raise ValueError(
+                f"FALR: table {s.name!r} uses a UVM-caching kernel, whose cached rows FALR cannot see; "
+                "exclude it with --falr_tables or use the plain fused kernel"
+            )
+        if s.column_split:
+            raise ValueError(
+                f"FALR: table {s.name!r} is column-wise sharded, which FALR does not support (its counters would "
+                "be duplicated per column shard); exclude it with --falr_tables or drop column_wise from "
+                "--sharding_types"
+            )
+
+
 class FrequencyAdaptiveLR:
     """Per-row learning rate ``lr * f(count)`` on the fused tables of a sharded model.
 
@@ -177,39 +215,9 @@ class FrequencyAdaptiveLR:
     ) -> None:
         self.config = config
         shards = table_shards(model)
-        fused = {s.name for s in shards if s.fused}
-        replicated = {s.name for s in shards if not s.fused}
-        names = all_table_names(model)
-        if not names:
-            raise ValueError("FrequencyAdaptiveLR: the model has no embedding tables")
-        if tables is not None:
-            unknown = sorted(set(tables) - set(names))
-            if unknown:
-                raise ValueError(f"--falr_tables: unknown table(s) {unknown}; tables: {names}")
-            dense = sorted(set(tables) & replicated)
-            if dense:
-                raise ValueError(
-                    f"--falr_tables: {dense} are data-parallel (trained by a regular optimizer, not a fused one); "
-                    "FALR scales fused table updates only: leave them out or drop data_parallel from --sharding_types"
-                )
-            wanted = set(tables)
-        else:
-            wanted = set(names) - replicated
-            if replicated:
-                logger.info("FALR leaves data-parallel tables %s at the plain learning rate", sorted(replicated))
+        wanted = _wanted_tables(all_table_names(model), {s.name for s in shards if not s.fused}, tables)
+        _check_supported(shards, wanted)
         self.tables = sorted(wanted)
-        for s in shards:
-            if s.name in wanted and getattr(s.tbe, "lxu_cache_weights", torch.empty(0)).numel():
-                raise ValueError(
-                    f"FALR: table {s.name!r} uses a UVM-caching kernel, whose cached rows FALR cannot see; "
-                    "exclude it with --falr_tables or use the plain fused kernel"
-                )
-            if s.name in wanted and s.column_split:
-                raise ValueError(
-                    f"FALR: table {s.name!r} is column-wise sharded, which FALR does not support (its counters would "
-                    "be duplicated per column shard); exclude it with --falr_tables or drop column_wise from "
-                    "--sharding_types"
-                )
         self._kernels: List[_KernelCounts] = []
         kernels: Dict[int, List[TableShard]] = {}
         for s in shards:
@@ -218,7 +226,7 @@ class FrequencyAdaptiveLR:
         for kernel_shards in kernels.values():
             if any(s.name in wanted for s in kernel_shards):
                 self._kernels.append(self._make_counts(kernel_shards, wanted))
-        self._shard_of: Dict[str, List[tuple]] = {}
+        self._shard_of: Dict[str, List[Tuple[_KernelCounts, int]]] = {}
         for k in self._kernels:
             for i, s in enumerate(k.shards):
                 if s.name in wanted:
@@ -226,7 +234,8 @@ class FrequencyAdaptiveLR:
         needs_group = any(k.global_max for k in self._kernels)
         self._pg: Optional[dist.ProcessGroup] = None
         if config.ref is None and dist.is_initialized() and dist.get_world_size() > 1:
-            flag = torch.tensor([int(needs_group)])
+            device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+            flag = torch.tensor([int(needs_group)], device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # every rank must join new_group
             if flag.item():
                 self._check_row_split_over_all_ranks()

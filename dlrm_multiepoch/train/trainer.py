@@ -9,7 +9,6 @@ import numpy as np
 import torch
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
-from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.optim.keyed import CombinedOptimizer
 from tqdm import tqdm
 
@@ -17,15 +16,10 @@ from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.config import load_dataset
 from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
-from dlrm_multiepoch.data.id_dropout import IdDropout
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.factory import build_model
-from dlrm_multiepoch.optim.accumulation import GradientAccumulation
-from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR, falr_memory_fraction
-from dlrm_multiepoch.optim.lr import TableLRScheduler
-from dlrm_multiepoch.optim.reinit import reinit_tables
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline
 from dlrm_multiepoch.train.auto_run import AutoRun
 from dlrm_multiepoch.train.checkpoint import (
@@ -40,6 +34,7 @@ from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.evaluate import TaskMetrics, gather_outputs, merged_task_metrics, run_eval_pass, slice_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
+from dlrm_multiepoch.train.remedies import Remedies, table_base_lrs
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 
 TRAIN_SAMPLE = "train_sample"
@@ -107,14 +102,9 @@ class Trainer:
     optimizer: CombinedOptimizer
     freeze: Optional[Freeze]
     auto_run: Optional[AutoRun]  # with --freeze_schedule auto: acts on its decisions
-    table_lr: TableLRScheduler
-    falr: Optional[FrequencyAdaptiveLR]
-    accumulation: Optional[GradientAccumulation]
-    id_dropout: Optional[IdDropout]
+    remedies: Remedies  # table LR schedule, FALR, re-initialisation, accumulation, id dropout
     pipeline: TrainPipelineSparseDist
     logger: MetricsLogger
-    # Training state beyond model and optimizer, saved in the same DCP checkpoint.
-    checkpointed: Dict[str, Stateful]
 
     def __init__(self, cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData] = None) -> None:
         self.cfg = cfg
@@ -148,12 +138,7 @@ class Trainer:
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         purge_step = self.resume_from.step + 1 if self.resume_from else None
         self.logger = MetricsLogger(run_dir, enabled=env.is_main, purge_step=purge_step)
-        table_names = [t.name for t in self.data.tables]
-        table_lrs = cfg.optim.table_lr_values()
-        table_lrs.check_tables(table_names)
-        base_lrs = {t: table_lrs.get(t) for t in table_names}
-        self.reinit = cfg.optim.reinit_schedule(cfg.epochs)
-        self.reinit.check_tables(table_names)
+        base_lrs = table_base_lrs(cfg, self.data)
         model = build_model(self.data, cfg.model, env.device)
         apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.base_table_lr(), base_lrs)
         self.model = shard_model(model, env, cfg.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
@@ -166,33 +151,11 @@ class Trainer:
             if isinstance(self.freeze, AutoFreezeSchedule)
             else None
         )
-        self.accumulation = (
-            GradientAccumulation(self.model, self.optimizer, cfg.optim.grad_accum_steps, cfg.optim.grad_accum_lr_rule)
-            if cfg.optim.grad_accum_steps > 1
-            else None
-        )
-        self.table_lr = TableLRScheduler(
-            self.model,
-            cfg.optim.lr_schedule(),
-            self.steps_per_epoch,
-            cfg.epochs,
-            base_lrs=base_lrs,
-            factor=self.accumulation.lr_factor if self.accumulation is not None else 1.0,
-        )
-        falr = cfg.optim.falr_config()
-        self.falr = FrequencyAdaptiveLR(self.model, falr, cfg.optim.falr_table_list()) if falr is not None else None
-        rates = cfg.id_dropout_values()
-        dropout = IdDropout.for_tables(self.data.tables, {t: rates.get(t) for t in table_names} if rates else {}, cfg.seed, env.rank)
-        self.id_dropout = dropout if dropout else None
-        self.checkpointed = {"table_lr": self.table_lr}
-        if self.falr is not None:
-            self.checkpointed["falr"] = self.falr
-        if self.accumulation is not None:
-            self.checkpointed["accumulation"] = self.accumulation
+        self.remedies = Remedies.build(cfg, self.data, self.model, self.optimizer, self.steps_per_epoch, env.rank, base_lrs)
         self.pipeline = make_train_pipeline(
             cfg.pipeline,
             self.model,
-            self.accumulation.optimizer if self.accumulation is not None else self.optimizer,
+            self.remedies.pipeline_optimizer(self.optimizer),
             env.device,
             warmup_batches=cfg.pipeline_warmup_batches,
             frozen_tables=self.freeze.frozen_tables if self.freeze is not None else None,
@@ -217,17 +180,7 @@ class Trainer:
         self.logger.record("dataset", {name: len(split) for name, split in self.data.splits.items()})
         self.logger.record("encoding", self.data.encoding)
         self.logger.text("config", f"```\n{self.cfg.to_dict()}\n```")
-        self.logger.info(
-            f"table LR: {self.table_lr.schedule}; at step 0: "
-            + ", ".join(f"{t} {lr:.4g}" for t, lr in self.table_lr.lrs().items())
-        )
-        if self.falr is not None:
-            fraction = falr_memory_fraction(self.falr, self.model)
-            self.logger.info(
-                f"FALR {self.falr.config} on {self.falr.tables}: {self.falr.memory_bytes():,} counter bytes on rank "
-                f"{self.env.rank} ({fraction:.1%} of the local shards of those tables)"
-            )
-            self.logger.record("falr_memory", {"bytes_rank0": self.falr.memory_bytes(), "fraction_rank0": fraction})
+        self.remedies.describe(self.model, self.logger.info, self.logger.record)
 
     # -- training ---------------------------------------------------------------
 
@@ -247,9 +200,9 @@ class Trainer:
     def run_epoch(self, epoch: int) -> None:
         """Re-initialise tables if ``--reinit`` says so, train epoch ``epoch`` (0-based),
         evaluate, and save a checkpoint (unless ``--no-checkpoint``)."""
-        tables = self.reinit.tables_at(epoch, [t.name for t in self.data.tables])
-        if tables:  # before the epoch: the checkpoint of the previous epoch predates it, so a resume redoes it
-            reinit_tables(self.model, self.optimizer, tables, self.cfg.seed, epoch)
+        # Before the epoch: the previous epoch's checkpoint predates it, so a resume redoes it.
+        tables = self.remedies.before_epoch(epoch, self.model, self.optimizer, [t.name for t in self.data.tables])
+        if tables:
             self.logger.info(f"re-initialised {tables} before epoch {epoch + 1} (optimizer state zeroed)")
         self.train_epoch(epoch)
         if self.stopped:  # mid-epoch: no epoch evaluation, no epoch checkpoint
@@ -287,7 +240,7 @@ class Trainer:
             self.optimizer,
             state,
             keep=self.cfg.keep_checkpoints,
-            parts=self.checkpointed,
+            parts=self.remedies.checkpoint_parts(),
         )
         if self.auto_run is not None:
             self.auto_run.after_epoch_checkpoint()
@@ -304,13 +257,13 @@ class Trainer:
                 f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
                 f"{info.state['config']['freeze_schedule']!r}, this run has {self.cfg.freeze_schedule!r}"
             )
-        load_checkpoint(info.path, self.model, self.optimizer, parts=self.checkpointed)
+        load_checkpoint(info.path, self.model, self.optimizer, parts=self.remedies.checkpoint_parts())
         if self.freeze is not None:
             self.freeze.load_state_dict(saved_freeze)
         if self.auto_run is not None:
             self.auto_run.check_resumable()
         self.step = info.step
-        self.table_lr.set_step(info.step, force=True)  # the optimizer load put back the saved param-group LR
+        self.remedies.resumed(info.step)
         self.start_epoch = info.epoch
         self._wall_time_before = float(info.state["wall_time_s"])
         if isinstance(self.pipeline, SemiSyncTrainPipeline):
@@ -334,8 +287,7 @@ class Trainer:
         self.train_loader.set_epoch(epoch)
         steps = self.steps_per_epoch
         batches: Iterator[Batch] = itertools.islice(iter(self.train_loader), steps)
-        if self.id_dropout is not None:
-            batches = self.id_dropout.apply(batches, epoch)
+        batches = self.remedies.batches(batches, epoch)
         bar = tqdm(total=steps, desc=f"epoch {epoch + 1}", disable=not (self.env.is_main and self.cfg.progress_bar))
         # Train in segments that end where a mid-epoch evaluation is due (all splits every
         # --eval_every_n_steps, the val split at the auto schedule's cadence): the
@@ -360,13 +312,9 @@ class Trainer:
         window: List[ModelOutput] = []
         t0 = time.perf_counter()
         while True:
-            self.table_lr.set_step(self.step)
             try:
-                if self.accumulation is not None:
-                    with self.accumulation.micro_batch(last_of_epoch=(self.step + 1) % self.steps_per_epoch == 0):
-                        out: ModelOutput = self.pipeline.progress(batches)
-                else:
-                    out = self.pipeline.progress(batches)
+                with self.remedies.step(self.step, last_of_epoch=(self.step + 1) % self.steps_per_epoch == 0):
+                    out: ModelOutput = self.pipeline.progress(batches)
             except StopIteration:
                 break
             self.step += 1
@@ -387,7 +335,7 @@ class Trainer:
         values = {"train/loss": loss, "train/samples_per_sec": samples / max(seconds, 1e-9), "train/epoch": epoch}
         if self.freeze is not None:
             values |= {f"freeze/{group}": state for group, state in self.freeze.states().items()}
-        values |= {f"lr/{table}": lr for table, lr in self.table_lr.lrs().items()}
+        values |= self.remedies.scalars()
         for name in window[0].losses:
             values[f"train/loss_{name}"] = float(torch.stack([o.losses[name] for o in window]).mean())
         self.logger.scalars(values, self.step)

@@ -115,8 +115,8 @@ class _KernelCounts:
     counts: torch.Tensor  # COUNT_DTYPE [sum of local rows of the TBE's tables]
     row_start: torch.Tensor  # int64 [tables]: first flat counter of each table
     feature_table: torch.Tensor  # int64 [features]: TBE table index of each input feature
-    enabled: torch.Tensor  # bool [tables]
-    table_max: torch.Tensor  # COUNT_DTYPE [tables]: running max count of each local shard
+    enabled: Optional[torch.Tensor]  # bool [tables]; None when FALR covers every table of the kernel
+    table_max: torch.Tensor  # float64 [tables]: running max count of each local shard (exact to 2^53)
     global_max: bool  # the table maxima must be reduced over ranks (row-split tables)
     rows_view: Optional[torch.Tensor]  # [total rows, D] view of the weights when every table has width D
     hooks: List[Any] = field(default_factory=list)
@@ -258,8 +258,9 @@ class FrequencyAdaptiveLR:
             counts=torch.zeros(sum(rows), dtype=COUNT_DTYPE, device=device),
             row_start=row_start.to(device),
             feature_table=torch.tensor(kernel._feature_table_map, dtype=torch.int64, device=device),
-            enabled=torch.tensor([s.name in wanted for s in shards], device=device),
-            table_max=torch.zeros(len(shards), dtype=COUNT_DTYPE, device=device),
+            enabled=None if all(s.name in wanted for s in shards) else torch.tensor([s.name in wanted for s in shards], device=device),
+            # float64: CPU's scatter_reduce amax is many times faster on floats than on ints.
+            table_max=torch.zeros(len(shards), dtype=torch.float64, device=device),
             global_max=self.config.ref is None and any(s.row_split and s.name in wanted for s in shards),
             rows_view=_flat_weights(shards),
         )
@@ -300,7 +301,7 @@ class FrequencyAdaptiveLR:
             features = inputs[0]
             table, flat = self._ids(k, features)
             k.counts.index_add_(0, flat, torch.ones_like(flat, dtype=COUNT_DTYPE))
-            counts = k.counts[flat]
+            counts = k.counts[flat].double()
             k.table_max.scatter_reduce_(0, table, counts, reduce="amax")
             if self.config.ref is not None:
                 ref = torch.full_like(k.table_max, self.config.ref)
@@ -314,14 +315,17 @@ class FrequencyAdaptiveLR:
                 if work is not None:
                     work.wait()
                 scale = self.config.multiplier(counts, ref[table])
-                scale = torch.where(k.enabled[table], scale, torch.ones_like(scale))[:, None]
+                if k.enabled is not None:
+                    scale = torch.where(k.enabled[table], scale, torch.ones_like(scale))
                 state["parts"] = parts = self._row_sets(k, table, flat, scale)
                 state["before"] = [w.index_select(0, rows) for w, rows, _ in parts]
 
             def after_update(grad_inputs: Any, grad_outputs: Any) -> None:
-                # Duplicate ids write identical values, so which write lands does not matter.
+                # Duplicate ids write identical values, so which write lands does not matter. lerp
+                # with weight 1 returns the fused result exactly (tables FALR leaves alone).
                 for (w, rows, scale), before in zip(state["parts"], state["before"]):
-                    w.index_copy_(0, rows, torch.lerp(before, w.index_select(0, rows), scale))
+                    after = w.index_select(0, rows)
+                    w.index_copy_(0, rows, torch.lerp(before, after, scale[:, None].expand_as(after)))
 
             output.grad_fn.register_prehook(before_update)
             output.grad_fn.register_hook(after_update)
@@ -375,7 +379,7 @@ class FrequencyAdaptiveLR:
                     raise KeyError(f"FALR state has no counters for table {s.name!r}; it has {sorted(state_dict)}")
                 local = state_dict[s.name].local_shards()[0].tensor
                 k.counts[k.row_start[i] : k.row_start[i] + s.local_rows].copy_(local)
-                k.table_max[i] = local.max() if local.numel() else 0
+                k.table_max[i] = float(local.max()) if local.numel() else 0.0
 
     def remove(self) -> None:
         """Detach the hooks: the tables train at the plain learning rate (counting stops)."""

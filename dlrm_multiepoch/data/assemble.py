@@ -5,6 +5,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
+from dlrm_multiepoch.data.config import parse_min_count
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, UNKNOWN_ID, InteractionData, Split, TableSpec
 from dlrm_multiepoch.data.encode import IdMap
 from dlrm_multiepoch.data.history import build_history
@@ -121,11 +122,6 @@ def assemble(
         if notes is not None:
             notes.append(_split_note(name, split_name, frame.iloc[rows], data.splits[split_name]))
     return data
-
-
-def parse_min_count(text: Union[int, str]) -> TableValues[int]:
-    """``--min_count``: ``"2"`` (every table) or ``"2,t_user=5"``; each value >= 1."""
-    return TableValues.parse(str(text), "--min_count", int, default=1, check=lambda v: v >= 1, expected="must be >= 1")
 
 
 def _fold_report(

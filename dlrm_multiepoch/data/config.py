@@ -3,14 +3,16 @@
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
 
-from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
-from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.fetch import default_cache_dir, fetch_wheel
+from dlrm_multiepoch.table_values import TableValues
+
+if TYPE_CHECKING:  # the config is importable without torch (TorchX components, the CLI)
+    from dlrm_multiepoch.data.dataset import InteractionData
 
 # A builder encodes one dataset from its source file; it returns the data and log notes.
-Builder = Callable[["DataConfig", Path], Tuple[InteractionData, List[str]]]
+Builder = Callable[["DataConfig", Path], Tuple["InteractionData", List[str]]]
 
 DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
 
@@ -121,7 +123,12 @@ def id_fit_splits(cfg: DataConfig) -> Tuple[str, ...]:
     return ID_MAPS[cfg.id_maps]
 
 
-def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> InteractionData:
+def parse_min_count(text: Union[int, str]) -> TableValues[int]:
+    """``--min_count``: ``"2"`` (every table) or ``"2,t_user=5"``; each value >= 1."""
+    return TableValues.parse(str(text), "--min_count", int, default=1, check=lambda v: v >= 1, expected="must be >= 1")
+
+
+def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> "InteractionData":
     """Load, encode and cache ``cfg.dataset``; a second call with the same options reads
     the cache. Logs what was built (sizes, skipped lines, positives per task).
 
@@ -134,6 +141,8 @@ def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> Interac
         data = load_dataset(DataConfig(dataset="bookcrossing", history_length=10))
         print(data.tables, len(data.splits["train"]))
     """
+    from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
+
     builders = _builders()
     if cfg.dataset not in builders:
         raise ValueError(f"--dataset {cfg.dataset!r} is unknown; choices: {', '.join(DATASETS)}")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, List, Tuple
 import numpy as np
 import pandas as pd
 
-from dlrm_multiepoch.data.assemble import parse_min_count
+from dlrm_multiepoch.data.config import parse_min_count
 from dlrm_multiepoch.data.dataset import InteractionData, Split, TableSpec, UNKNOWN_ID
 from dlrm_multiepoch.data.encode import check_fraction, subsample, validation_split
 from dlrm_multiepoch.data.readers import describe_lines

@@ -1,8 +1,20 @@
 """Table optimisation remedies for multi-epoch training: per-table and scheduled table
 learning rates, frequency-adaptive per-row learning rates, re-initialisation, gradient
-accumulation."""
+accumulation (exports load on first use: :mod:`.options` stays torch-free)."""
 
-from dlrm_multiepoch.optim.falr import FALRConfig, FrequencyAdaptiveLR
-from dlrm_multiepoch.optim.tables import TableShard, all_table_names, table_shards
+from dlrm_multiepoch.lazy import lazy_exports
 
-__all__ = ["FALRConfig", "FrequencyAdaptiveLR", "TableShard", "all_table_names", "table_shards"]
+_EXPORTS = {
+    "FALRConfig": "dlrm_multiepoch.optim.options",
+    "ReinitSchedule": "dlrm_multiepoch.optim.options",
+    "TableLRSchedule": "dlrm_multiepoch.optim.options",
+    "FrequencyAdaptiveLR": "dlrm_multiepoch.optim.falr",
+    "GradientAccumulation": "dlrm_multiepoch.optim.accumulation",
+    "TableLRScheduler": "dlrm_multiepoch.optim.lr",
+    "reinit_tables": "dlrm_multiepoch.optim.reinit",
+    "TableShard": "dlrm_multiepoch.optim.tables",
+    "all_table_names": "dlrm_multiepoch.optim.tables",
+    "table_shards": "dlrm_multiepoch.optim.tables",
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

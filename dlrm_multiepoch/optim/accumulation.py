@@ -25,7 +25,7 @@ Example::
 """
 
 import contextlib
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List
 
 import torch
 from torch import nn
@@ -34,19 +34,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torchrec.distributed.embedding import ShardedEmbeddingCollection
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
 
-ACCUMULATION_RULES: Dict[str, Callable[[int], float]] = {
-    "1/N": lambda n: 1.0 / n,
-    "none": lambda n: 1.0,
-}
-
-
-def check_accumulation(steps: int, rule: str) -> None:
-    """Raise naming the flag for a bad ``--grad_accum_steps`` / ``--grad_accum_lr_rule``."""
-    if steps < 1:
-        raise ValueError(f"--grad_accum_steps must be >= 1, got {steps}")
-    if rule not in ACCUMULATION_RULES:
-        raise ValueError(f"--grad_accum_lr_rule must be one of {', '.join(ACCUMULATION_RULES)}, got {rule!r}")
-
+from dlrm_multiepoch.optim.options import ACCUMULATION_RULES, check_accumulation
 
 def ddp_modules(model: nn.Module) -> List[DistributedDataParallel]:
     """Every DDP wrapper in ``model``: the dense part and data-parallel table lookups

@@ -45,66 +45,12 @@ from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, Sharde
 from torch.distributed._shard.sharded_tensor.metadata import TensorProperties
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from dlrm_multiepoch.optim.options import FALRConfig, parse_falr_ref  # noqa: F401  (re-exported)
 from dlrm_multiepoch.optim.tables import TableShard, all_table_names, table_shards
 
 logger = logging.getLogger(__name__)
 
-FALR_KINDS = ("log", "power")
 COUNT_DTYPE = torch.int32
-
-
-@dataclass(frozen=True)
-class FALRConfig:
-    """How a row's lookup count becomes its learning-rate multiplier.
-
-    Args:
-        kind: ``"log"`` or ``"power"`` (see the module docstring).
-        power: exponent of ``"power"``.
-        floor: smallest multiplier (0 allows near-zero steps for rows seen once).
-        ref: count that gets the full LR; ``None`` = the table's largest count so far,
-            over all ranks (the paper's ``max_j count_j``).
-
-    Example::
-
-        FALRConfig("power", power=0.5, floor=0.1, ref=1000).multiplier(torch.tensor([1., 100.]), torch.tensor(1000.))
-    """
-
-    kind: str = "log"
-    power: float = 0.5
-    floor: float = 0.0
-    ref: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in FALR_KINDS:
-            raise ValueError(f"--falr must be one of {', '.join(FALR_KINDS)} (or empty to disable), got {self.kind!r}")
-        if not 0.0 <= self.floor <= 1.0:
-            raise ValueError(f"--falr_floor must be in [0, 1], got {self.floor}")
-        if not self.power > 0.0:
-            raise ValueError(f"--falr_power must be positive, got {self.power}")
-        if self.ref is not None and self.ref < 1:
-            raise ValueError(f"--falr_ref must be 'max' or a count >= 1, got {self.ref}")
-
-    def multiplier(self, counts: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-        """``f(counts)`` as float32, for counts >= 1 and ``ref`` >= 1 (broadcast)."""
-        c, r = counts.float(), ref.float()
-        if self.kind == "log":
-            m = torch.log1p(c) / torch.log1p(r)
-        else:
-            m = (c / r) ** self.power
-        return m.clamp(min=self.floor, max=1.0)
-
-
-def parse_falr_ref(text: str) -> Optional[int]:
-    """``--falr_ref``: ``"max"`` -> None, else a positive integer count."""
-    if text == "max":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"--falr_ref must be 'max' or a positive integer count, got {text!r}") from None
-    if value < 1:
-        raise ValueError(f"--falr_ref must be 'max' or a positive integer count, got {text!r}")
-    return value
 
 
 @dataclass

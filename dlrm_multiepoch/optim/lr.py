@@ -27,82 +27,13 @@ Example::
     sched.lrs()                            # {table: LR}, logged per table
 """
 
-import math
-from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 from torch import nn
 
+from dlrm_multiepoch.optim.options import TableLRSchedule
 from dlrm_multiepoch.optim.tables import kernels, set_kernel_learning_rate
-from dlrm_multiepoch.schedule import Bound
-
-DECAYS = ("constant", "linear", "cosine")
-
-
-@dataclass(frozen=True)
-class TableLRSchedule:
-    """Warm-up then decay of the table LR, as a multiplier of the base LR.
-
-    Args:
-        warmup: warm-up length as a :class:`~dlrm_multiepoch.schedule.Bound` (epochs,
-            steps or percent of the run); the LR rises linearly from ``1/W`` to 1.
-        decay: ``constant``, ``linear`` or ``cosine`` after the warm-up.
-        final: multiplier reached at the end of the run by ``linear``/``cosine``.
-
-    Example::
-
-        s = TableLRSchedule.parse("10%", "cosine", 0.0)
-        s.multipliers(steps_per_epoch=10, num_epochs=2)[:3]
-    """
-
-    warmup: Bound = Bound(Fraction(0))
-    decay: str = "constant"
-    final: float = 0.0
-
-    @staticmethod
-    def parse(warmup: str = "0", decay: str = "constant", final: float = 0.0) -> "TableLRSchedule":
-        """From the flags; errors name the flag."""
-        try:
-            bound = Bound.parse(str(warmup))
-        except ValueError as e:
-            raise ValueError(f"--table_lr_warmup: {e}") from None
-        if bound.from_end:
-            raise ValueError(f"--table_lr_warmup must count from the start of the run, got {warmup!r}")
-        if decay not in DECAYS:
-            raise ValueError(f"--table_lr_decay must be one of {', '.join(DECAYS)}, got {decay!r}")
-        if not 0.0 <= final <= 1.0:
-            raise ValueError(f"--table_lr_final must be in [0, 1], got {final}")
-        return TableLRSchedule(bound, decay, final)
-
-    @property
-    def is_constant(self) -> bool:
-        return self.warmup.value == 0 and self.decay == "constant"
-
-    def warmup_steps(self, steps_per_epoch: int, total_steps: int) -> int:
-        steps = math.ceil(self.warmup.to_step(steps_per_epoch, total_steps))
-        if steps > total_steps:
-            raise ValueError(
-                f"--table_lr_warmup {self.warmup} is {steps} steps, longer than the run ({total_steps} steps)"
-            )
-        return steps
-
-    def multiplier(self, step: int, steps_per_epoch: int, total_steps: int) -> float:
-        """The multiplier in force during step ``step`` (0-based)."""
-        warm = self.warmup_steps(steps_per_epoch, total_steps)
-        if step < warm:
-            return (step + 1) / warm
-        if self.decay == "constant" or total_steps <= warm:
-            return 1.0
-        progress = min(1.0, (step - warm) / max(1, total_steps - warm))
-        if self.decay == "linear":
-            return 1.0 - (1.0 - self.final) * progress
-        return self.final + (1.0 - self.final) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    def __str__(self) -> str:
-        return f"warmup {self.warmup}, then {self.decay}" + (f" to {self.final:g}x" if self.decay != "constant" else "")
-
 
 class TableLRScheduler:
     """Sets every fused table's LR to ``base * schedule(step) * factor`` before each step.

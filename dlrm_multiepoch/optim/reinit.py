@@ -23,75 +23,16 @@ Example::
         train_one_epoch()
 """
 
-import re
 import zlib
-from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Sequence
 
 import torch
 from torch import nn
 
+from dlrm_multiepoch.optim.options import ReinitSchedule  # noqa: F401  (re-exported)
 from dlrm_multiepoch.optim.tables import TableShard, all_table_names, table_shards
 
 ROWS_PER_BLOCK = 1 << 16  # rows drawn per seeded generator: the unit of sharding independence
-
-
-@dataclass(frozen=True)
-class ReinitSchedule:
-    """Which tables are re-initialised before which epochs (0-based epoch index >= 1).
-
-    Args:
-        events: ``(group, epochs)`` pairs; a group is ``"tables"`` or ``"table:NAME"``.
-
-    Example::
-
-        ReinitSchedule.parse("table:t_user@1,2", num_epochs=3).tables_at(1, ["t_user", "t_item"])   # ["t_user"]
-    """
-
-    events: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()
-
-    @staticmethod
-    def parse(text: str, num_epochs: int) -> "ReinitSchedule":
-        """Parse ``--reinit``; epochs must be whole boundaries inside the run (1..epochs-1)."""
-        events: List[Tuple[str, Tuple[int, ...]]] = []
-        for entry in (e.strip() for e in text.split(";")):
-            if not entry:
-                continue
-            group, at, when = (x.strip() for x in entry.partition("@"))
-            if not at or not when:
-                raise ValueError(f"--reinit: entry {entry!r} must be GROUP@EPOCHS, e.g. tables@1,2 or table:t_user@each")
-            if group != "tables" and not (group.startswith("table:") and group[len("table:") :]):
-                raise ValueError(f"--reinit: group {group!r} in {entry!r} must be 'tables' or 'table:NAME'")
-            if when == "each":
-                epochs = tuple(range(1, num_epochs))
-            else:
-                if not re.fullmatch(r"\d+(,\d+)*", when.replace(" ", "")):
-                    raise ValueError(f"--reinit: epochs {when!r} in {entry!r} must be 'each' or comma-separated integers")
-                epochs = tuple(sorted({int(x) for x in when.replace(" ", "").split(",")}))
-                bad = [e for e in epochs if not 1 <= e < num_epochs]
-                if bad:
-                    raise ValueError(
-                        f"--reinit: {entry!r} re-initialises after epoch(s) {bad}, but with --epochs {num_epochs} the "
-                        f"boundaries are 1..{num_epochs - 1} (k = after k epochs, before epoch k+1)"
-                    )
-            events.append((group, epochs))
-        return ReinitSchedule(tuple(events))
-
-    def check_tables(self, tables: Sequence[str]) -> None:
-        for group, _ in self.events:
-            if group.startswith("table:") and group[len("table:") :] not in tables:
-                raise ValueError(f"--reinit: unknown table {group[len('table:'):]!r}; tables: {sorted(tables)}")
-
-    def tables_at(self, epoch: int, tables: Sequence[str]) -> List[str]:
-        """Tables to re-initialise before 0-based epoch ``epoch`` (i.e. after ``epoch`` epochs)."""
-        out = set()
-        for group, epochs in self.events:
-            if epoch in epochs:
-                out |= set(tables) if group == "tables" else {group[len("table:") :]}
-        return sorted(out)
-
-    def __bool__(self) -> bool:
-        return bool(self.events)
 
 
 def _block_seed(seed: int, table: str, epoch: int, block: int) -> int:

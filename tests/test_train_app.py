@@ -38,7 +38,7 @@ def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_pat
     tags = set(acc.Tags()["scalars"])
     expected = {"train/loss", "train/samples_per_sec", "train/loss_like", "train/loss_love"}
     expected |= {f"{split}/{task}/{m}" for split in ("test", "train_sample") for task in ("like", "love") for m in ("auc", "logloss", "ne")}
-    expected |= {"lr/t_user", "lr/t_item", "test.unseen_user/like/auc", "test.seen_user_item/love/auc"}
+    expected |= {"lr/t_user", "lr/t_item", "test.unseen_user/like/auc", "test.seen/love/auc"}
     assert expected <= tags, expected - tags
     # The freeze state is logged per group: frozen (0) in epoch 1, training (1) in epoch 2.
     states = [e.value for e in acc.Scalars("freeze/tables")]

@@ -1,71 +1,97 @@
 """The unknown row: per-table folding (--min_count), the fold report, id maps from
 train+pretrain, id dropout, and the seen/unseen-id slices evaluation reports."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+import torch.nn.functional as F
+from torchmetrics.functional.classification import binary_auroc
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from dlrm_multiepoch.data.assemble import assemble
 from dlrm_multiepoch.data.batch import Batch
+from dlrm_multiepoch.data.config import DataConfig, min_counts
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID, TableSpec
 from dlrm_multiepoch.data.id_dropout import IdDropout
+from dlrm_multiepoch.data.loader import BatchLoader
+from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess
+from dlrm_multiepoch.data.store import open_dataset
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.table_values import TableValues
-from dlrm_multiepoch.train.evaluate import binary_metrics, gather_outputs, merged_task_metrics, slice_metrics
+from dlrm_multiepoch.train.evaluate import ALL_ROWS, evaluate_slices
 
 
-def _frame():
-    # user a x3, b x2, c x1 in train; d only in test; e only in pretrain; item x/y.
+def _prepare(tmp: Path, min_count="1", id_fit_splits=("train",), chunks: int = 1):
+    """A toy dataset through the real preprocessing path.
+
+    User a x3, b x2, c x1 in train; d only in test; e only in pretrain; items x/y/z.
+    """
     frame = pd.DataFrame(
         {
-            "user": ["a", "a", "a", "b", "b", "c", "a", "d", "c", "e", "e"],
-            "item": ["x", "y", "x", "x", "y", "y", "x", "x", "z", "x", "y"],
+            "user": ["a", "a", "a", "b", "b", "c", "a", "d", "c", "e", "e", None],
+            "item": ["x", "y", "x", "x", "y", "y", "x", "x", "z", "x", "y", "x"],
         }
     )
-    splits = {"train": np.arange(6), "test": np.array([6, 7, 8]), "pretrain": np.array([9, 10])}
-    labels = {"like": np.array([1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1], dtype=np.float32)}
-    return frame, splits, labels
+    codes = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 1], np.int8)  # train, test, pretrain
 
+    def plan(load, bad):
+        return SplitPlan(codes, ["train", "test", "pretrain"])
 
-def _assemble(**kwargs):
-    frame, splits, labels = _frame()
-    notes = []
-    data = assemble("toy", frame, splits, ["user", "item"], np.zeros((len(frame), 0), np.float32), [], labels, notes=notes, **kwargs)
+    cfg = DataConfig(min_count=min_count)
+    recipe = Recipe(
+        "toy", ["user", "item"], Standardize([]), ["like"], lambda n: {"like": n["like"].astype(np.float32)}, plan,
+        min_count=min_counts(cfg, ["user", "item"]), id_fit_splits=id_fit_splits,
+    )  # fmt: skip
+    like = np.array([1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1], np.float32)
+    parts = np.array_split(np.arange(len(frame)), chunks)
+    pieces = [frame_chunk(frame.iloc[p], ["user", "item"], {"like": like[p]}) for p in parts]
+    out = tmp / f"toy{len(list(tmp.iterdir()))}"
+    notes = preprocess(recipe, pieces, out, log=lambda s: None)
+    data, _ = open_dataset(out)
     return data, notes
 
 
-def test_per_table_min_count_folds_and_reports():
-    data, notes = _assemble(min_count="1,t_user=3")
-    users = data.splits["train"].sparse["user"]
+def _ids(data, split, feature):
+    return data.splits[split].read(0, len(data.splits[split])).sparse[feature].tolist()
+
+
+def test_per_table_min_count_folds_and_reports(tmp_path: Path):
+    data, notes = _prepare(tmp_path, min_count="1,t_user=3")
     # Only "a" (3 train rows) keeps a row in t_user; b and c fold into row 0. Items keep theirs.
-    assert users.tolist() == [1, 1, 1, 0, 0, 0]
-    assert data.tables[0].num_embeddings == 2 and data.tables[1].num_embeddings == 3
+    assert _ids(data, "train", "user") == [1, 1, 1, 0, 0, 0]
+    assert [t.num_embeddings for t in data.tables] == [2, 3]
     report = data.encoding["t_user"]
     assert (report["min_count"], report["fit_ids"], report["folded_ids"], report["folded_fit_rows"]) == (3, 3, 2, 3)
-    assert report["train_unknown_row_share"] == 0.5 and report["test_unknown_row_share"] == pytest.approx(2 / 3)
+    assert report["train_unknown_row_share"] == 0.5 and report["test_unknown_row_share"] == 0.75
     assert any(n.startswith("table t_user: min_count 3 folds 2 of 3 ids") for n in notes), notes
+    assert data.encoding["t_item"]["folded_ids"] == 0
     with pytest.raises(ValueError, match="--min_count: unknown table"):
-        _assemble(min_count="t_usr=2")
+        min_counts(DataConfig(min_count="t_usr=2"), ["user"])
     with pytest.raises(ValueError, match="--min_count"):
-        _assemble(min_count="0")
+        min_counts(DataConfig(min_count="0"), ["user"])
 
 
-def test_unseen_slices_and_id_maps_from_pretrain():
-    data, _ = _assemble()
-    test = data.splits["test"]
-    # Test rows: (a, x) seen; (d, x) unseen user; (c, z) unseen item.
-    assert test.slices["unseen_user"].tolist() == [False, True, False]
-    assert test.slices["unseen_item"].tolist() == [False, False, True]
-    assert test.slices["seen_user_item"].tolist() == [True, False, False]
-    assert data.splits["pretrain"].sparse["user"].tolist() == [UNKNOWN_ID, UNKNOWN_ID]
-    fitted, _ = _assemble(id_fit_splits=("train", "pretrain"))
-    # "e", seen only in pre-training data, now has its own row; slices still mean "not in train".
-    assert fitted.splits["pretrain"].sparse["user"].tolist() == [3, 3]  # a 3x, b 2x, e 2x, c 1x
-    assert fitted.splits["test"].slices["unseen_user"].tolist() == [False, True, False]
-    with pytest.raises(ValueError, match="--id_maps"):
-        _assemble(id_fit_splits=("train", "validation"))
+def test_unseen_slices_and_id_maps_from_pretrain(tmp_path: Path):
+    data, _ = _prepare(tmp_path, chunks=3)
+    assert data.slices == ["unseen_user", "unseen_item"]
+    test = data.splits["test"].read(0, 4)
+    # Test rows: (a, x) seen; (d, x) unseen user; (c, z) unseen item; (missing, x) no user id.
+    assert test.slices.tolist() == [0, 1, 2, 1]
+    assert _ids(data, "pretrain", "user") == [0, 0]
+    fitted, _ = _prepare(tmp_path, id_fit_splits=("train", "pretrain"))
+    # "e", seen only in pre-training data, now has its own row (a 3x, b 2x, e 2x, c 1x);
+    # the slices still mean "not in the train split".
+    assert _ids(fitted, "pretrain", "user") == [3, 3]
+    assert fitted.splits["test"].read(0, 4).slices.tolist() == [0, 1, 2, 1]
+    with pytest.raises(ValueError, match="--id_maps: toy has no \\['validation'\\] split"):
+        _prepare(tmp_path, id_fit_splits=("train", "validation"))
+    # The loader carries the codes into batches: 4 rows over 3 ranks, padding has code 0.
+    batches = [next(iter(BatchLoader(data, "test", 6, r, 3, prefetch_batches=0))) for r in range(3)]
+    assert sorted(c for b in batches for c in b.slices[b.weights == 1].tolist()) == [0, 1, 1, 2]
+    assert sum(int((b.weights == 0).sum()) for b in batches) == 2
+    assert all((b.slices[b.weights == 0] == 0).all() for b in batches)
 
 
 def _batch(values, keys=("user", "item")) -> Batch:
@@ -92,21 +118,40 @@ def test_id_dropout_is_seeded_per_batch_and_feature():
         IdDropout.for_tables([TableSpec("t_user", 3, ["user"])], {"t_usr": 0.1})
 
 
-def test_slice_metrics_follow_row_index_through_padding_and_order():
-    logits = torch.tensor([[0.1], [0.9], [0.3], [0.7], [5.0]])
-    labels = torch.tensor([[0.0], [1.0], [1.0], [0.0], [1.0]])
-    weights = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0])  # the last row is padding
-    rows = torch.tensor([3, 0, 2, 1, -1])  # outputs are not in split order
-    out = ModelOutput(torch.tensor(0.0), {}, logits, labels, weights)
-    merged = gather_outputs([out], [rows])
-    assert merged["row_index"].tolist() == [3, 0, 2, 1]
-    slices = {"odd": np.array([False, True, False, True]), "none": np.zeros(4, bool), "all": np.ones(4, bool)}
-    got = slice_metrics(merged, slices, ["like"])
-    assert set(got) == {"odd"}  # empty and whole-split slices are not reported
-    # Split rows 1 and 3 are outputs 3 and 0: logits 0.7, 0.1, labels 0, 0 -> AUC undefined; compare to reference.
-    ref = binary_metrics(torch.tensor([0.1, 0.7]), torch.tensor([0.0, 0.0]))
-    assert got["odd"]["like"]["rows"] == 2 and got["odd"]["like"]["logloss"] == pytest.approx(ref["logloss"])
-    assert merged_task_metrics(merged, ["like"])["like"]["rows"] == 4
+def test_slice_metrics_follow_each_batch_through_a_read_ahead_pipeline():
+    rng = np.random.default_rng(0)
+    batches = []
+    for _ in range(5):
+        n = 64
+        batch = _batch(list(range(1, n + 1)) * 2)
+        batch.slices = torch.from_numpy(rng.integers(0, 4, n))
+        batch.labels = {"like": torch.from_numpy((rng.random(n) < 0.5).astype(np.float32))}
+        batches.append(batch)
+    logits = {id(b): torch.randn(64, 1, generator=torch.Generator().manual_seed(i)) for i, b in enumerate(batches)}
+
+    def progress(it):  # reads two batches ahead, like TorchRec's pipelines, and returns outputs in order
+        while len(queue) < 3:
+            nxt = next(it, None)
+            if nxt is None:
+                break
+            queue.append(nxt)
+        if not queue:
+            raise StopIteration
+        b = queue.pop(0)
+        return ModelOutput(torch.tensor(0.0), {}, logits[id(b)], b.labels["like"][:, None], b.weights)
+
+    queue = []
+    got = evaluate_slices(progress, batches, ["like"], slices=["unseen_user", "unseen_item"])
+    codes = torch.cat([b.slices for b in batches])
+    all_logits = torch.cat([logits[id(b)] for b in batches])[:, 0]
+    labels = torch.cat([b.labels["like"] for b in batches])
+    for name, rows in (("unseen_user", codes & 1 == 1), ("unseen_item", codes & 2 == 2), ("seen", codes == 0)):
+        logloss = F.binary_cross_entropy_with_logits(all_logits[rows].double(), labels[rows].double()).item()
+        auc = binary_auroc(all_logits[rows], labels[rows].long()).item()
+        assert got[name]["like"]["rows"] == float(rows.sum())
+        assert got[name]["like"]["logloss"] == pytest.approx(logloss)
+        assert abs(got[name]["like"]["auc"] - auc) <= got[name]["like"]["auc_error_bound"] + 1e-6
+    assert got[ALL_ROWS]["like"]["rows"] == 320
 
 
 @pytest.mark.parametrize(

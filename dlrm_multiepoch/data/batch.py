@@ -22,9 +22,9 @@ class Batch(Pipelineable):
         sparse_features: KJT with one bag per sample per feature.
         labels: task name -> ``[B]`` float tensor of 0/1 labels.
         weights: ``[B]`` float tensor, 1 for real samples and 0 for padding.
-        row_index: optional ``[B]`` int64 CPU tensor: each sample's row in its split (-1
-            for padding), so evaluation can report metrics on row subsets. It stays on
-            the CPU when the batch moves.
+        slices: optional ``[B]`` int64 slice codes (bit ``i`` set: the sample is in the
+            dataset's row slice ``i``, e.g. an unseen user; 0 for padding), for per-slice
+            evaluation metrics.
 
     Example::
 
@@ -36,7 +36,7 @@ class Batch(Pipelineable):
     sparse_features: KeyedJaggedTensor
     labels: Dict[str, torch.Tensor]
     weights: torch.Tensor
-    row_index: Optional[torch.Tensor] = None
+    slices: Optional[torch.Tensor] = None
 
     @property
     def batch_size(self) -> int:
@@ -48,7 +48,7 @@ class Batch(Pipelineable):
             sparse_features=self.sparse_features.to(device=device, non_blocking=non_blocking),
             labels={k: v.to(device=device, non_blocking=non_blocking) for k, v in self.labels.items()},
             weights=self.weights.to(device=device, non_blocking=non_blocking),
-            row_index=self.row_index,
+            slices=None if self.slices is None else self.slices.to(device=device, non_blocking=non_blocking),
         )
 
     def record_stream(self, stream: torch.Stream) -> None:
@@ -61,6 +61,8 @@ class Batch(Pipelineable):
         for label in self.labels.values():
             label.record_stream(stream)
         self.weights.record_stream(stream)
+        if self.slices is not None:
+            self.slices.record_stream(stream)
 
     def pin_memory(self) -> "Batch":
         return Batch(
@@ -68,5 +70,5 @@ class Batch(Pipelineable):
             sparse_features=self.sparse_features.pin_memory(),
             labels={k: v.pin_memory() for k, v in self.labels.items()},
             weights=self.weights.pin_memory(),
-            row_index=self.row_index,
+            slices=None if self.slices is None else self.slices.pin_memory(),
         )

@@ -14,8 +14,9 @@ from tqdm import tqdm
 
 from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
 from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.data.config import load_dataset
-from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
+from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.load import load_dataset
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput
@@ -31,7 +32,7 @@ from dlrm_multiepoch.train.checkpoint import (
     save_checkpoint,
 )
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.evaluate import TaskMetrics, gather_outputs, merged_task_metrics, run_eval_pass, slice_metrics
+from dlrm_multiepoch.train.evaluate import ALL_ROWS, TaskMetrics, evaluate_slices
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.remedies import Remedies, table_base_lrs
@@ -51,10 +52,31 @@ def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
 
 
 def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
-    """A fixed train sample, evaluated like the test split, shows memorisation."""
+    """A fixed train sample, evaluated like the test split, shows memorisation. Drawn
+    without a permutation of all rows: memory stays flat as the split grows."""
     train = data.splits["train"]
-    rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
+    size = min(cfg.train_eval_rows, len(train))
+    rows = np.random.default_rng(cfg.seed).choice(len(train), size=size, replace=False)
     data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+
+
+def build_loader(
+    cfg: TrainConfig, data: InteractionData, split: str, env: DistEnv, shuffle: bool = False
+) -> BatchLoader:
+    """This rank's loader of ``split``: training batches (shuffled) or evaluation batches."""
+    return BatchLoader(
+        data,
+        split,
+        cfg.batch_size if shuffle else cfg.eval_batch_size,
+        env.rank,
+        env.world_size,
+        shuffle=shuffle,
+        seed=cfg.seed,
+        block_rows=cfg.shuffle_block_rows,
+        buffer_rows=cfg.shuffle_buffer_rows,
+        prefetch_batches=cfg.prefetch_batches,
+        pin_memory=env.device.type == "cuda",
+    )
 
 
 Freeze = Union[FreezeScheduleWrapper, AutoFreezeSchedule]
@@ -117,13 +139,9 @@ class Trainer:
             add_train_sample(data, cfg)
         if cfg.freeze_schedule.strip() == AUTO and VAL not in self.data.splits:
             raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {self.data.name!r} has none")
-        self.train_loader = BatchLoader(
-            self.data, "train", cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
-        )
+        self.train_loader = build_loader(cfg, self.data, "train", env, shuffle=True)
         self.eval_loaders = {
-            split: BatchLoader(self.data, split, cfg.eval_batch_size, env.rank, env.world_size)
-            for split in EVAL_SPLITS
-            if split in self.data.splits
+            split: build_loader(cfg, self.data, split, env) for split in EVAL_SPLITS if split in self.data.splits
         }
         run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINTS_DIR)
@@ -373,11 +391,13 @@ class Trainer:
         self.model.eval()
         results: Dict[str, TaskMetrics] = {}
         for split in splits:
-            rows: List[torch.Tensor] = []
-            merged = gather_outputs(run_eval_pass(self.pipeline.progress, self.eval_loaders[split], rows), rows)
-            results[split] = merged_task_metrics(merged, self.data.tasks)
-            for name, metrics in slice_metrics(merged, self.data.splits[split].slices, self.data.tasks).items():
-                results[f"{split}.{name}"] = metrics
+            # The train sample is seen by definition: its slices would repeat its metrics.
+            slices = self.data.slices if split != TRAIN_SAMPLE else []
+            per_slice = evaluate_slices(
+                self.pipeline.progress, self.eval_loaders[split], self.data.tasks, self.env.device, slices
+            )
+            for name, metrics in per_slice.items():
+                results[split if name == ALL_ROWS else f"{split}.{name}"] = metrics
         self.model.train()
         return results
 

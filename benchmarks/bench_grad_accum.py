@@ -29,8 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist  # noqa: E402
 
-from dlrm_multiepoch.data.config import DataConfig, load_dataset  # noqa: E402
-from dlrm_multiepoch.data.dataset import BatchLoader  # noqa: E402
+from dlrm_multiepoch.data.config import DataConfig  # noqa: E402
+from dlrm_multiepoch.data.load import load_dataset  # noqa: E402
+from dlrm_multiepoch.data.loader import BatchLoader  # noqa: E402
 from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.lookup.comm_count import count_ddp_all_reduce  # noqa: E402
 from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402

@@ -15,7 +15,8 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-from dlrm_multiepoch.data.dataset import UNKNOWN_ID, BatchLoader
+from dlrm_multiepoch.data.dataset import UNKNOWN_ID
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.id_dropout import IdDropout
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed

@@ -40,7 +40,7 @@ from dlrm_multiepoch.data.loader import BatchLoader  # noqa: E402
 from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402
 from dlrm_multiepoch.optim.falr import FALRConfig, FrequencyAdaptiveLR, falr_memory_fraction  # noqa: E402
-from dlrm_multiepoch.optim.tables import table_shards  # noqa: E402
+from dlrm_multiepoch.optim.shards import table_shards  # noqa: E402
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model  # noqa: E402
 from benchmarks.tools.interleaved import print_timings, time_interleaved  # noqa: E402
 from tests.multiprocess import run_on_ranks  # noqa: E402

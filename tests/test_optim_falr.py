@@ -23,8 +23,9 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConf
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from dlrm_multiepoch.optim.falr import FALRConfig, FrequencyAdaptiveLR, parse_falr_ref
-from dlrm_multiepoch.optim.tables import table_shards
+from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR
+from dlrm_multiepoch.optim.options import FALRConfig, parse_falr_ref
+from dlrm_multiepoch.optim.shards import table_shards
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer
 from tests.multiprocess import run_on_ranks
 from tests.sharding_helpers import load_full_tables

@@ -25,7 +25,7 @@ from dlrm_multiepoch.models import ModelConfig, build_dlrm
 from dlrm_multiepoch.optim.accumulation import GradientAccumulation, ddp_modules
 from dlrm_multiepoch.optim.lr import TableLRSchedule, TableLRScheduler
 from dlrm_multiepoch.optim.reinit import ReinitSchedule, init_values, reinit_tables
-from dlrm_multiepoch.optim.tables import table_shards
+from dlrm_multiepoch.optim.shards import table_shards
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 from tests.multiprocess import run_on_ranks
 

@@ -27,6 +27,7 @@ def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_pat
         "--dataset", "movielens", "--max_rows", "6000", "--epochs", "2", "--batch_size", "512",
         "--eval_every_n_steps", "5", "--train_eval_rows", "1000", "--log_every_n_steps", "2", "--no-progress_bar",
         "--freeze_schedule", "tables=frozen@[0,1) train@[1,end)", "--pipeline", "semi_sync",
+        "--pipeline_staleness_interval", "1",
         # The remedies ride along (their exactness is tested in tests/test_optim_*.py).
         "--falr", "log", "--reinit", "table:t_item@1", "--id_dropout", "0.05", "--min_count", "1,t_user=2",
         "--table_lr", "t_item=0.1", "--table_lr_warmup", "2step",

@@ -12,9 +12,8 @@ _EXPORTS = {
     "GradientAccumulation": "dlrm_multiepoch.optim.accumulation",
     "TableLRScheduler": "dlrm_multiepoch.optim.lr",
     "reinit_tables": "dlrm_multiepoch.optim.reinit",
-    "TableShard": "dlrm_multiepoch.optim.tables",
-    "all_table_names": "dlrm_multiepoch.optim.tables",
-    "table_shards": "dlrm_multiepoch.optim.tables",
+    "TableShard": "dlrm_multiepoch.optim.shards",
+    "table_shards": "dlrm_multiepoch.optim.shards",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -45,8 +45,9 @@ from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, Sharde
 from torch.distributed._shard.sharded_tensor.metadata import TensorProperties
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from dlrm_multiepoch.optim.options import FALRConfig, parse_falr_ref  # noqa: F401  (re-exported)
-from dlrm_multiepoch.optim.tables import TableShard, all_table_names, table_shards
+from dlrm_multiepoch.optim.options import FALRConfig
+from dlrm_multiepoch.optim.shards import TableShard, table_shards
+from dlrm_multiepoch.tables import table_names
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ class FrequencyAdaptiveLR:
     ) -> None:
         self.config = config
         shards = table_shards(model)
-        wanted = _wanted_tables(all_table_names(model), {s.name for s in shards if not s.fused}, tables)
+        wanted = _wanted_tables(table_names(model), {s.name for s in shards if not s.fused}, tables)
         _check_supported(shards, wanted)
         self.tables = sorted(wanted)
         self._kernels: List[_KernelCounts] = []

@@ -15,7 +15,7 @@ own learning rate, about 50x the dense one. Here a table's LR at step ``s`` is::
 - ``factor``: e.g. ``1/N`` under gradient accumulation (:mod:`.accumulation`).
 
 The LR is written where the fused kernel reads it every step (see
-:func:`~dlrm_multiepoch.optim.tables.set_kernel_learning_rate`). Data-parallel tables
+:func:`~dlrm_multiepoch.optim.shards.set_kernel_learning_rate`). Data-parallel tables
 are trained by the dense optimizer at the dense LR and are not covered.
 
 Example::
@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from dlrm_multiepoch.optim.options import TableLRSchedule
-from dlrm_multiepoch.optim.tables import kernels, set_kernel_learning_rate
+from dlrm_multiepoch.optim.shards import kernels, set_kernel_learning_rate
 
 class TableLRScheduler:
     """Sets every fused table's LR to ``base * schedule(step) * factor`` before each step.

@@ -19,7 +19,7 @@ Example::
 
     events = ReinitSchedule.parse("tables@each", num_epochs=3)
     for epoch in range(3):
-        reinit_tables(dmp, optimizer, events.tables_at(epoch, all_table_names(dmp)), seed=0, epoch=epoch)
+        reinit_tables(dmp, optimizer, events.tables_at(epoch, table_names(dmp)), seed=0, epoch=epoch)
         train_one_epoch()
 """
 
@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from dlrm_multiepoch.optim.options import ReinitSchedule  # noqa: F401  (re-exported)
-from dlrm_multiepoch.optim.tables import TableShard, all_table_names, table_shards
+from dlrm_multiepoch.optim.shards import TableShard, table_shards
+from dlrm_multiepoch.tables import table_names
 
 ROWS_PER_BLOCK = 1 << 16  # rows drawn per seeded generator: the unit of sharding independence
 
@@ -103,7 +104,7 @@ def reinit_tables(model: nn.Module, optimizer: Any, tables: Sequence[str], seed:
         seed: the run's seed.
         epoch: the event's epoch; part of the values' seed.
     """
-    known = all_table_names(model)
+    known = table_names(model)
     unknown = sorted(set(tables) - set(known))
     if unknown:
         raise ValueError(f"--reinit: unknown table(s) {unknown}; tables: {known}")

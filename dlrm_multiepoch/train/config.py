@@ -161,6 +161,10 @@ class TrainConfig:
     pipeline_warmup_batches: int = field(
         default=0, metadata={"help": "synchronous batches before a semi-sync pipeline starts overlapping"}
     )
+    pipeline_staleness_interval: int = field(
+        default=20,
+        metadata={"help": "semi_sync: measure the stale-row fraction on one step in N (1: every step, exact)"},
+    )
     id_dropout: str = field(
         default="",
         metadata={
@@ -205,6 +209,8 @@ class TrainConfig:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
         if self.keep_checkpoints < 1:
             raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+        if self.pipeline_staleness_interval < 1:
+            raise ValueError(f"--pipeline_staleness_interval must be >= 1, got {self.pipeline_staleness_interval}")
         self.optim.validate(self.epochs)
         self.id_dropout_values()
         parse_min_count(self.data.min_count)

@@ -8,13 +8,13 @@ from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.distributed.types import ShardingType
-from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from dlrm_multiepoch.distributed import DistEnv
+from dlrm_multiepoch.tables import embedding_modules, table_names
 
 # In-backward optimizers FBGEMM's CPU kernels accept (DESIGN.md: Adam raises on CPU).
 EMBEDDING_OPTIMIZERS = {
@@ -23,23 +23,6 @@ EMBEDDING_OPTIMIZERS = {
     "sgd": torch.optim.SGD,
 }
 ALL_SHARDING_TYPES = [t.value for t in ShardingType]
-
-
-def embedding_modules(model: nn.Module) -> Dict[str, nn.Module]:
-    """Every ``EmbeddingBagCollection``/``EmbeddingCollection`` in ``model``, by path."""
-    return {
-        name: m for name, m in model.named_modules() if isinstance(m, (EmbeddingBagCollection, EmbeddingCollection))
-    }
-
-
-def table_names(model: nn.Module) -> List[str]:
-    names: List[str] = []
-    for module in embedding_modules(model).values():
-        configs = (
-            module.embedding_bag_configs() if isinstance(module, EmbeddingBagCollection) else module.embedding_configs()
-        )
-        names.extend(c.name for c in configs)
-    return names
 
 
 def apply_embedding_optimizer(
@@ -55,15 +38,16 @@ def apply_embedding_optimizer(
     if optimizer not in EMBEDDING_OPTIMIZERS:
         raise ValueError(f"--embedding_optimizer must be one of {sorted(EMBEDDING_OPTIMIZERS)}, got {optimizer!r}")
     table_lrs = dict(table_lrs or {})
-    by_lr: Dict[float, List[nn.Parameter]] = {}
-    for module in embedding_modules(model).values():
-        for name, param in module.named_parameters():
-            by_lr.setdefault(table_lrs.get(name.split(".")[-2], learning_rate), []).append(param)
-    if not by_lr:
-        raise ValueError("model has no EmbeddingBagCollection or EmbeddingCollection to optimise")
     unknown = sorted(set(table_lrs) - set(table_names(model)))
     if unknown:
         raise ValueError(f"--table_lr: unknown table(s) {unknown}; tables: {table_names(model)}")
+    by_lr: Dict[float, List[nn.Parameter]] = {}
+    # The collections' own tables only: feature processors stay with the dense optimizer.
+    for m in embedding_modules(model):
+        for name, param in m.collection.named_parameters():
+            by_lr.setdefault(table_lrs.get(name.split(".")[-2], learning_rate), []).append(param)
+    if not by_lr:
+        raise ValueError("model has no EmbeddingBagCollection or EmbeddingCollection to optimise")
     for lr, params in by_lr.items():
         apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[optimizer], params, {"lr": lr})
 

@@ -1,4 +1,5 @@
-"""Where each embedding table's rows, optimizer state and learning rate live on this rank.
+"""Where each embedding table's rows, optimizer state and learning rate live on this rank
+(the TBE-level view of the tables :mod:`dlrm_multiepoch.tables` lists).
 
 After ``DistributedModelParallel`` shards a model, a table is no longer a parameter:
 its local shard is a slice of an FBGEMM table-batched embedding (TBE) owned by a
@@ -24,10 +25,9 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBat
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torchrec.distributed.batched_embedding_kernel import BaseBatchedEmbedding, BaseBatchedEmbeddingBag
-from torchrec.distributed.embedding import ShardedEmbeddingCollection
 from torchrec.distributed.embedding_types import ShardedEmbeddingTable
-from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
-from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
+
+from dlrm_multiepoch.tables import embedding_modules
 
 KERNEL_TYPES = (BaseBatchedEmbeddingBag, BaseBatchedEmbedding)
 
@@ -106,10 +106,8 @@ def kernels(model: nn.Module) -> List[nn.Module]:
     wrapped in ``DistributedDataParallel``), so ``model.modules()`` does not reach them.
     """
     found: List[nn.Module] = []
-    for module in model.modules():
-        if not isinstance(module, (ShardedEmbeddingBagCollection, ShardedEmbeddingCollection)):
-            continue
-        for lookup in module._lookups:
+    for m in embedding_modules(model):
+        for lookup in getattr(m.collection, "_lookups", []):
             while isinstance(lookup, DistributedDataParallel):
                 lookup = lookup.module
             found.extend(k for k in getattr(lookup, "_emb_modules", []) if isinstance(k, KERNEL_TYPES))
@@ -144,21 +142,3 @@ def set_kernel_learning_rate(kernel: nn.Module, lr: float) -> None:
     kernel.fused_optimizer.param_groups[0]["lr"] = lr
     kernel.emb_module.set_learning_rate(lr)
 
-
-def all_table_names(model: nn.Module) -> List[str]:
-    """Names of every embedding table of ``model`` (sharded or not), on every rank: a
-    rank lists tables whose shards live elsewhere too."""
-    names: List[str] = []
-    for m in model.modules():
-        if isinstance(m, EmbeddingBagCollection):
-            configs = m.embedding_bag_configs()
-        elif isinstance(m, EmbeddingCollection):
-            configs = m.embedding_configs()
-        elif isinstance(m, ShardedEmbeddingBagCollection):
-            configs = m._embedding_bag_configs
-        elif isinstance(m, ShardedEmbeddingCollection):
-            configs = m._embedding_configs
-        else:
-            continue
-        names.extend(c.name for c in configs if c.name not in names)
-    return names

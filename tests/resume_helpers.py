@@ -31,6 +31,10 @@ E2E_FLAGS = [
     "--eval_every_n_steps", "5", "--checkpoint_every_n_steps", "5", "--train_eval_rows", "1000",
     "--log_every_n_steps", "2", "--no-progress_bar", "--freeze_schedule", "tables=frozen@[0,1) train@[1,end)",
     "--pipeline", "semi_sync", "--pipeline_staleness_interval", "1",
+    # The remedies ride along: their state must survive the restart too (their exactness
+    # is tested in tests/test_optim_*.py).
+    "--falr", "log", "--reinit", "table:t_item@1", "--id_dropout", "0.05", "--min_count", "1,t_user=2",
+    "--table_lr", "t_item=0.1", "--table_lr_warmup", "2step",
 ]  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.resume_helpers import E2E_FLAGS, scalars
@@ -76,6 +77,7 @@ def test_two_rank_run_killed_mid_epoch_restarts_by_itself_and_equals_the_uninter
     tags = set(acc.Tags()["scalars"])
     expected = {"train/loss", "train/samples_per_sec", "train/loss_like", "train/loss_love"}
     expected |= {f"{split}/{task}/{m}" for split in ("test", "train_sample") for task in ("like", "love") for m in ("auc", "logloss", "ne")}
+    expected |= {"lr/t_user", "lr/t_item", "test.unseen_user/like/auc", "test.seen/love/auc"}
     assert expected <= tags, expected - tags
     # The freeze state is logged per group: frozen (0) in epoch 1, training (1) in epoch 2.
     states = [e.value for e in acc.Scalars("freeze/tables")]
@@ -86,6 +88,12 @@ def test_two_rank_run_killed_mid_epoch_restarts_by_itself_and_equals_the_uninter
     steps_per_epoch = max(stale) // 2
     assert all(v == 0.0 for step, v in stale.items() if step <= steps_per_epoch)
     assert any(v > 0.0 for step, v in stale.items() if step > steps_per_epoch + 1)
+    # Warm-up over 2 steps, then the per-table base LRs, as set on the fused kernels.
+    lrs = {t: [e.value for e in acc.Scalars(f"lr/{t}")] for t in ("t_item", "t_user")}
+    assert lrs["t_item"][-1] == pytest.approx(0.1) and lrs["t_user"][-1] == pytest.approx(0.05)
+    assert "re-initialised ['t_item'] before epoch 2" in output
+    assert summary["encoding"]["t_user"]["min_count"] == 2 and summary["encoding"]["t_item"]["folded_ids"] == 0
+    assert summary["falr_memory"]["bytes_rank0"] > 0
     epochs = [e["epoch"] for e in summary["evaluations"]]
     assert epochs[-1] == 2 and 1 in epochs and len(epochs) > 2  # per epoch plus every 5 steps
     # Each evaluation covers every test row exactly once across the two ranks.

@@ -1,7 +1,7 @@
 """The unit of data every stage after the loader sees."""
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
@@ -22,6 +22,9 @@ class Batch(Pipelineable):
         sparse_features: KJT with one bag per sample per feature.
         labels: task name -> ``[B]`` float tensor of 0/1 labels.
         weights: ``[B]`` float tensor, 1 for real samples and 0 for padding.
+        slices: optional ``[B]`` int64 slice codes (bit ``i`` set: the sample is in the
+            dataset's row slice ``i``, e.g. an unseen user; 0 for padding), for per-slice
+            evaluation metrics.
 
     Example::
 
@@ -33,6 +36,7 @@ class Batch(Pipelineable):
     sparse_features: KeyedJaggedTensor
     labels: Dict[str, torch.Tensor]
     weights: torch.Tensor
+    slices: Optional[torch.Tensor] = None
 
     @property
     def batch_size(self) -> int:
@@ -44,6 +48,7 @@ class Batch(Pipelineable):
             sparse_features=self.sparse_features.to(device=device, non_blocking=non_blocking),
             labels={k: v.to(device=device, non_blocking=non_blocking) for k, v in self.labels.items()},
             weights=self.weights.to(device=device, non_blocking=non_blocking),
+            slices=None if self.slices is None else self.slices.to(device=device, non_blocking=non_blocking),
         )
 
     def record_stream(self, stream: torch.Stream) -> None:
@@ -56,6 +61,8 @@ class Batch(Pipelineable):
         for label in self.labels.values():
             label.record_stream(stream)
         self.weights.record_stream(stream)
+        if self.slices is not None:
+            self.slices.record_stream(stream)
 
     def pin_memory(self) -> "Batch":
         return Batch(
@@ -63,4 +70,5 @@ class Batch(Pipelineable):
             sparse_features=self.sparse_features.pin_memory(),
             labels={k: v.pin_memory() for k, v in self.labels.items()},
             weights=self.weights.pin_memory(),
+            slices=None if self.slices is None else self.slices.pin_memory(),
         )

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator
 
 # Bump when a source changes the arrays it produces, so stale caches are not reused.
-CACHE_VERSION = 3
+CACHE_VERSION = 4  # 4: per-table min_count, --id_maps, slice column, encoding report
 
 
 def file_digest(path: Path) -> str:

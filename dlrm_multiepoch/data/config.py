@@ -3,7 +3,9 @@
 import math
 import os
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from dlrm_multiepoch.table_values import TableValues
 
 # The built-in sources (data/*.py register them; others may register more).
 BUILTIN_DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
@@ -84,7 +86,20 @@ class DataConfig:
         default=0,
         metadata={"help": "seed of the random split, the --max_rows sample and the history order without timestamps"},
     )
-    min_count: int = field(default=1, metadata={"help": "ids seen fewer times in train fold into the unknown row 0"})
+    min_count: str = field(
+        default="1",
+        metadata={
+            "help": "ids seen fewer times than this in train fold into the unknown row 0, which then trains: "
+            "'2' (every table) or '2,t_user=5' (per table)"
+        },
+    )
+    id_maps: str = field(
+        default="train",
+        metadata={
+            "help": "rows the id maps are fitted on: 'train', or 'train+pretrain' (rows seen only in the pretrain "
+            "split get their own row: trained by pre-training, left at their init by runs without it)"
+        },
+    )
     max_rows: Optional[int] = field(
         default=None, metadata={"help": "keep only a seeded random sample of this many interactions (smoke runs)"}
     )
@@ -202,3 +217,25 @@ class DataConfig:
             for f in fields(self)
             if f.name not in skip and f.metadata.get("cache_key", True)
         }
+
+
+ID_MAPS = {"train": ("train",), "train+pretrain": ("train", "pretrain")}
+
+
+def id_fit_splits(cfg: DataConfig) -> Tuple[str, ...]:
+    """The splits ``--id_maps`` fits the id maps on."""
+    if cfg.id_maps not in ID_MAPS:
+        raise ValueError(f"--id_maps must be one of {', '.join(ID_MAPS)}, got {cfg.id_maps!r}")
+    return ID_MAPS[cfg.id_maps]
+
+
+def parse_min_count(text: Union[int, str]) -> TableValues[int]:
+    """``--min_count``: ``"2"`` (every table) or ``"2,t_user=5"``; each value >= 1."""
+    return TableValues.parse(str(text), "--min_count", int, default=1, check=lambda v: v >= 1, expected="must be >= 1")
+
+
+def min_counts(cfg: DataConfig, features: Sequence[str]) -> Dict[str, int]:
+    """``--min_count`` per feature (table ``t_<feature>``); an override of another table is an error."""
+    values = parse_min_count(cfg.min_count)
+    values.check_tables([f"t_{f}" for f in features])
+    return {f: int(values.get(f"t_{f}")) for f in features}

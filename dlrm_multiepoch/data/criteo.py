@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Tuple
 import numpy as np
 import pandas as pd
 
+from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.encode import check_fraction, last_share, nth_true, subsample
 from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
 from dlrm_multiepoch.data.preprocess import Chunk, CriteoLog, Recipe, SplitPlan, preprocess
@@ -211,7 +212,8 @@ def criteo_recipe(cfg: "DataConfig", path: Path, stats: ScanStats) -> Recipe:
         labels=lambda numbers: {TASK: numbers["label"].astype(np.float32)},
         plan=plan,
         hashed_rows={f: cfg.criteo_hash_size for f in SPARSE_FEATURES},
-        min_count=cfg.min_count,
+        min_count=min_counts(cfg, SPARSE_FEATURES),
+        id_fit_splits=id_fit_splits(cfg),
     )
 
 

@@ -115,12 +115,15 @@ class Split:
         dense: ``float32 [N, num_dense]``.
         labels: task -> ``float32 [N]`` of 0/1.
         history: optional ``int [N, K]`` item ids, most recent first, padded with -1.
+        slices: optional ``uint8 [N]`` slice codes: bit ``i`` set = the row belongs to the
+            dataset's slice ``i`` (``InteractionData.slices``, e.g. ``unseen_user``).
     """
 
     sparse: Dict[str, SparseColumn]
     dense: np.ndarray
     labels: Dict[str, np.ndarray]
     history: Optional[np.ndarray] = None
+    slices: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return int(self.dense.shape[0])
@@ -135,6 +138,7 @@ class Split:
             dense=self.dense[rows],
             labels={k: v[rows] for k, v in self.labels.items()},
             history=None if self.history is None else self.history[rows],
+            slices=None if self.slices is None else self.slices[rows],
         )
 
     def read(self, start: int, stop: int) -> "Split":
@@ -145,6 +149,7 @@ class Split:
             dense=self.dense[start:stop],
             labels={k: v[start:stop] for k, v in self.labels.items()},
             history=None if self.history is None else self.history[start:stop],
+            slices=None if self.slices is None else self.slices[start:stop],
         )
 
     @classmethod
@@ -161,6 +166,7 @@ class Split:
             dense=np.concatenate([p.dense for p in parts]),
             labels={k: np.concatenate([p.labels[k] for p in parts]) for k in first.labels},
             history=None if first.history is None else np.concatenate([p.history for p in parts]),
+            slices=None if first.slices is None else np.concatenate([p.slices for p in parts]),
         )
 
     def id_ranges(self) -> Dict[str, Tuple[int, int]]:
@@ -210,6 +216,10 @@ class InteractionData:
         tasks: label names (e.g. ``["like", "love"]``).
         splits: ``"train"``, ``"test"`` and optionally ``"pretrain"``.
         multi_hot: features whose rows hold a bag of ids (a :class:`Ragged` column).
+        slices: names of the row slices the splits' slice codes mark (bit ``i`` = slice
+            ``i``), e.g. ``unseen_user``: the raw user id never occurs in the train split.
+        encoding: per table, what the id map did (``min_count``, ids and rows folded into
+            the unknown row, each split's share of rows in it), for logs and the run summary.
     """
 
     name: str
@@ -218,6 +228,8 @@ class InteractionData:
     tasks: List[str]
     splits: Dict[str, SplitSource] = field(default_factory=dict)
     multi_hot: List[str] = field(default_factory=list)
+    slices: List[str] = field(default_factory=list)
+    encoding: Dict[str, Dict[str, float]] = field(default_factory=dict)
 
     @property
     def feature_names(self) -> List[str]:

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, POOLINGS
 from dlrm_multiepoch.data.encode import check_fraction, random_split, subsample, time_split, validation_split
 from dlrm_multiepoch.data.preprocess import (
@@ -232,7 +233,8 @@ def interactions_recipe(cfg: "DataConfig", path: Path, reader: TableReader) -> R
         labels=threshold_labels("label", thresholds) if thresholds else binary_label,
         plan=plan,
         bags={c: cfg.multi_hot_pooling for c in multi_hot},
-        min_count=cfg.min_count,
+        min_count=min_counts(cfg, [USER_FEATURE, ITEM_FEATURE, *categorical, *multi_hot]),
+        id_fit_splits=id_fit_splits(cfg),
         history_length=cfg.history_length,
         history_time="time" if cfg.timestamp_col else None,
         seed=cfg.split_seed,

@@ -168,6 +168,7 @@ class BatchLoader:
             sparse_features=kjt,
             labels={k: torch.from_numpy(padded(v, 0.0).astype(np.float32, copy=False)) for k, v in part.labels.items()},
             weights=torch.from_numpy(weights),
+            slices=None if part.slices is None else torch.from_numpy(padded(part.slices, 0).astype(np.int64)),
         )
 
 

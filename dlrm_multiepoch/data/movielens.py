@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List
 import numpy as np
 import pandas as pd
 
+from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.encode import age_bucket, subsample, time_split, validation_split
 from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
 from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess, threshold_labels
@@ -113,7 +114,8 @@ def prepare_movielens(
         tasks=list(TASKS),
         labels=threshold_labels("rating", TASKS),
         plan=plan,
-        min_count=cfg.min_count,
+        min_count=min_counts(cfg, SPARSE_FEATURES),
+        id_fit_splits=id_fit_splits(cfg),
         history_length=cfg.history_length,
         history_time="time",
     )

@@ -9,8 +9,8 @@ input, the others over scratch files beside the output:
    ids, numbers and bag lengths are spilled.
 2. plan: the source assigns every row a split (it may load per-row numbers such as
    timestamps: 8 bytes a row).
-3. fit: id maps (frequency order, ``min_count`` folding) and dense statistics, from the
-   train rows.
+3. fit: id maps (frequency order, ``min_count`` folding) from the train rows (or the
+   recipe's ``id_fit_splits``), dense statistics from the train rows.
 4. write: every row, encoded, to its split's column files (:mod:`~dlrm_multiepoch.data.store`).
 
 Resident memory: one chunk, arrays the size of each vocabulary, the split plan (1 byte
@@ -240,7 +240,8 @@ class Recipe:
         hashed_rows: feature -> rows of its hashed table (row 0 = missing).
         bags: multi-hot feature -> pooling (``sum`` or ``mean``).
         min_count: ids seen fewer times in train fold into row 0 (one value, or per feature).
-        fit_splits: the splits id maps are counted on (dense statistics: train only).
+        id_fit_splits: splits whose rows the id maps count (``("train", "pretrain")`` gives
+            ids seen only in pre-training data their own rows).
         history_length: K > 0 adds the ``history`` feature (needs ``user`` and ``item``).
         history_time: the number ordering histories (None: a seeded order).
         seed: seed of that order.
@@ -255,7 +256,7 @@ class Recipe:
     hashed_rows: Dict[str, int] = field(default_factory=dict)
     bags: Dict[str, str] = field(default_factory=dict)
     min_count: Union[int, Dict[str, int]] = 1
-    fit_splits: Tuple[str, ...] = ("train",)
+    id_fit_splits: Tuple[str, ...] = ("train",)
     history_length: int = 0
     history_time: Optional[str] = None
     seed: int = 0
@@ -360,6 +361,11 @@ class _Job:
         self.id_of: Dict[str, np.ndarray] = {}  # feature -> table row of each stacked code (raw) or hash row
         self.tables: List[TableSpec] = []
         self.id_maps: Dict[str, Dict[str, str]] = {}
+        # The per-row slices: the raw user/item id never occurs in the train split.
+        self.described = [f for f in (USER_FEATURE, ITEM_FEATURE) if f in self.raw and f not in recipe.bags]
+        self.slices = [f"unseen_{f}" for f in self.described]
+        self.in_train: Dict[str, np.ndarray] = {}  # described feature -> global code seen in train
+        self.encoding: Dict[str, Dict[str, float]] = {}
         if recipe.history_length and {USER_FEATURE, ITEM_FEATURE} - set(recipe.features):
             raise ValueError(
                 f"{recipe.name}: --history_length needs {USER_FEATURE!r} and {ITEM_FEATURE!r} features; "
@@ -398,6 +404,9 @@ class _Job:
         plan = self.r.plan(lambda name: self.scratch.read_all(f"num:{name}"), bad)
         if len(plan.codes) != self.rows or "train" not in plan.names:
             raise ValueError(f"{self.r.name}: the split plan must cover {self.rows} rows and name 'train'")
+        missing = [s for s in self.r.id_fit_splits if s not in plan.names]
+        if missing:
+            raise ValueError(f"--id_maps: {self.r.name} has no {missing} split to fit id maps on (it has {plan.names})")
         self.plan = plan
         notes.extend(plan.notes)
 
@@ -417,14 +426,16 @@ class _Job:
     def fit(self) -> None:
         start = time.perf_counter()
         train = self.plan.names.index("train")
-        fitted = [self.plan.names.index(s) for s in self.r.fit_splits if s in self.plan.names]
+        fit = [self.plan.names.index(s) for s in self.r.id_fit_splits]
+        self.in_train = {f: np.zeros(len(self.values[f]), bool) for f in self.described}
         counters = {
             f: IdCounter(self.r.hashed_rows[f]) if f in self.r.hashed_rows else IdCounter(len(self.values[f]), True)
             for f in self.r.features
         }
         elements = {f: 0 for f in self.r.bags}
         for a, b in self.blocks():
-            counted = np.isin(self.plan.codes[a:b], fitted)
+            is_train = self.plan.codes[a:b] == train
+            is_fit = np.isin(self.plan.codes[a:b], fit)
             rows = np.arange(a, b)
             for f in self.r.features:
                 if f in self.r.bags:
@@ -432,10 +443,14 @@ class _Job:
                     e = elements[f]
                     codes = _lookup(self.to_global[f], self.scratch.read(f"bag:{f}", e, e + int(lengths.sum())))
                     elements[f] += len(codes)
-                    mask = np.repeat(counted, lengths)
+                    mask = np.repeat(is_fit, lengths)
                     counters[f].update(codes[mask], np.repeat(rows, lengths)[mask])
                 else:
-                    counters[f].update(self._codes(f, a, b)[counted], rows[counted])
+                    codes = self._codes(f, a, b)
+                    counters[f].update(codes[is_fit], rows[is_fit])
+                    if f in self.in_train:
+                        seen = codes[is_train]
+                        self.in_train[f][seen[seen >= 0]] = True
         for f in self.r.features:
             self._fit_table(f, counters[f])
         self.r.dense.fit(self._number_blocks(self.r.dense.inputs), train)
@@ -443,6 +458,15 @@ class _Job:
 
     def _fit_table(self, f: str, counter: IdCounter) -> None:
         name = f"t_{f}"
+        min_count = self.r.min_count_of(f)
+        counts = counter.counts
+        folded = (counts > 0) & (counts < min_count)
+        self.encoding[name] = {
+            "min_count": min_count,
+            "fit_ids": int((counts > 0).sum()),
+            "folded_ids": int(folded.sum()),
+            "folded_fit_rows": int(counts[folded].sum()),
+        }
         features = [f]
         pooling = self.r.bags.get(f)  # unset: TableSpec's default (mean for the history's table)
         if f == ITEM_FEATURE and self.r.history_length:
@@ -503,12 +527,13 @@ class _Job:
         split_rows = {s: int((self.plan.codes == i).sum()) for i, s in enumerate(names)}
         writer = DatasetWriter(
             self.tmp, self.tables, list(self.r.bags), len(self.r.dense.names), self.r.tasks, split_rows,
-            self.r.history_length,
+            self.r.history_length, self.slices,
         )
         inputs = sorted({k[4:] for k in self.scratch.columns if k.startswith("num:")})
-        described = [f for f in (USER_FEATURE, ITEM_FEATURE) if f in self.raw and f not in self.r.bags]
+        described = self.described
+        single = [f for f in self.r.features if f not in self.r.bags]
         seen = {(s, f): np.zeros(len(self.values[f]), bool) for s in names for f in described}
-        unknown = {(s, f): 0 for s in names for f in described}
+        unknown = {(s, f): 0 for s in names for f in single}
         elements = {f: 0 for f in self.r.bags}
         kept_before = 0
         for a, b in self.blocks():
@@ -528,6 +553,12 @@ class _Job:
                     ids[f] = self._ids(f, a, b)
             kept = codes >= 0
             hist = None if history is None else history.read(kept_before, kept_before + int(kept.sum()))
+            raw_codes = {f: self._codes(f, a, b) for f in described}
+            slice_codes = np.zeros(b - a, np.uint8)
+            for bit, (f, g) in enumerate(raw_codes.items()):  # missing (-1) or never in train: unseen
+                known = self.in_train[f]
+                unseen = (g < 0) | (~known[np.maximum(g, 0)] if len(known) else True)
+                slice_codes |= unseen.astype(np.uint8) << bit
             for i, s in enumerate(names):
                 mask = codes == i
                 if not mask.any():
@@ -540,10 +571,12 @@ class _Job:
                     dense[mask],
                     {t: labels[t][mask] for t in self.r.tasks},
                     None if hist is None else hist[mask[kept]],
+                    slice_codes[mask],
                 )
                 for f in described:
-                    g = self._codes(f, a, b)[mask]
+                    g = raw_codes[f][mask]
                     seen[s, f][g[g >= 0]] = True
+                for f in single:
                     unknown[s, f] += int((sparse[f] == UNKNOWN_ID).sum())
             kept_before += int(kept.sum())
         writer.close()
@@ -554,12 +587,29 @@ class _Job:
                     share = unknown[s, f] / split_rows[s]
                     parts.append(f"{int(seen[s, f].sum())} {f}s ({share:.1%} of rows in the unknown row)")
             notes.append(", ".join(parts))
+        for f in single:
+            report = self.encoding[f"t_{f}"]
+            for s in names:
+                report[f"{s}_unknown_row_share"] = unknown[s, f] / split_rows[s] if split_rows[s] else 0.0
+            notes.append(_fold_note(f"t_{f}", report))
         writer.write_meta(
-            self.r.name, self.r.dense.names, notes, {"id_maps": self.id_maps, "source_rows": self.rows, **extra}
+            self.r.name,
+            self.r.dense.names,
+            notes,
+            {"id_maps": self.id_maps, "encoding": self.encoding, "source_rows": self.rows, **extra},
         )
         self.scratch.close()
         elapsed = time.perf_counter() - start
         self.log(f"preprocess {self.r.name}: wrote {sum(split_rows.values()):,} rows in {elapsed:.1f}s")
+
+
+def _fold_note(table: str, r: Dict[str, float]) -> str:
+    shares = ", ".join(f"{k[: -len('_unknown_row_share')]} {v:.1%}" for k, v in r.items() if k.endswith("_unknown_row_share"))
+    return (
+        f"table {table}: min_count {r['min_count']} folds {r['folded_ids']:,} of {r['fit_ids']:,} ids "
+        f"({r['folded_ids'] / max(r['fit_ids'], 1):.1%}; {r['folded_fit_rows']:,} rows) into the unknown row; "
+        f"rows in the unknown row: {shares}"
+    )
 
 
 def _lookup(table: np.ndarray, codes: np.ndarray, missing: int = -1) -> np.ndarray:

@@ -9,6 +9,7 @@ Layout of a dataset folder (what ``dlrm-multiepoch preprocess`` writes)::
     <split>/sparse_<i>.npy     int32/int64 [N], single-id feature i
     <split>/bag_<i>.values.npy, bag_<i>.offsets.npy   multi-hot feature i (values, N + 1 offsets)
     <split>/history.npy        int32/int64 [N, K]
+    <split>/slices.npy         uint8 [N]: bit i set = the row is in slice i (meta "slices")
     vocab/<table>.parquet      raw values of each frequency-ordered table, in id order
 
 Files are numbered, not named after features, so any column name is safe. A folder is
@@ -65,6 +66,8 @@ class DatasetWriter:
         tasks: label names.
         split_rows: split name -> total rows it will receive.
         history_length: K of the history feature (0: none).
+        slices: names of the row slices each row's ``uint8`` slice code marks (bit ``i``
+            = slice ``i``); none: no slice column.
 
     Example::
 
@@ -83,8 +86,12 @@ class DatasetWriter:
         tasks: Sequence[str],
         split_rows: Dict[str, int],
         history_length: int = 0,
+        slices: Sequence[str] = (),
     ) -> None:
+        if len(slices) > 8:
+            raise ValueError(f"at most 8 row slices fit a uint8 slice code, got {list(slices)}")
         self.folder = Path(folder)
+        self.slices = list(slices)
         self.tables = list(tables)
         self.features = [f for t in tables for f in t.feature_names if f != HISTORY_FEATURE]
         self.multi_hot = list(multi_hot)
@@ -113,6 +120,8 @@ class DatasetWriter:
                     w[f"sparse:{f}"] = NpyWriter(d / f"sparse_{i}.npy", self._dtype[f], (n,))
             if history_length:
                 w["history"] = NpyWriter(d / "history.npy", self._dtype[HISTORY_FEATURE], (n, history_length))
+            if self.slices:
+                w["slices"] = NpyWriter(d / "slices.npy", np.uint8, (n,))
             self._writers[split] = w
             self._ranges[split] = {f: _Range() for f in self.features + ([HISTORY_FEATURE] if history_length else [])}
             self._label_sums[split] = {t: 0.0 for t in self.tasks}
@@ -125,9 +134,10 @@ class DatasetWriter:
         dense: np.ndarray,
         labels: Dict[str, np.ndarray],
         history: Optional[np.ndarray] = None,
+        slices: Optional[np.ndarray] = None,
     ) -> None:
         """The next rows of ``split``: ``sparse`` maps features to ids (a :class:`Ragged`
-        for multi-hot features)."""
+        for multi-hot features); ``slices`` their slice codes (when the writer has slices)."""
         w, ranges = self._writers[split], self._ranges[split]
         w["dense"].append(dense)
         for task in self.tasks:
@@ -147,6 +157,8 @@ class DatasetWriter:
         if self.history_length:
             w["history"].append(history)
             ranges[HISTORY_FEATURE].update(history[history != HISTORY_PAD])
+        if self.slices:
+            w["slices"].append(np.asarray(slices, dtype=np.uint8))
 
     def close(self) -> None:
         for split, w in self._writers.items():
@@ -180,6 +192,7 @@ class DatasetWriter:
             "dense_names": list(dense_names),
             "tasks": self.tasks,
             "history_length": self.history_length,
+            "slices": self.slices,
             "splits": splits,
             "notes": list(notes),
             **extra,
@@ -215,6 +228,7 @@ class StoredSplit:
         tasks: label names, in file-number order.
         layout: the split's entry in ``meta.json``.
         history_length: K (0: no history file).
+        has_slices: the split has a ``slices.npy`` column.
     """
 
     def __init__(
@@ -225,6 +239,7 @@ class StoredSplit:
         tasks: Sequence[str],
         layout: Dict[str, Any],
         history_length: int,
+        has_slices: bool = False,
     ) -> None:
         self.folder = Path(folder)
         self._features = list(features)
@@ -242,8 +257,9 @@ class StoredSplit:
             else:
                 self._sparse[f] = NpyFile(self.folder / f"sparse_{i}.npy")
         self._history = NpyFile(self.folder / "history.npy") if history_length else None
+        self._slices = NpyFile(self.folder / "slices.npy") if has_slices else None
         files = [self._dense, *self._labels.values(), *self._sparse.values()] + [o for _, o in self._bags.values()]
-        for file in files + ([self._history] if self._history else []):
+        for file in files + [f for f in (self._history, self._slices) if f is not None]:
             if len(file) != self._rows + (1 if file.path.name.endswith(".offsets.npy") else 0):
                 raise ValueError(f"{file.path}: {len(file)} rows, meta.json says {self._rows}")
 
@@ -265,6 +281,7 @@ class StoredSplit:
             dense=self._dense.read(start, stop),
             labels={t: file.read(start, stop) for t, file in self._labels.items()},
             history=None if self._history is None else self._history.read(start, stop),
+            slices=None if self._slices is None else self._slices.read(start, stop),
         )
 
     def take(self, rows: np.ndarray) -> Split:
@@ -281,6 +298,7 @@ class StoredSplit:
             dense=self._dense.take(rows),
             labels={t: file.take(rows) for t, file in self._labels.items()},
             history=None if self._history is None else self._history.take(rows),
+            slices=None if self._slices is None else self._slices.take(rows),
         )
 
     def id_ranges(self) -> Dict[str, Tuple[int, int]]:
@@ -335,10 +353,18 @@ def open_dataset(folder: Path) -> Tuple[InteractionData, Dict[str, Any]]:
         dense_names=meta["dense_names"],
         tasks=meta["tasks"],
         multi_hot=list(meta["multi_hot"]),
+        slices=list(meta.get("slices", [])),
+        encoding=meta.get("encoding", {}),
     )
     for split, layout in meta["splits"].items():
         data.splits[split] = StoredSplit(
-            folder / split, meta["features"], meta["multi_hot"], meta["tasks"], layout, int(meta["history_length"])
+            folder / split,
+            meta["features"],
+            meta["multi_hot"],
+            meta["tasks"],
+            layout,
+            int(meta["history_length"]),
+            has_slices=bool(meta.get("slices")),
         )
     return data, meta
 
@@ -368,10 +394,12 @@ def write_dataset(folder: Path, data: InteractionData, notes: Sequence[str], ext
     shutil.rmtree(tmp, ignore_errors=True)
     history = max((s.history_length for s in data.splits.values()), default=0)
     rows = {k: len(v) for k, v in data.splits.items()}
-    writer = DatasetWriter(tmp, data.tables, data.multi_hot, len(data.dense_names), data.tasks, rows, history)
+    writer = DatasetWriter(
+        tmp, data.tables, data.multi_hot, len(data.dense_names), data.tasks, rows, history, data.slices
+    )
     for name, split in data.splits.items():
         part = split.read(0, len(split))
-        writer.append(name, part.sparse, part.dense, part.labels, part.history)
+        writer.append(name, part.sparse, part.dense, part.labels, part.history, part.slices)
     writer.close()
-    writer.write_meta(data.name, data.dense_names, notes, extra)
+    writer.write_meta(data.name, data.dense_names, notes, {"encoding": data.encoding, **extra})
     commit(tmp, folder)

@@ -8,8 +8,9 @@ call, forward and backward, while still running the real collective.
 
 import contextlib
 from collections import Counter
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
+import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
@@ -47,3 +48,31 @@ def count_all_to_all() -> Iterator[Counter]:
     finally:
         for module, name, fn in originals:
             setattr(module, name, fn)
+
+
+def count_ddp_all_reduce(ddp_modules: Iterable[Any]) -> Counter:
+    """Counts the gradient all-reduces (one per bucket) of each DDP module from now on.
+
+    Registers a DDP communication hook that counts and then runs DDP's default
+    all-reduce, so training is unchanged. A DDP module takes one hook in its lifetime:
+    call this once, before the first backward.
+
+    Example::
+
+        calls = count_ddp_all_reduce(ddp_modules(dmp))
+        pipeline.progress(batches)
+        print(calls["all_reduce"], calls["bytes"])
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    calls: Counter = Counter()
+
+    # DDP checks these annotations.
+    def counting(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        calls["all_reduce"] += 1
+        calls["bytes"] += bucket.buffer().numel() * bucket.buffer().element_size()
+        return allreduce_hook(state, bucket)
+
+    for ddp in ddp_modules:
+        ddp.register_comm_hook(ddp.process_group, counting)
+    return calls

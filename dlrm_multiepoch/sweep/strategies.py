@@ -200,3 +200,36 @@ register_strategy(
     "joint training, stopped when validation stops improving (best-validation weights kept)",
     default=True, needs_val=True,
 )  # fmt: skip
+# The table remedies (dlrm_multiepoch/optim): learning rates, re-initialisation, the unknown row.
+register_strategy(
+    "falr", "--falr log",
+    "frequency-adaptive per-row table LR: lr * log(1+count)/log(1+max count) (Pinterest Ads)",
+)  # fmt: skip
+register_strategy(
+    "reinit", "--reinit tables@each",
+    "re-initialise every table (seeded) and its optimizer state before each epoch after the first (MEDA)",
+)  # fmt: skip
+register_strategy(
+    "unknown-row", "--min_count 2",
+    "ids seen once in train fold into the unknown row, so the row unseen ids use is trained",
+)  # fmt: skip
+register_strategy(
+    "id-dropout", "--id_dropout 0.05",
+    "5% of training ids (seeded) are looked up as the unknown row, so it trains on a sample of all rows",
+)  # fmt: skip
+register_strategy(
+    "lr-cosine", "--table_lr_warmup 5% --table_lr_decay cosine",
+    "table LR warm-up over 5% of the run, then cosine decay to 0 (a sparse-optimizer schedule)",
+)  # fmt: skip
+register_strategy(
+    "delayed+unknown-row", "--freeze_schedule delayed --min_count 2",
+    "tables frozen until the last epoch; ids seen once fold into the trained unknown row",
+)  # fmt: skip
+register_strategy(
+    "reinit+unknown-row", "--reinit tables@each --min_count 2",
+    "tables re-initialised before each epoch after the first; ids seen once fold into the unknown row",
+)  # fmt: skip
+register_strategy(
+    "delayed+falr", "--freeze_schedule delayed --falr log",
+    "tables frozen until the last epoch, then trained with the frequency-adaptive LR",
+)  # fmt: skip

@@ -15,9 +15,11 @@ from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
 from dlrm_multiepoch.auto.policy import AUTO, AutoScheduleConfig
-from dlrm_multiepoch.data.config import DataConfig
+from dlrm_multiepoch.data.config import DataConfig, id_fit_splits, parse_min_count
 from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.optim.options import FALRConfig, ReinitSchedule, TableLRSchedule, check_accumulation, parse_falr_ref
 from dlrm_multiepoch.schedule import FreezeSchedule
+from dlrm_multiepoch.table_values import TableValues
 
 EMBEDDING_OPTIMIZER_NAMES = ("rowwise_adagrad", "adagrad", "sgd")
 SHARDING_TYPE_NAMES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise", "table_column_wise")
@@ -25,13 +27,95 @@ SHARDING_TYPE_NAMES = ("data_parallel", "table_wise", "column_wise", "row_wise",
 
 @dataclass
 class OptimConfig:
-    """Optimizers: fused in-backward for tables, Adam for dense weights."""
+    """Optimizers: fused in-backward for tables, Adam for dense weights; the table-LR remedies."""
 
     learning_rate: float = field(default=1e-3, metadata={"help": "Adam learning rate of the dense weights"})
     embedding_optimizer: str = field(
         default="rowwise_adagrad", metadata={"help": "fused table optimizer: rowwise_adagrad, adagrad or sgd"}
     )
     embedding_learning_rate: float = field(default=0.05, metadata={"help": "learning rate of the embedding tables"})
+    embedding_lr_scale: float = field(
+        default=0.0,
+        metadata={"help": "> 0: the table LR is this times --learning_rate (replaces --embedding_learning_rate)"},
+    )
+    table_lr: str = field(
+        default="", metadata={"help": "per-table base LR overrides, e.g. 't_user=0.02,t_item=0.05'"}
+    )
+    table_lr_warmup: str = field(
+        default="0",
+        metadata={"help": "linear warm-up of the table LR: epochs (0.5), steps (300step) or percent of the run (10%%)"},
+    )
+    table_lr_decay: str = field(
+        default="constant", metadata={"help": "table LR after the warm-up: constant, linear or cosine (to the run's end)"}
+    )
+    table_lr_final: float = field(
+        default=0.0, metadata={"help": "linear/cosine decay: final table LR as a fraction of the peak"}
+    )
+    falr: str = field(
+        default="",
+        metadata={
+            "help": "frequency-adaptive per-row table LR: lr * f(count), count = the row's lookups so far; "
+            "'log' (log(1+c)/log(1+ref)), 'power' ((c/ref)^--falr_power) or empty (off)"
+        },
+    )
+    falr_power: float = field(default=0.5, metadata={"help": "exponent of --falr power"})
+    falr_floor: float = field(default=0.0, metadata={"help": "smallest FALR multiplier"})
+    falr_ref: str = field(
+        default="max", metadata={"help": "count with the full LR: 'max' (the table's largest count so far) or a number"}
+    )
+    falr_tables: str = field(
+        default="", metadata={"help": "comma-separated tables FALR applies to (empty: every fused table)"}
+    )
+    reinit: str = field(
+        default="",
+        metadata={
+            "help": "re-initialise tables (seeded, optimizer state zeroed) before epochs: 'tables@each', "
+            "'tables@1,2' (after 1 and 2 epochs), 'table:t_user@1; table:t_item@2'"
+        },
+    )
+    grad_accum_steps: int = field(
+        default=1,
+        metadata={"help": "micro-batches per dense optimizer step (DDP all-reduces only at that step)"},
+    )
+    grad_accum_lr_rule: str = field(
+        default="1/N", metadata={"help": "fused table LR under accumulation: '1/N' (rescaled) or 'none'"}
+    )
+
+    def validate(self, epochs: int) -> None:
+        """Syntax and range checks of every optimizer flag (tables are checked once the model exists)."""
+        for name in ("learning_rate", "embedding_learning_rate", "embedding_lr_scale"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        self.table_lr_values()
+        self.lr_schedule()
+        self.falr_config()
+        self.reinit_schedule(epochs)
+        check_accumulation(self.grad_accum_steps, self.grad_accum_lr_rule)
+
+    def base_table_lr(self) -> float:
+        """The table LR before per-table overrides and schedules."""
+        return self.embedding_lr_scale * self.learning_rate if self.embedding_lr_scale > 0 else self.embedding_learning_rate
+
+    def table_lr_values(self) -> TableValues[float]:
+        return TableValues.parse(
+            self.table_lr, "--table_lr", float, default=self.base_table_lr(), check=lambda v: v >= 0,
+            expected="must be >= 0",
+        )  # fmt: skip
+
+    def lr_schedule(self) -> TableLRSchedule:
+        return TableLRSchedule.parse(self.table_lr_warmup, self.table_lr_decay, self.table_lr_final)
+
+    def falr_config(self) -> Optional[FALRConfig]:
+        if not self.falr:
+            return None
+        return FALRConfig(self.falr, power=self.falr_power, floor=self.falr_floor, ref=parse_falr_ref(self.falr_ref))
+
+    def falr_table_list(self) -> Optional[List[str]]:
+        names = [t.strip() for t in self.falr_tables.split(",") if t.strip()]
+        return names or None
+
+    def reinit_schedule(self, epochs: int) -> ReinitSchedule:
+        return ReinitSchedule.parse(self.reinit, epochs)
 
     def validate(self) -> None:
         for name in ("learning_rate", "embedding_learning_rate"):
@@ -103,6 +187,13 @@ class TrainConfig:
     pipeline_staleness_interval: int = field(
         default=20,
         metadata={"help": "semi_sync: measure the stale-row fraction on one step in N (1: every step, exact)"},
+    )
+    id_dropout: str = field(
+        default="",
+        metadata={
+            "help": "during training, look up this seeded fraction of ids as the unknown row 0, so it trains: "
+            "'0.02' (every table) or '0.02,t_age=0' (per table); empty: off"
+        },
     )
     tensorboard_dir: str = field(default="runs", metadata={"help": "parent folder of run folders"})
     run_name: str = field(default="", metadata={"help": "run folder name under --tensorboard_dir (default: derived)"})
@@ -183,6 +274,18 @@ class TrainConfig:
             raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         if self.pipeline_staleness_interval < 1:
             raise ValueError(f"--pipeline_staleness_interval must be >= 1, got {self.pipeline_staleness_interval}")
+        self.optim.validate(self.epochs)
+        if self.optim.grad_accum_steps > 1 and self.checkpoint and self.checkpoint_every_n_steps:
+            # A step checkpoint inside an accumulation window would drop the gradients
+            # accumulated so far; epoch checkpoints fall where windows close.
+            raise ValueError(
+                f"--checkpoint_every_n_steps {self.checkpoint_every_n_steps} with --grad_accum_steps "
+                f"{self.optim.grad_accum_steps}: step checkpoints are not supported with gradient accumulation "
+                "(use per-epoch checkpoints: --checkpoint_every_n_steps 0)"
+            )
+        self.id_dropout_values()
+        parse_min_count(self.data.min_count)
+        id_fit_splits(self.data)
         if self.resume == "auto" and not self.run_name:
             raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
         if self.model.model == "multipath" and self.data.history_length <= 0:
@@ -219,6 +322,11 @@ class TrainConfig:
             raise ValueError(f"--resume {self.resume!r}: no such checkpoint folder (expected '', 'auto' or a folder)")
         if self.pretrained_tables and not os.path.isdir(self.pretrained_tables):
             raise ValueError(f"--pretrained_tables {self.pretrained_tables!r}: no such folder (apps/pretrain.py writes one)")
+
+    def id_dropout_values(self) -> TableValues[float]:
+        return TableValues.parse(
+            self.id_dropout, "--id_dropout", float, default=0.0, check=lambda p: 0.0 <= p < 1.0, expected="must be in [0, 1)"
+        )
 
     @property
     def sharding_type_list(self) -> List[str]:

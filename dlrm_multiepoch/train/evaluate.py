@@ -15,8 +15,9 @@ variants bin scores on a fixed threshold grid with no error bound.)
   ``0.5 * sum_b pos_b * neg_b / (P * N)``.
 """
 
+import collections
 import math
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -81,14 +82,18 @@ class BinaryMetrics:
         labels: torch.Tensor,
         weights: torch.Tensor,
         slice_ids: Optional[torch.Tensor] = None,
+        slice_masks: Optional[torch.Tensor] = None,
     ) -> None:
         """Add one batch: ``[B, tasks]`` logits and 0/1 labels, ``[B]`` weights (0 = padding),
-        optionally ``[B]`` slice indices into ``slices``."""
+        optionally ``[B]`` slice indices into ``slices`` (one slice per row) or ``[B, slices]``
+        boolean ``slice_masks`` (a row may be in several slices)."""
         self._allocate(logits.device)
         logits, labels, weights = logits.detach(), labels.detach().double(), weights.detach().double()
         groups = [(0, None)]
         if slice_ids is not None:
             groups += [(1 + s, slice_ids == s) for s in range(len(self.slices))]
+        elif slice_masks is not None:
+            groups += [(1 + s, slice_masks[:, s]) for s in range(len(self.slices))]
         bce = F.binary_cross_entropy_with_logits(logits.double(), labels, reduction="none")
         bins = score_bins(logits, self.bits)
         offsets = labels.long() * (1 << self.bits)  # label 1 histograms follow label 0's
@@ -173,10 +178,7 @@ def evaluate_pass(
     device: Optional[torch.device] = None,
 ) -> TaskMetrics:
     """Per-task metrics of one pass over ``batches`` (a collective call)."""
-    metrics = BinaryMetrics(tasks, device=device)
-    for out in eval_outputs(progress, batches):
-        metrics.update(out.logits, out.labels, out.weights)
-    return metrics.compute()
+    return evaluate_slices(progress, batches, tasks, device)[ALL_ROWS]
 
 
 def undefined_metrics(results: Dict[str, TaskMetrics]) -> Dict[Tuple[str, str], str]:
@@ -202,3 +204,45 @@ def undefined_metrics(results: Dict[str, TaskMetrics]) -> Dict[Tuple[str, str], 
                 f"{split}/{task}: {why}, so {', '.join(undefined)} undefined (TensorBoard gets NaN, summary.json null)"
             )
     return out
+
+
+ALL_ROWS = ""
+SEEN = "seen"  # rows in none of the data's slices
+
+
+def slice_masks(codes: torch.Tensor, slices: Sequence[str]) -> torch.Tensor:
+    """``[B, len(slices) + 1]`` booleans from slice codes: bit ``i`` = slice ``i``, then
+    :data:`SEEN` (no bit set)."""
+    bits = torch.arange(len(slices), device=codes.device)
+    masks = (codes[:, None] >> bits) & 1 == 1
+    return torch.cat([masks, (codes == 0)[:, None]], dim=1)
+
+
+def evaluate_slices(
+    progress: Callable[[Iterator], ModelOutput],
+    batches: Iterable,
+    tasks: Sequence[str],
+    device: Optional[torch.device] = None,
+    slices: Sequence[str] = (),
+) -> Dict[str, TaskMetrics]:
+    """Per-task metrics of all rows (key :data:`ALL_ROWS`) and, with ``slices`` (the
+    data's slice names, bit order of the batches' ``slices`` codes), of each slice and of
+    :data:`SEEN` rows, in one pass (a collective call).
+
+    Pipelines read batches ahead but return outputs in batch order, so the codes of
+    the batches read are queued and taken as their outputs come.
+    """
+    names = [*slices, SEEN] if slices else []
+    metrics = BinaryMetrics(tasks, slices=names, device=device)
+    codes: Deque[Optional[torch.Tensor]] = collections.deque()
+
+    def read(it: Iterable) -> Iterator:
+        for batch in it:
+            codes.append(batch.slices)
+            yield batch
+
+    for out in eval_outputs(progress, read(batches)):
+        code = codes.popleft()
+        masks = slice_masks(code.to(out.weights.device), slices) if names and code is not None else None
+        metrics.update(out.logits, out.labels, out.weights, slice_masks=masks)
+    return dict(zip([ALL_ROWS, *names], metrics.compute_all()))

@@ -1,10 +1,11 @@
 """Shard a model with TorchRec's planner and build its optimizers (the dlrm_main recipe)."""
 
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
 from torchrec.distributed import DistributedModelParallel
+from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.distributed.planner.constants import BATCH_SIZE
 from torchrec.distributed.planner.enumerators import EmbeddingEnumerator
@@ -44,23 +45,38 @@ class OrderedEnumerator(EmbeddingEnumerator):
         return sorted(types, key=lambda t: (self._order.get(t, len(self._order)), t))
 
 
-def apply_embedding_optimizer(model: nn.Module, optimizer: str, learning_rate: float) -> None:
+def apply_embedding_optimizer(
+    model: nn.Module, optimizer: str, learning_rate: float, table_lrs: Optional[Mapping[str, float]] = None
+) -> None:
     """Attach a fused in-backward optimizer to every embedding table of ``model``.
 
     Call before sharding: ``DistributedModelParallel`` turns these into FBGEMM's fused
-    table-batched optimizers.
+    table-batched optimizers. Tables with different learning rates (``table_lrs``:
+    table -> LR, others get ``learning_rate``) land in different TBEs, so each keeps its
+    own LR (one LR per TBE) and a schedule can move them independently.
     """
     if optimizer not in EMBEDDING_OPTIMIZERS:
         raise ValueError(f"--embedding_optimizer must be one of {sorted(EMBEDDING_OPTIMIZERS)}, got {optimizer!r}")
+    table_lrs = dict(table_lrs or {})
+    unknown = sorted(set(table_lrs) - set(table_names(model)))
+    if unknown:
+        raise ValueError(f"--table_lr: unknown table(s) {unknown}; tables: {table_names(model)}")
+    by_lr: Dict[float, List[nn.Parameter]] = {}
     # The collections' own tables only: feature processors stay with the dense optimizer.
-    params = [p for m in embedding_modules(model) for p in m.collection.parameters()]
-    if not params:
+    for m in embedding_modules(model):
+        for name, param in m.collection.named_parameters():
+            by_lr.setdefault(table_lrs.get(name.split(".")[-2], learning_rate), []).append(param)
+    if not by_lr:
         raise ValueError("model has no EmbeddingBagCollection or EmbeddingCollection to optimise")
-    apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[optimizer], params, {"lr": learning_rate})
+    for lr, params in by_lr.items():
+        apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[optimizer], params, {"lr": lr})
 
 
 def shard_model(
-    model: nn.Module, env: DistEnv, sharding_types: Sequence[str] = ("table_wise", "row_wise", "column_wise")
+    model: nn.Module,
+    env: DistEnv,
+    sharding_types: Sequence[str] = ("table_wise", "row_wise", "column_wise"),
+    static_graph: bool = True,
 ) -> DistributedModelParallel:
     """Plan and shard ``model`` over the default process group.
 
@@ -70,6 +86,9 @@ def shard_model(
         sharding_types: sharding types the planner may choose for every table. The
             default leaves out ``data_parallel``: TorchRec would give replicated tables
             no fused optimizer and train them with the dense optimizer at the dense LR.
+        static_graph: TorchRec's default DDP setting for the dense part. Gradient
+            accumulation needs False: a static-graph DDP cannot skip its all-reduce
+            (``no_sync``) from the first iteration on.
     """
     unknown = sorted(set(sharding_types) - set(ALL_SHARDING_TYPES))
     if unknown:
@@ -84,7 +103,8 @@ def shard_model(
         constraints=constraints,
     )
     plan = planner.collective_plan(model, pg=torch.distributed.GroupMember.WORLD)
-    return DistributedModelParallel(module=model, device=env.device, plan=plan)
+    wrapper = DefaultDataParallelWrapper(static_graph=static_graph)
+    return DistributedModelParallel(module=model, device=env.device, plan=plan, data_parallel_wrapper=wrapper)
 
 
 def build_optimizer(model: DistributedModelParallel, learning_rate: float) -> CombinedOptimizer:

@@ -40,7 +40,7 @@ from dlrm_multiepoch.train.checkpoint import (
     table_sharding,
 )
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.evaluate import TaskMetrics, evaluate_pass, undefined_metrics
+from dlrm_multiepoch.train.evaluate import ALL_ROWS, TaskMetrics, evaluate_slices, undefined_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
 from dlrm_multiepoch.train.nonfinite import (
     NonFiniteLossError,
@@ -50,6 +50,7 @@ from dlrm_multiepoch.train.nonfinite import (
 )
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.progress import TrainProgress
+from dlrm_multiepoch.train.remedies import Remedies, table_base_lrs
 from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 
@@ -79,6 +80,7 @@ class Trainer:
     optimizer: CombinedOptimizer
     freeze: Optional[Freeze]
     auto_run: Optional[AutoRun]  # with --freeze_schedule auto: acts on its decisions
+    remedies: Remedies  # table LR schedule, FALR, re-initialisation, accumulation, id dropout
     pipeline: TrainPipelineSparseDist
     logger: MetricsLogger
     run: RunFolder
@@ -113,9 +115,10 @@ class Trainer:
         }
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         self.logger = MetricsLogger(self.run.path, enabled=env.is_main, purge_step=self.run.purge_step)
+        base_lrs = table_base_lrs(cfg, self.data)
         model = build_model(self.data, cfg.model, env.device)
-        apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.embedding_learning_rate)
-        self.model = shard_model(model, env, cfg.sharding_type_list)
+        apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.base_table_lr(), base_lrs)
+        self.model = shard_model(model, env, cfg.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
         if cfg.pretrained_tables and self.resume_from is None:  # on resume the checkpoint has the tables
             load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
@@ -125,10 +128,11 @@ class Trainer:
             if isinstance(self.freeze, AutoFreezeSchedule)
             else None
         )
+        self.remedies = Remedies.build(cfg, self.data, self.model, self.optimizer, self.steps_per_epoch, env.rank, base_lrs)
         self.pipeline = make_train_pipeline(
             cfg.pipeline,
             self.model,
-            self.optimizer,
+            self.remedies.pipeline_optimizer(self.optimizer),
             env.device,
             warmup_batches=cfg.pipeline_warmup_batches,
             frozen_tables=self.freeze.frozen_tables if self.freeze is not None else None,
@@ -136,7 +140,7 @@ class Trainer:
         )
         self.skipper = SkipNonFiniteBatches(self.model.module) if cfg.skip_nonfinite_batches else None
         self.progress = TrainProgress()
-        self.checkpointed = {"progress": self.progress, "metrics": self.logger}
+        self.checkpointed = {"progress": self.progress, "metrics": self.logger, **self.remedies.checkpoint_parts()}
         if self.freeze is not None:
             self.checkpointed["freeze"] = self.freeze
         self.checkpointer = Checkpointer(
@@ -166,7 +170,9 @@ class Trainer:
         self.logger.record("config", self.cfg.to_dict())
         self.logger.record("dataset", {name: len(split) for name, split in self.data.splits.items()})
         self.logger.record("job_id", self.run.job_id)
+        self.logger.record("encoding", self.data.encoding)
         self.logger.text("config", f"```\n{self.cfg.to_dict()}\n```")
+        self.remedies.describe(self.model, self.logger.info, self.logger.record)
 
     # -- training ---------------------------------------------------------------
 
@@ -184,7 +190,13 @@ class Trainer:
         return self.logger.summary
 
     def run_epoch(self, epoch: int) -> None:
-        """Train (the rest of) epoch ``epoch`` (0-based), evaluate, and save a checkpoint (unless ``--no-checkpoint``)."""
+        """Re-initialise tables if ``--reinit`` says so, train (the rest of) epoch ``epoch``
+        (0-based), evaluate, and save a checkpoint (unless ``--no-checkpoint``)."""
+        # Only when the epoch starts here: a mid-epoch resume continues after the re-init.
+        if not (self.progress.epoch == epoch and self.progress.batch_in_epoch > 0):
+            tables = self.remedies.before_epoch(epoch, self.model, self.optimizer, [t.name for t in self.data.tables])
+            if tables:
+                self.logger.info(f"re-initialised {tables} before epoch {epoch + 1} (optimizer state zeroed)")
         self.train_epoch(epoch)
         if self.stopped:  # mid-epoch: no epoch evaluation, no epoch checkpoint
             return
@@ -233,6 +245,7 @@ class Trainer:
             )
         changes = changes + check_sharding(info, table_sharding(self.model.plan))
         self.checkpointer.load(info)
+        self.remedies.resumed(self.step)
         if self.auto_run is not None:
             self.auto_run.check_resumable()
         self.last_checkpoint = info.path
@@ -274,6 +287,7 @@ class Trainer:
         self.progress.epoch, self.progress.batch_in_epoch = epoch, first
         self.train_loader.set_epoch(epoch, start_step=first)
         batches: Iterator[Batch] = itertools.islice(iter(self.train_loader), steps - first)
+        batches = self.remedies.batches(batches, epoch, start=first)
         show = self.env.is_main and self.cfg.progress_bar
         bar = tqdm(total=steps, initial=first, desc=f"epoch {epoch + 1}", disable=not show)
         done = first
@@ -300,7 +314,8 @@ class Trainer:
         t0 = time.perf_counter()
         while True:
             try:
-                out: ModelOutput = self.pipeline.progress(batches)
+                with self.remedies.step(self.step, last_of_epoch=(self.step + 1) % self.steps_per_epoch == 0):
+                    out: ModelOutput = self.pipeline.progress(batches)
             except StopIteration:
                 break
             self.progress.step += 1
@@ -344,6 +359,7 @@ class Trainer:
             values["train/skipped_nonfinite_batches"] = self.skipper.skipped
         if self.freeze is not None:
             values |= {f"freeze/{group}": state for group, state in self.freeze.states().items()}
+        values |= self.remedies.scalars()
         for name in window[0].losses:
             values[f"train/loss_{name}"] = finite_mean([o.losses[name] for o in window])
         self.logger.scalars(values, self.step)
@@ -381,11 +397,17 @@ class Trainer:
         return results
 
     def _eval_pass(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
+        """Metrics per split, and per row slice of it (``test.unseen_user``, ...)."""
         self.model.eval()
-        results = {
-            s: evaluate_pass(self.pipeline.progress, self.eval_loaders[s], self.data.tasks, self.env.device)
-            for s in splits
-        }
+        results: Dict[str, TaskMetrics] = {}
+        for split in splits:
+            # The train sample is seen by definition: its slices would repeat its metrics.
+            slices = self.data.slices if split != TRAIN_SAMPLE else []
+            per_slice = evaluate_slices(
+                self.pipeline.progress, self.eval_loaders[split], self.data.tasks, self.env.device, slices
+            )
+            for name, metrics in per_slice.items():
+                results[split if name == ALL_ROWS else f"{split}.{name}"] = metrics
         self.model.train()
         return results
 

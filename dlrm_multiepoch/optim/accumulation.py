@@ -1,0 +1,127 @@
+"""Gradient accumulation for sharded TorchRec models, with the fused table LR rescaled.
+
+``--grad_accum_steps N``: the dense optimizer steps once every N micro-batches on the
+mean of their gradients, and DDP all-reduces dense gradients only in the micro-batch
+that closes the window (``no_sync`` in the others, data-parallel tables included).
+FBGEMM's fused table optimizers update inside backward, so they still step every
+micro-batch; their LR is multiplied by a named rule: ``1/N`` (N small steps add up to
+about one step at the full LR, as the dense side takes one step on the averaged
+gradient) or ``none``. TorchRec's ``GradientAccumulationWrapper`` leaves fused tables
+at the full LR every micro-batch.
+
+TorchRec pipelines call ``optimizer.zero_grad()`` at the start and ``optimizer.step()``
+at the end of every ``progress``; :attr:`GradientAccumulation.optimizer` is the
+optimizer to give the pipeline instead: it zeroes at a window's first micro-batch and
+steps (after dividing the accumulated gradients by the window's length) at its last.
+
+Example::
+
+    accum = GradientAccumulation(dmp, optimizer, steps=4, rule="1/N")
+    pipeline = TrainPipelineSparseDist(dmp, accum.optimizer, device)
+    table_lr = TableLRScheduler(dmp, None, steps_per_epoch, epochs, factor=accum.lr_factor)
+    for i in range(steps_per_epoch):
+        with accum.micro_batch(last_of_epoch=i == steps_per_epoch - 1):
+            pipeline.progress(batches)
+"""
+
+import contextlib
+from typing import Any, Dict, Iterator, List
+
+import torch
+from torch import nn
+from torch.distributed._shard.sharded_tensor import ShardedTensor
+from torch.nn.parallel import DistributedDataParallel
+from torchrec.distributed.embedding import ShardedEmbeddingCollection
+from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
+
+from dlrm_multiepoch.optim.options import ACCUMULATION_RULES, check_accumulation
+
+def ddp_modules(model: nn.Module) -> List[DistributedDataParallel]:
+    """Every DDP wrapper in ``model``: the dense part and data-parallel table lookups
+    (which sharded modules keep in a plain list, out of ``model.modules()``)."""
+    found = [m for m in model.modules() if isinstance(m, DistributedDataParallel)]
+    for m in model.modules():
+        if isinstance(m, (ShardedEmbeddingBagCollection, ShardedEmbeddingCollection)):
+            found.extend(lookup for lookup in m._lookups if isinstance(lookup, DistributedDataParallel))
+    return found
+
+
+class _AccumulatingOptimizer:
+    """What the train pipeline calls ``zero_grad()``/``step()`` on (see the module docstring)."""
+
+    def __init__(self, owner: "GradientAccumulation") -> None:
+        self._owner = owner
+
+    def zero_grad(self, *args: Any, **kwargs: Any) -> None:
+        if self._owner.accumulated == 0:
+            self._owner.inner.zero_grad(*args, **kwargs)
+
+    def step(self, closure: Any = None) -> None:
+        owner = self._owner
+        owner.accumulated += 1
+        if not owner.closing:
+            return
+        if owner.accumulated > 1:  # the mean over the window's micro-batches
+            with torch.no_grad():
+                for p in owner.dense_params:
+                    if p.grad is not None:
+                        p.grad.div_(owner.accumulated)
+        owner.inner.step(closure)
+        owner.accumulated = 0
+        owner.optimizer_steps += 1
+
+    @property
+    def param_groups(self) -> Any:
+        return self._owner.inner.param_groups
+
+
+class GradientAccumulation:
+    """Dense optimizer steps and DDP all-reduces every ``steps`` micro-batches.
+
+    Args:
+        model: the ``DistributedModelParallel`` model.
+        optimizer: its optimizer (``CombinedOptimizer`` of fused and dense parts).
+        steps: micro-batches per optimizer step (N >= 1).
+        rule: how the fused table LR is rescaled: ``"1/N"`` or ``"none"``.
+
+    Example::
+
+        accum = GradientAccumulation(dmp, optimizer, steps=4)
+        accum.lr_factor          # 0.25: give it to TableLRScheduler(factor=...)
+    """
+
+    def __init__(self, model: nn.Module, optimizer: Any, steps: int, rule: str = "1/N") -> None:
+        check_accumulation(steps, rule)
+        self.inner = optimizer
+        self.steps = steps
+        self.rule = rule
+        self.lr_factor = ACCUMULATION_RULES[rule](steps)
+        self._ddp = ddp_modules(model)
+        # What the optimizer steps from .grad: dense weights and data-parallel tables (whose
+        # parameters are views with a .grad property); fused tables (ShardedTensor) have none.
+        self.dense_params = [p for p in optimizer.params.values() if not isinstance(p, ShardedTensor)]
+        self.accumulated = 0  # micro-batches since the last optimizer step
+        self.optimizer_steps = 0
+        self.closing = True
+        self.optimizer = _AccumulatingOptimizer(self)
+
+    @contextlib.contextmanager
+    def micro_batch(self, last_of_epoch: bool = False) -> Iterator[bool]:
+        """Wrap one training ``progress``: DDP skips its all-reduce unless this micro-batch
+        closes the window (the N-th, or ``last_of_epoch``: a short last window). Yields
+        whether it closes."""
+        self.closing = last_of_epoch or self.accumulated + 1 >= self.steps
+        with contextlib.ExitStack() as stack:
+            if not self.closing:
+                for ddp in self._ddp:
+                    stack.enter_context(ddp.no_sync())
+            yield self.closing
+
+    def state_dict(self) -> Dict[str, Any]:
+        # Tensors, not ints: DCP flattens dicts of plain values differently on load than on save.
+        return {"accumulated": torch.tensor(self.accumulated), "optimizer_steps": torch.tensor(self.optimizer_steps)}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        if int(state_dict["accumulated"]):
+            raise ValueError("cannot resume inside an accumulation window (its gradients are not saved)")
+        self.optimizer_steps = int(state_dict["optimizer_steps"])

@@ -1,0 +1,116 @@
+"""The table learning rate as its own schedule, per table, on FBGEMM's fused optimizers.
+
+The "sparse optimizer" of Qiu et al. 2025 (arXiv 2505.05605) trains tables with their
+own learning rate, about 50x the dense one. Here a table's LR at step ``s`` is::
+
+    base(table) * schedule(s) * factor
+
+- ``base``: ``--embedding_learning_rate``, or ``--embedding_lr_scale`` times the dense
+  ``--learning_rate``, overridden per table by ``--table_lr t_user=0.02,...``. Tables
+  with different base LRs get their own TBE (TorchRec groups tables by optimizer
+  settings), so each fused kernel has one base LR.
+- ``schedule``: linear warm-up from 0 over ``--table_lr_warmup`` (epochs ``0.5``, steps
+  ``300step`` or percent of the run ``10%``), then ``constant``, ``linear`` or
+  ``cosine`` decay to ``--table_lr_final`` times the peak at the end of the run.
+- ``factor``: e.g. ``1/N`` under gradient accumulation (:mod:`.accumulation`).
+
+The LR is written where the fused kernel reads it every step (see
+:func:`~dlrm_multiepoch.optim.shards.set_kernel_learning_rate`). Data-parallel tables
+are trained by the dense optimizer at the dense LR and are not covered.
+
+Example::
+
+    sched = TableLRScheduler(dmp, TableLRSchedule.parse("300step", "cosine", 0.1), steps_per_epoch=100, num_epochs=3)
+    for step in range(300):
+        sched.set_step(step)               # before the step's forward/backward
+        pipeline.progress(batches)
+    sched.lrs()                            # {table: LR}, logged per table
+"""
+
+from typing import Any, Dict, List, Mapping, Optional
+
+import torch
+from torch import nn
+
+from dlrm_multiepoch.optim.options import TableLRSchedule
+from dlrm_multiepoch.optim.shards import kernels, set_kernel_learning_rate
+
+class TableLRScheduler:
+    """Sets every fused table's LR to ``base * schedule(step) * factor`` before each step.
+
+    A ``Stateful`` (``state_dict()`` holds the step), though the step is all it needs:
+    :meth:`set_step` jumps anywhere, so a resumed run continues the schedule exactly.
+
+    Args:
+        model: a ``DistributedModelParallel`` model with fused table optimizers.
+        schedule: the multiplier over the run (None: constant 1).
+        steps_per_epoch: optimizer steps per epoch.
+        num_epochs: epochs in the run.
+        base_lrs: table -> base LR; tables left out keep the LR their kernel was built with.
+        factor: constant extra multiplier (gradient-accumulation rescaling).
+
+    Example::
+
+        sched = TableLRScheduler(dmp, None, 100, 3, base_lrs={"t_user": 0.02}, factor=0.25)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        schedule: Optional[TableLRSchedule],
+        steps_per_epoch: int,
+        num_epochs: int,
+        base_lrs: Optional[Mapping[str, float]] = None,
+        factor: float = 1.0,
+    ) -> None:
+        self.schedule = schedule or TableLRSchedule()
+        self.steps_per_epoch = steps_per_epoch
+        self.total_steps = steps_per_epoch * num_epochs
+        self.schedule.warmup_steps(steps_per_epoch, self.total_steps)  # validates against the run length
+        self.factor = factor
+        self._kernels: List[Any] = [k for k in kernels(model) if hasattr(k, "fused_optimizer")]
+        given = dict(base_lrs or {})
+        self.base_lrs: Dict[str, float] = dict(given)
+        self._kernel_base: List[float] = []
+        for k in self._kernels:
+            names = [t.name for t in k.config.embedding_tables]
+            bases = {given[n] for n in names if n in given} or {float(k.fused_optimizer.param_groups[0]["lr"])}
+            if len(bases) != 1:
+                raise ValueError(
+                    f"tables {names} share one fused kernel but have base LRs {sorted(bases)}; build the model with "
+                    "apply_embedding_optimizer(..., table_lrs=...) so each LR gets its own kernel"
+                )
+            base = bases.pop()
+            self._kernel_base.append(base)
+            for n in names:
+                self.base_lrs.setdefault(n, base)
+        self.step = 0
+        self._applied: Optional[float] = None
+        self.set_step(0)
+
+    def multiplier(self, step: Optional[int] = None) -> float:
+        step = self.step if step is None else step
+        return self.schedule.multiplier(step, self.steps_per_epoch, self.total_steps) * self.factor
+
+    def set_step(self, step: int, force: bool = False) -> None:
+        """Put the LR of step ``step`` (0-based) into every fused kernel (``force``: even if
+        unchanged since the last call, e.g. after an optimizer ``load_state_dict``)."""
+        self.step = step
+        m = self.multiplier()
+        if m == self._applied and not force:
+            return  # a constant schedule writes once
+        for kernel, base in zip(self._kernels, self._kernel_base):
+            set_kernel_learning_rate(kernel, base * m)
+        self._applied = m
+
+    def lrs(self) -> Dict[str, float]:
+        """Table -> LR in force now (every table of the model, wherever its shards live)."""
+        m = self.multiplier()
+        return {name: base * m for name, base in sorted(self.base_lrs.items())}
+
+    def state_dict(self) -> Dict[str, Any]:
+        # Tensors, not ints: DCP flattens dicts of plain values differently on load than on save.
+        return {"step": torch.tensor(self.step)}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.set_step(int(state_dict["step"]), force=True)

@@ -74,7 +74,7 @@ class AutoFreezeSchedule:
         self.config = config or AutoScheduleConfig()
         self.steps_per_epoch = steps_per_epoch
         self.num_epochs = num_epochs
-        self.policy = AutoSchedulePolicy(steps_per_epoch * num_epochs, tasks, self.config)
+        self.policy = AutoSchedulePolicy(steps_per_epoch, num_epochs, tasks, self.config)
         # Evaluations in epochs, so patience means the same share of an epoch on any dataset.
         self.eval_every_n_steps = max(1, round(steps_per_epoch / self.config.auto_evals_per_epoch))
         self.decisions: List[Decision] = []
@@ -133,9 +133,10 @@ class AutoFreezeSchedule:
         self._freeze.step()
 
     def evaluation_due(self, step: Optional[int] = None) -> bool:
-        """Whether a validation evaluation is due after ``step`` steps (default: now)."""
+        """Whether a validation evaluation is due after ``step`` steps (default: now): every
+        ``eval_every_n_steps`` and at every epoch end (where the tables may start training)."""
         step = self.global_step if step is None else step
-        return step > 0 and step % self.eval_every_n_steps == 0
+        return step > 0 and (step % self.eval_every_n_steps == 0 or step % self.steps_per_epoch == 0)
 
     def observe(self, val: TaskMetrics, train: Optional[TaskMetrics] = None) -> Decision:
         """Decide on the validation metrics evaluated now; applies freezes and gates itself.

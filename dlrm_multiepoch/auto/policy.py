@@ -177,10 +177,6 @@ class Decision:
     restore_best: bool
     stop: bool
 
-    @property
-    def tables_train(self) -> bool:
-        return self.phase == JOINT
-
     def to_dict(self) -> Dict[str, Any]:
         """JSON-able (non-finite objectives as ``None``)."""
         out = asdict(self)
@@ -286,7 +282,7 @@ class AutoSchedulePolicy:
         gates: Dict[str, bool] = {}
         reasons: List[str] = []
         if self.phase == JOINT and self.gates.get(self.config.auto_gate):
-            gate_reason = self._check_gate(step, val, value, train)
+            gate_reason = self._check_gate(value, train)
             if gate_reason:
                 gates[self.config.auto_gate] = False
                 self.gates[self.config.auto_gate] = False
@@ -357,7 +353,7 @@ class AutoSchedulePolicy:
             return DONE, self._plateau_reason() + "; run stopped"
         return None
 
-    def _check_gate(self, step: int, val: TaskMetrics, value: float, train: Optional[TaskMetrics]) -> str:
+    def _check_gate(self, value: float, train: Optional[TaskMetrics]) -> str:
         if train is None:
             raise ValueError(f"--auto_gate {self.config.auto_gate}: the policy needs train-sample metrics to observe")
         train_value = self.objective(train)

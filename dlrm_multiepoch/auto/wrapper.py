@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from torch import nn
 from torchrec.distributed.model_parallel import DistributedModelParallel
 
-from dlrm_multiepoch.auto.policy import JOINT, AutoScheduleConfig, AutoSchedulePolicy, Decision, TaskMetrics
+from dlrm_multiepoch.auto.policy import DONE, JOINT, AutoScheduleConfig, AutoSchedulePolicy, Decision, TaskMetrics
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.schedule import TABLES, FreezeSchedule, Window
@@ -126,7 +126,7 @@ class AutoFreezeSchedule:
     @property
     def stopped(self) -> bool:
         """Whether the schedule ended the run (the best weights still have to be restored)."""
-        return self.policy.phase == "done"
+        return self.policy.phase == DONE
 
     def step(self) -> None:
         """Advance one optimizer step; call after each ``optimizer.step()``/``pipeline.progress()``."""

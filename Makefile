@@ -1,6 +1,6 @@
 # dlrm-multiepoch: install, demo, tests, benchmarks.
 #
-#   make demo     pre-train tables, then fine-tune joint vs delayed (2 ranks under TorchX), compare test AUC
+#   make demo     pre-train tables, then compare the default strategies (2 ranks each, under TorchX): table, CSV, PNG, TensorBoard
 #   make test     the test suite; PYTEST_ARGS="tests/test_components.py -x" picks tests
 #   make bench    every benchmarks/*.py, one after the other
 #   make install  only create .venv/ and install into it (the targets above do it first)
@@ -63,7 +63,7 @@ $(STAMP): pyproject.toml Makefile
 	@# torchrec's dependencies at its pins, and ours; repeating the torch and fbgemm pins
 	@# stops any of them from swapping the builds.
 	$(PIP) '$(TORCH)' '$(FBGEMM)' tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 \
-		iopath==0.1.10 -e '.[test,plots,kubernetes]'
+		iopath==0.1.10 -e '.[test,kubernetes]'
 	@# torchrec==1.8.0 requires an unpinned fbgemm-gpu, which would replace fbgemm-gpu-cpu
 	@# by the CUDA build: install it last and alone.
 	$(PIP) --no-deps torchrec==1.8.0
@@ -73,27 +73,30 @@ $(STAMP): pyproject.toml Makefile
 	touch '$@'
 
 # The demo pre-trains the embedding tables on Book-Crossing's implicit interactions
-# (once: the checkpoint is cached), then fine-tunes the multi-path model from them for
-# 2 epochs twice, under TorchX with 2 local ranks: tables trained jointly with the rest
-# (the one-epoch phenomenon shows in epoch 2) and the delayed schedule (tables frozen
-# in epoch 1, trained in epoch 2); then prints the per-epoch test AUC of both.
+# (once: the checkpoint is cached), then runs the default strategy comparison on the
+# multi-path model from those tables (`dlrm-multiepoch sweep`: joint-1ep, joint, early,
+# delayed and the remedies registered as defaults; 1 seed; each run on 2 local ranks
+# under TorchX), then prints the table and the paths of the CSV, the PNG and the
+# TensorBoard logs (`dlrm-multiepoch compare`).
 DEMO_STAMP := $(shell date +%Y%m%d-%H%M%S)
 DEMO_DIR ?= runs/demo-$(DEMO_STAMP)
+DEMO_EPOCHS ?= 2
+DEMO_STRATEGIES ?=
 DEMO_MODEL_ARGS := --history_length 10
 DEMO_PRETRAINED ?= .cache/dlrm_multiepoch/pretrained/bookcrossing-multipath-d16-h10
-TORCHX_LOCAL := $(RUN) $(VENV)/bin/torchx run -s local_cwd dlrm_multiepoch.train -j 1x2
+CLI := $(RUN) $(VENV)/bin/dlrm-multiepoch
 
 $(DEMO_PRETRAINED)/pretrain.json: | $(STAMP)
-	$(TORCHX_LOCAL) --script apps/pretrain.py $(DEMO_MODEL_ARGS) -- --pretrain_output $(DEMO_PRETRAINED) --no-progress_bar
+	@mkdir -p '$(dir $(DEMO_PRETRAINED))'
+	@echo "pre-training the tables on Book-Crossing's implicit ratings (once; 2 ranks under TorchX; log: $(DEMO_PRETRAINED).log)"
+	@$(RUN) $(VENV)/bin/torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 --script apps/pretrain.py $(DEMO_MODEL_ARGS) \
+		-- --pretrain_output $(DEMO_PRETRAINED) --no-progress_bar > '$(DEMO_PRETRAINED).log' 2>&1 \
+		|| { tail -n 40 '$(DEMO_PRETRAINED).log'; exit 1; }
 
 demo: $(STAMP) $(DEMO_PRETRAINED)/pretrain.json
-	@for schedule in joint delayed; do \
-		$(TORCHX_LOCAL) --epochs 2 $(DEMO_MODEL_ARGS) --tensorboard_dir $(DEMO_DIR) --run_name $$schedule $(DEMO_ARGS) \
-			-- --model multipath --pretrained_tables $(DEMO_PRETRAINED) --freeze_schedule $$schedule --no-progress_bar; \
-	done
-	$(PY) -m dlrm_multiepoch.report $(DEMO_DIR)/joint $(DEMO_DIR)/delayed
-	@echo "TensorBoard event files and summary.json: $(DEMO_DIR)/{joint,delayed}"
-	@echo "View them: $(VENV)/bin/tensorboard --logdir $(DEMO_DIR)"
+	@$(CLI) sweep $(DEMO_DIR) $(DEMO_STRATEGIES) --epochs $(DEMO_EPOCHS) -j 1x2 $(DEMO_ARGS) \
+		-- --model multipath $(DEMO_MODEL_ARGS) --pretrained_tables $(DEMO_PRETRAINED) --no-progress_bar
+	@$(CLI) compare $(DEMO_DIR)
 
 test: $(STAMP)
 	$(RUN) $(PY) -m pytest $(PYTEST_ARGS)

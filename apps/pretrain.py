@@ -29,15 +29,18 @@ from dlrm_multiepoch.train.trainer import load_data
 
 
 def _pretrain_flags(parser: argparse.ArgumentParser) -> None:
+    """``--pretrain_<field>`` for each :class:`PretrainConfig` field that has a help text."""
     group = parser.add_argument_group("pre-training")
-    group.add_argument("--pretrain_output", required=True, help="checkpoint folder to write the tables to")
-    group.add_argument("--pretrain_epochs", type=int, default=1, help="passes over the pre-training rows")
-    group.add_argument(
-        "--pretrain_train_fraction",
-        type=float,
-        default=0.5,
-        help="without a 'pretrain' split in the dataset: fraction of the train split pre-trained on",
-    )
+    for f in _own_fields():
+        required = f.default is dataclasses.MISSING
+        group.add_argument(
+            f"--pretrain_{f.name}", type=f.type, required=required, default=None if required else f.default,
+            help=f.metadata["help"],
+        )  # fmt: skip
+
+
+def _own_fields() -> List[dataclasses.Field]:
+    return [f for f in dataclasses.fields(PretrainConfig) if "help" in f.metadata]
 
 
 def parse_pretrain_config(argv: Optional[Sequence[str]] = None) -> Tuple[TrainConfig, PretrainConfig]:
@@ -52,9 +55,7 @@ def parse_pretrain_config(argv: Optional[Sequence[str]] = None) -> Tuple[TrainCo
     ns, rest = own.parse_known_args(argv)
     cfg = parse_config(rest)
     pretrain = PretrainConfig(
-        output=ns.pretrain_output,
-        epochs=ns.pretrain_epochs,
-        train_fraction=ns.pretrain_train_fraction,
+        **{f.name: getattr(ns, f"pretrain_{f.name}") for f in _own_fields()},
         batch_size=cfg.batch_size,
         embedding_optimizer=cfg.optim.embedding_optimizer,
         embedding_learning_rate=cfg.optim.embedding_learning_rate,

@@ -28,8 +28,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.quality_runs import run_variant  # noqa: E402
 from dlrm_multiepoch.auto import AutoScheduleConfig, AutoSchedulePolicy  # noqa: E402
+from dlrm_multiepoch.sweep.command import main as sweep_main  # noqa: E402
 
 STRATEGIES = {
     "joint": "--freeze_schedule joint",
@@ -126,15 +126,17 @@ def main(argv: Optional[List[str]] = None) -> None:
         strategies = {}
         for spec in args.strategy or list(STRATEGIES):
             name, _, flags = spec.partition("=")
-            strategies[name] = (flags or STRATEGIES[name]).split()
+            strategies[name] = flags or STRATEGIES[name]
         out = Path(args.out or REPO / "runs" / f"auto-quality-{time.strftime('%Y%m%d-%H%M%S')}")
-        out.mkdir(parents=True, exist_ok=True)
-        common = ["--epochs", str(args.epochs), "--val_fraction", str(args.val_fraction), "--no-checkpoint", *common]
-        print(f"runs in {out}; common flags: {' '.join(common)}", flush=True)
-        runs = {name: [] for name in strategies}
-        for seed in args.seeds:
-            for name, flags in strategies.items():
-                runs[name].append(run_variant(name, flags, seed, out, common, nproc=2))
+        # The runs: one sweep (TorchX launches, 2 ranks each; a rerun skips finished runs).
+        code = sweep_main(
+            [str(out), *[f"{name}={flags}" for name, flags in strategies.items()], "--epochs", str(args.epochs),
+             "--seeds", ",".join(map(str, args.seeds)), "-j", "1x2", "--",
+             "--val_fraction", str(args.val_fraction), "--no-checkpoint", *common]
+        )  # fmt: skip
+        if code:
+            raise SystemExit(code)
+        runs = {name: [out / f"{name}-s{seed}" for seed in args.seeds] for name in strategies}
     print(report(runs, tasks))
     print()
     print(decisions(runs))

@@ -1,33 +1,28 @@
-"""dlrm-multiepoch: multi-epoch training components for TorchRec DLRM-style models."""
+"""dlrm-multiepoch: multi-epoch training components for TorchRec DLRM-style models.
 
-from dlrm_multiepoch.auto import AutoFreezeSchedule, AutoScheduleConfig, AutoSchedulePolicy
-from dlrm_multiepoch.data import Batch, BatchLoader, InteractionData
-from dlrm_multiepoch.freeze import FreezeScheduleWrapper
-from dlrm_multiepoch.gates import GradientGate
-from dlrm_multiepoch.lookup import (
-    FusedKJTLookup,
-    SingletonEmbeddingBagCollection,
-    SmallTableEmbeddingBagCollection,
-    count_all_to_all,
-    dense_grad_embedding_bag,
-)
-from dlrm_multiepoch.schedule import PRESETS, FreezeSchedule, Window
+The exports load on first use (PEP 562), so ``import dlrm_multiepoch.<config module>``
+(the TorchX components, the ``dlrm-multiepoch`` command) does not load torch.
+"""
 
-__all__ = [
-    "AutoFreezeSchedule",
-    "AutoScheduleConfig",
-    "AutoSchedulePolicy",
-    "Batch",
-    "BatchLoader",
-    "FreezeSchedule",
-    "FusedKJTLookup",
-    "FreezeScheduleWrapper",
-    "GradientGate",
-    "InteractionData",
-    "PRESETS",
-    "SingletonEmbeddingBagCollection",
-    "SmallTableEmbeddingBagCollection",
-    "Window",
-    "count_all_to_all",
-    "dense_grad_embedding_bag",
-]
+from dlrm_multiepoch.lazy import lazy_exports
+
+_EXPORTS = {
+    "AutoFreezeSchedule": "dlrm_multiepoch.auto",
+    "AutoScheduleConfig": "dlrm_multiepoch.auto",
+    "AutoSchedulePolicy": "dlrm_multiepoch.auto",
+    "Batch": "dlrm_multiepoch.data",
+    "BatchLoader": "dlrm_multiepoch.data",
+    "InteractionData": "dlrm_multiepoch.data",
+    "FreezeScheduleWrapper": "dlrm_multiepoch.freeze",
+    "GradientGate": "dlrm_multiepoch.gates",
+    "FusedKJTLookup": "dlrm_multiepoch.lookup",
+    "SingletonEmbeddingBagCollection": "dlrm_multiepoch.lookup",
+    "SmallTableEmbeddingBagCollection": "dlrm_multiepoch.lookup",
+    "count_all_to_all": "dlrm_multiepoch.lookup",
+    "dense_grad_embedding_bag": "dlrm_multiepoch.lookup",
+    "PRESETS": "dlrm_multiepoch.schedule",
+    "FreezeSchedule": "dlrm_multiepoch.schedule",
+    "Window": "dlrm_multiepoch.schedule",
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -1,4 +1,4 @@
-"""TorchX components that launch the dlrm-multiepoch training app.
+"""TorchX components of dlrm-multiepoch: ``train`` (one training run) and ``sweep`` (a strategy comparison).
 
 This module is the single definition of the components. It is reachable two ways:
 
@@ -7,35 +7,39 @@ This module is the single definition of the components. It is reachable two ways
 - by file, through the symlink ``components/dlrm.py`` that points here:
   ``torchx run -s local_cwd components/dlrm.py:train --epochs 3``.
 
-TorchX reads a component's signature and docstring to build its command line, and
-lints the source file that defines it (every parameter typed, ``AppDef`` returned), so
-the definition must live in one real file that both forms can parse: hence the symlink
-rather than a re-export. TorchX also lists every function of this module as a
-component, so keep helpers out of it.
+The training app's flags offered as typed parameters are named here and built from
+``TrainConfig`` (type, help, default) by :func:`add_config_params`; every other app
+flag passes through after ``--``. TorchX reads a component's signature and docstring
+to build its command line, and lints the source file that defines it (every
+parameter typed, ``AppDef`` returned), so the definition must live in one real file
+that both forms can parse: hence the symlink rather than a re-export. TorchX also
+lists every function of this module as a component, so keep helpers out of it.
 """
 
-from typing import Dict, List, Optional, get_args, get_type_hints
+from typing import Dict, List, Optional
 
 import torchx
 import torchx.components.dist as dist
 from torchx import specs
 
+from dlrm_multiepoch.component_params import add_config_params, config_flags
+from dlrm_multiepoch.sweep.plan import split_at_dashes
+
+# Training-app flags offered as typed parameters (from TrainConfig); the rest go after "--".
+TRAIN_PARAMS = (
+    "dataset", "data_path", "max_rows", "history_length", "model", "embedding_dim", "dense_arch_layer_sizes",
+    "over_arch_layer_sizes", "learning_rate", "embedding_learning_rate", "epochs", "batch_size", "seed",
+    "freeze_schedule", "pipeline", "pretrained_tables", "tensorboard_dir", "run_name", "resume",
+)  # fmt: skip
+# Flags common to every run of a sweep (the sweep sets epochs, seed, run folder and strategy flags).
+SWEEP_PARAMS = (
+    "dataset", "data_path", "max_rows", "history_length", "model", "embedding_dim", "learning_rate",
+    "embedding_learning_rate", "batch_size", "pipeline", "pretrained_tables",
+)  # fmt: skip
+
 
 def train(
     *script_args: str,
-    dataset: Optional[str] = None,
-    epochs: Optional[int] = None,
-    batch_size: Optional[int] = None,
-    embedding_dim: Optional[int] = None,
-    learning_rate: Optional[float] = None,
-    embedding_learning_rate: Optional[float] = None,
-    dense_arch_layer_sizes: Optional[str] = None,
-    over_arch_layer_sizes: Optional[str] = None,
-    seed: Optional[int] = None,
-    tensorboard_dir: Optional[str] = None,
-    run_name: Optional[str] = None,
-    max_rows: Optional[int] = None,
-    history_length: Optional[int] = None,
     script: str = "apps/train.py",
     j: str = "1x2",
     cpu: int = 2,
@@ -47,6 +51,7 @@ def train(
     env: Optional[Dict[str, str]] = None,
     max_retries: int = 0,
     mounts: Optional[List[str]] = None,
+    **config: object,
 ) -> specs.AppDef:
     """Distributed DLRM training on a dataset: ``apps/train.py`` under ``torchrun``.
 
@@ -62,21 +67,6 @@ def train(
 
     Args:
         script_args: further flags for the training app, passed through verbatim
-        dataset: dataset to train on (app flag ``--dataset``)
-        epochs: number of passes over the training split
-        batch_size: global batch size, split across ranks
-        embedding_dim: embedding dimension of every table
-        learning_rate: learning rate of the dense (non-embedding) parameters
-        embedding_learning_rate: learning rate of the embedding tables
-        dense_arch_layer_sizes: comma-separated layer sizes of the dense arch, e.g. 64,16
-            (the last must equal embedding_dim)
-        over_arch_layer_sizes: comma-separated hidden sizes of the over arch, e.g. 64,32
-            (the app appends a head with one logit per task)
-        seed: random seed for the model initialisation, data split and shuffling
-        tensorboard_dir: parent folder of the run folders holding TensorBoard event files
-        run_name: run folder name under tensorboard_dir (default: derived by the app)
-        max_rows: keep only a seeded random sample of this many interactions (smoke runs)
-        history_length: length of the per-user item-history sequence feature
         script: training script, relative to the job's working directory (the
             current directory for local_cwd and slurm, the image's WORKDIR for kubernetes)
         j: {nnodes}x{nproc_per_node}; for GPU hosts nproc_per_node must not exceed the GPU count
@@ -90,46 +80,8 @@ def train(
         max_retries: how many times the scheduler may restart the job after a failure
         mounts: mounts into the job's containers, e.g. type=bind,src=/data,dst=/data
     """
-    app_flags = {
-        "dataset": dataset,
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "embedding_dim": embedding_dim,
-        "learning_rate": learning_rate,
-        "embedding_learning_rate": embedding_learning_rate,
-        "dense_arch_layer_sizes": dense_arch_layer_sizes,
-        "over_arch_layer_sizes": over_arch_layer_sizes,
-        "seed": seed,
-        "tensorboard_dir": tensorboard_dir,
-        "run_name": run_name,
-        "max_rows": max_rows,
-        "history_length": history_length,
-    }
-    hints = get_type_hints(train)
-    args: List[str] = []
-    for flag, value in app_flags.items():
-        if value is None:
-            continue
-        kind = next(t for t in get_args(hints[flag]) if t is not type(None))
-        # TorchX's CLI hands Optional[int] and Optional[float] values over as strings:
-        # check them here, so a typo fails at submission rather than after the job queued.
-        if isinstance(value, str) and kind is not str:
-            try:
-                value = kind(value)
-            except ValueError:
-                raise ValueError(f"--{flag} must be {kind.__name__}, got {value!r}") from None
-        elif not isinstance(value, kind) and not (kind is float and isinstance(value, int)):
-            raise TypeError(f"--{flag} must be {kind.__name__}, got {value!r}")
-        # argparse keeps the last of repeated flags: a silent override is worse than an error.
-        if any(a == f"--{flag}" or a.startswith(f"--{flag}=") for a in script_args):
-            raise ValueError(
-                f"--{flag} is set both as a component parameter ({value!r}) and in the "
-                f"pass-through script_args {list(script_args)}; set it once"
-            )
-        # One "--flag=value" token: a value starting with "-" (a negative seed) stays a value.
-        args.append(f"--{flag}={value}")
     return dist.ddp(
-        *args,
+        *config_flags(train, config, script_args),
         *script_args,
         script=script,
         image=image,
@@ -143,3 +95,95 @@ def train(
         max_retries=max_retries,
         mounts=mounts,
     )
+
+
+add_config_params(train, TRAIN_PARAMS)
+
+
+def sweep(
+    *sweep_args: str,
+    experiment_dir: str,
+    epochs: int = 3,
+    seeds: str = "0",
+    windows: Optional[str] = None,
+    scheduler: str = "local_cwd",
+    scheduler_args: Optional[str] = None,
+    script: str = "apps/train.py",
+    j: str = "1x2",
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 8192,
+    h: Optional[str] = None,
+    image: str = torchx.IMAGE,
+    name: str = "dlrm_multiepoch/sweep",
+    env: Optional[Dict[str, str]] = None,
+    max_retries: int = 0,
+    mounts: Optional[List[str]] = None,
+    **config: object,
+) -> specs.AppDef:
+    """A strategy comparison: ``dlrm-multiepoch sweep`` as one job that trains strategies x seeds.
+
+    The job runs the sweep command, which launches each run (``apps/train.py`` on
+    ``j`` = nodes x processes) through TorchX's ``scheduler``: with ``local_cwd`` (the
+    default) the runs go one after another inside this job's allocation. Finished runs
+    are skipped and interrupted ones resumed, so a restarted job (``max_retries``)
+    continues where it stopped. Then compare with ``dlrm-multiepoch compare EXPERIMENT_DIR``.
+
+    Example::
+
+        torchx run -s local_cwd dlrm_multiepoch.sweep --experiment_dir runs/bx --seeds 0,1,2 \\
+            -- joint-1ep joint delayed 'late=--freeze_schedule "tables=frozen@[0,2) train@[2,end)"' \\
+            -- --model multipath --history_length 10
+
+    Args:
+        sweep_args: strategies (presets, see ``dlrm-multiepoch sweep --list``, or NAME=FLAGS), then ``--``
+            and training-app flags common to every run
+        experiment_dir: folder holding one run folder per strategy and seed
+        epochs: epoch budget of each strategy (presets may differ: joint-1ep runs 1, joint the budget + 1)
+        seeds: comma-separated seeds; each strategy runs once per seed
+        windows: update-window sweep: comma-separated epochs at which the tables start training, e.g. 0,0.5,1,1.5
+        scheduler: TorchX scheduler the runs are launched on from inside this job
+        scheduler_args: that scheduler's options, e.g. queue=default (TorchX -cfg syntax)
+        script: training script, relative to the job's working directory
+        j: {nnodes}x{nproc_per_node} of each run
+        cpu: CPUs per node
+        gpu: GPUs per node
+        memMB: host memory per node, in MB
+        h: a registered named resource; overrides cpu, gpu and memMB
+        image: container image (kubernetes, docker); ignored by local_cwd and slurm
+        name: job name, {experimentname}/{runname}
+        env: environment variables for the job and its runs, e.g. NCCL_DEBUG=WARN
+        max_retries: how many times the scheduler may restart the job (and each run) after a failure
+        mounts: mounts into the containers, e.g. type=bind,src=/data,dst=/data
+    """
+    # Every launcher parameter becomes the sweep command's option of the same name.
+    options = dict(locals())
+    strategies, common = split_at_dashes(sweep_args)
+    args = ["sweep", experiment_dir]
+    for option, value in options.items():
+        if option in ("sweep_args", "experiment_dir", "config", "name") or value is None:
+            continue
+        if isinstance(value, dict):
+            value = ",".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ",".join(value)
+        args += [f"--{option}", str(value)]
+    args += [*strategies, "--", *config_flags(sweep, config, common), *common]
+    return specs.AppDef(
+        name=name.split("/")[-1],
+        roles=[
+            specs.Role(
+                name="sweep",
+                image=image,
+                entrypoint="dlrm-multiepoch",
+                args=args,
+                env={"PYTHONUNBUFFERED": "1", **(env or {})},
+                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+                max_retries=max_retries,
+                mounts=specs.parse_mounts(mounts) if mounts else [],
+            )
+        ],
+    )
+
+
+add_config_params(sweep, SWEEP_PARAMS)

@@ -8,13 +8,15 @@ import json
 import re
 import shlex
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import yaml
+from torchx.specs.file_linter import get_fn_docstring
 from torchx.specs.finder import get_component
 
 import dlrm_multiepoch.components as components
-from dlrm_multiepoch.train.config import parse_config
+from dlrm_multiepoch.train.config import config_fields, parse_config
 from tests.torchx_cli import REPO_ROOT, application, scheduler_request, split_torchrun, torchx
 
 SCRIPT = "apps/train.py"
@@ -28,39 +30,19 @@ def _role_command(app) -> str:
 
 def test_train_passes_set_parameters_as_flags_then_script_args():
     app = components.train(
-        "--freeze_schedule",
-        "delayed",
-        dataset="movielens",
-        epochs=3,
-        batch_size=1024,
-        embedding_dim=16,
-        learning_rate=1e-3,
-        embedding_learning_rate=0.05,
-        dense_arch_layer_sizes="64,16",
-        over_arch_layer_sizes="64,32",
-        seed=-7,
-        tensorboard_dir="runs",
-        run_name="joint",
-        max_rows=20000,
-        history_length=20,
-    )
+        "--pipeline_warmup_batches", "2", dataset="movielens", epochs=3, learning_rate=1e-3, seed=-7,
+        freeze_schedule="tables=frozen@[0,1) train@[1,end)",
+    )  # fmt: skip
     opts, app_args = split_torchrun(_role_command(app), SCRIPT)
+    # In the order of TRAIN_PARAMS, then the pass-through flags verbatim.
     assert app_args == [
         "--dataset=movielens",
-        "--epochs=3",
-        "--batch_size=1024",
-        "--embedding_dim=16",
         "--learning_rate=0.001",
-        "--embedding_learning_rate=0.05",
-        "--dense_arch_layer_sizes=64,16",
-        "--over_arch_layer_sizes=64,32",
+        "--epochs=3",
         "--seed=-7",
-        "--tensorboard_dir=runs",
-        "--run_name=joint",
-        "--max_rows=20000",
-        "--history_length=20",
-        "--freeze_schedule",
-        "delayed",
+        "--freeze_schedule=tables=frozen@[0,1) train@[1,end)",
+        "--pipeline_warmup_batches",
+        "2",
     ]
     assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("1", "2")
 
@@ -71,28 +53,36 @@ _LAUNCHER_PARAMETERS = {
 }  # fmt: skip
 
 
+def test_app_parameters_are_the_config_fields_with_their_types_and_help():
+    fields = config_fields()
+    parameters = inspect.signature(components.train).parameters
+    app_parameters = [name for name in parameters if name not in _LAUNCHER_PARAMETERS]
+    assert app_parameters == list(components.TRAIN_PARAMS)
+    for name in app_parameters:
+        p = parameters[name]
+        assert (p.kind, p.default, p.annotation) == (inspect.Parameter.KEYWORD_ONLY, None, Optional[fields[name].kind])
+    _, help_of = get_fn_docstring(components.train)
+    assert help_of["epochs"] == f"{fields['epochs'].help} (app default: 3)"
+    assert help_of["j"].startswith("{nnodes}x{nproc_per_node}")  # the hand-written Args stay
+
+
 def test_every_app_parameter_parses_in_the_training_app_to_its_value():
     values = dict(
-        dataset="movielens",
-        epochs=2,
-        batch_size=512,
-        embedding_dim=8,
-        learning_rate=0.002,
-        embedding_learning_rate=0.1,
-        dense_arch_layer_sizes="32,8",
-        over_arch_layer_sizes="16",
-        seed=5,
-        tensorboard_dir="runs",
-        run_name="probe",
-        max_rows=1000,
-        history_length=4,
-    )
-    parameters = set(inspect.signature(components.train).parameters)
-    assert set(values) == parameters - _LAUNCHER_PARAMETERS
+        dataset="movielens", data_path="/data/ml.zip", max_rows=1000, history_length=4, model="dlrm_dcn",
+        embedding_dim=8, dense_arch_layer_sizes="32,8", over_arch_layer_sizes="16", learning_rate=0.002,
+        embedding_learning_rate=0.1, epochs=2, batch_size=512, seed=5, freeze_schedule="tables=frozen@[0,1) train@[1,end)",
+        pipeline="semi_sync", pretrained_tables="ckpt/tables", tensorboard_dir="runs", run_name="probe", resume="auto",
+    )  # fmt: skip
+    assert set(values) == set(components.TRAIN_PARAMS)
     _, app_args = split_torchrun(_role_command(components.train(**values)), SCRIPT)
     cfg = parse_config(app_args).to_dict()
     flat = {**cfg, **cfg["data"], **cfg["model"], **cfg["optim"]}
     assert {name: flat[name] for name in values} == values
+
+
+def test_train_refuses_an_unknown_parameter():
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['epoch'\]"):
+        components.train(epoch=3)
 
 
 def test_train_leaves_unset_parameters_to_the_app():
@@ -133,7 +123,7 @@ def test_train_rejects_a_flag_set_twice(given):
 def test_train_parses_numbers_given_as_strings():
     # The torchx CLI passes Optional[int] / Optional[float] parameters as strings.
     _, app_args = split_torchrun(_role_command(components.train(epochs="3", learning_rate="1e-3")), SCRIPT)
-    assert app_args == ["--epochs=3", "--learning_rate=0.001"]
+    assert app_args == ["--learning_rate=0.001", "--epochs=3"]
 
 
 @pytest.mark.parametrize(

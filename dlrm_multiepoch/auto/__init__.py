@@ -1,6 +1,13 @@
-"""The automatic schedule: validation-driven freeze, unfreeze and stop."""
+"""The automatic schedule: validation-driven freeze, unfreeze and stop (exports load on first use)."""
 
-from dlrm_multiepoch.auto.policy import AutoScheduleConfig, AutoSchedulePolicy, Decision
-from dlrm_multiepoch.auto.wrapper import AUTO, AutoFreezeSchedule
+from dlrm_multiepoch.lazy import lazy_exports
 
-__all__ = ["AUTO", "AutoFreezeSchedule", "AutoScheduleConfig", "AutoSchedulePolicy", "Decision"]
+_EXPORTS = {
+    "AUTO": "dlrm_multiepoch.auto.policy",
+    "AutoScheduleConfig": "dlrm_multiepoch.auto.policy",
+    "AutoSchedulePolicy": "dlrm_multiepoch.auto.policy",
+    "Decision": "dlrm_multiepoch.auto.policy",
+    "AutoFreezeSchedule": "dlrm_multiepoch.auto.wrapper",
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

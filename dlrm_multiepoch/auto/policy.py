@@ -41,6 +41,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+AUTO = "auto"  # the --freeze_schedule value that selects this schedule
 FROZEN, JOINT, DENSE, DONE = "frozen", "joint", "dense", "done"
 PHASES = (FROZEN, JOINT, DENSE, DONE)
 # Metric name -> +1 when higher is better, -1 when lower is.

@@ -14,12 +14,19 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from torch import nn
 from torchrec.distributed.model_parallel import DistributedModelParallel
 
-from dlrm_multiepoch.auto.policy import DONE, JOINT, AutoScheduleConfig, AutoSchedulePolicy, Decision, TaskMetrics
+from dlrm_multiepoch.auto.policy import (
+    AUTO,
+    DONE,
+    JOINT,
+    AutoScheduleConfig,
+    AutoSchedulePolicy,
+    Decision,
+    TaskMetrics,
+)
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.schedule import TABLES, FreezeSchedule, Window
 
-AUTO = "auto"
 
 
 class AutoFreezeSchedule:

@@ -1,31 +1,21 @@
-"""Data: real datasets encoded for TorchRec and the rank-sharded batch loader."""
+"""Data: real datasets encoded for TorchRec and the rank-sharded batch loader (exports load on first use)."""
 
-from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.data.config import DATASETS, DataConfig, load_dataset
-from dlrm_multiepoch.data.dataset import (
-    HISTORY_FEATURE,
-    HISTORY_PAD,
-    UNKNOWN_ID,
-    BatchLoader,
-    InteractionData,
-    Split,
-    TableSpec,
-)
-from dlrm_multiepoch.data.encode import IdMap
-from dlrm_multiepoch.data.synthetic import synthetic_data
+from dlrm_multiepoch.lazy import lazy_exports
 
-__all__ = [
-    "Batch",
-    "BatchLoader",
-    "DATASETS",
-    "DataConfig",
-    "HISTORY_FEATURE",
-    "HISTORY_PAD",
-    "IdMap",
-    "InteractionData",
-    "Split",
-    "TableSpec",
-    "UNKNOWN_ID",
-    "load_dataset",
-    "synthetic_data",
-]
+_EXPORTS = {
+    "Batch": "dlrm_multiepoch.data.batch",
+    "DATASETS": "dlrm_multiepoch.data.config",
+    "DataConfig": "dlrm_multiepoch.data.config",
+    "load_dataset": "dlrm_multiepoch.data.config",
+    "HISTORY_FEATURE": "dlrm_multiepoch.data.dataset",
+    "HISTORY_PAD": "dlrm_multiepoch.data.dataset",
+    "UNKNOWN_ID": "dlrm_multiepoch.data.dataset",
+    "BatchLoader": "dlrm_multiepoch.data.dataset",
+    "InteractionData": "dlrm_multiepoch.data.dataset",
+    "Split": "dlrm_multiepoch.data.dataset",
+    "TableSpec": "dlrm_multiepoch.data.dataset",
+    "IdMap": "dlrm_multiepoch.data.encode",
+    "synthetic_data": "dlrm_multiepoch.data.synthetic",
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

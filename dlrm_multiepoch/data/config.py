@@ -3,14 +3,15 @@
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
-from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
-from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.fetch import default_cache_dir, fetch_wheel
 
+if TYPE_CHECKING:  # the config is importable without torch (TorchX components, the CLI)
+    from dlrm_multiepoch.data.dataset import InteractionData
+
 # A builder encodes one dataset from its source file; it returns the data and log notes.
-Builder = Callable[["DataConfig", Path], Tuple[InteractionData, List[str]]]
+Builder = Callable[["DataConfig", Path], Tuple["InteractionData", List[str]]]
 
 DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
 
@@ -98,7 +99,7 @@ class DataConfig:
     )
 
 
-def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> InteractionData:
+def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> "InteractionData":
     """Load, encode and cache ``cfg.dataset``; a second call with the same options reads
     the cache. Logs what was built (sizes, skipped lines, positives per task).
 
@@ -111,6 +112,8 @@ def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> Interac
         data = load_dataset(DataConfig(dataset="bookcrossing", history_length=10))
         print(data.tables, len(data.splits["train"]))
     """
+    from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
+
     builders = _builders()
     if cfg.dataset not in builders:
         raise ValueError(f"--dataset {cfg.dataset!r} is unknown; choices: {', '.join(DATASETS)}")

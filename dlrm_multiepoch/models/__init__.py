@@ -1,7 +1,15 @@
-"""Models: DLRM-style multi-task models built from a dataset's table layout."""
+"""Models: DLRM-style multi-task models built from a dataset's table layout (exports load on first use)."""
 
-from dlrm_multiepoch.models.config import ModelConfig
-from dlrm_multiepoch.models.dlrm import ModelOutput, MultiTaskTrain, build_dlrm, embedding_bag_configs
-from dlrm_multiepoch.models.factory import MODELS, build_model
+from dlrm_multiepoch.lazy import lazy_exports
 
-__all__ = ["MODELS", "build_model", "ModelConfig", "ModelOutput", "MultiTaskTrain", "build_dlrm", "embedding_bag_configs"]
+_EXPORTS = {
+    "ModelConfig": "dlrm_multiepoch.models.config",
+    "ModelOutput": "dlrm_multiepoch.models.dlrm",
+    "MultiTaskTrain": "dlrm_multiepoch.models.dlrm",
+    "build_dlrm": "dlrm_multiepoch.models.dlrm",
+    "embedding_bag_configs": "dlrm_multiepoch.models.dlrm",
+    "MODELS": "dlrm_multiepoch.models.factory",
+    "build_model": "dlrm_multiepoch.models.factory",
+}
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

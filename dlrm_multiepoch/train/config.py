@@ -5,11 +5,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
-from dlrm_multiepoch.auto.policy import AutoScheduleConfig
-from dlrm_multiepoch.auto.wrapper import AUTO
+from dlrm_multiepoch.auto.policy import AUTO, AutoScheduleConfig
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
-from dlrm_multiepoch.pipeline.factory import PIPELINES
 from dlrm_multiepoch.schedule import FreezeSchedule
 
 
@@ -94,6 +92,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
+        from dlrm_multiepoch.pipeline.factory import PIPELINES  # torch: the config itself imports without it
+
         if self.pipeline not in PIPELINES:
             raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
         for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches"):
@@ -135,6 +135,34 @@ class TrainConfig:
 _SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "auto": AutoScheduleConfig}
 
 
+@dataclass(frozen=True)
+class ConfigField:
+    """One leaf field of :class:`TrainConfig` or a section: its flag, type, default and help.
+
+    Example::
+
+        config_fields()["epochs"]   # ConfigField(name='epochs', kind=int, default=3, help=..., section='TrainConfig')
+    """
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    section: str
+
+
+def config_fields() -> Dict[str, ConfigField]:
+    """Every leaf field of :class:`TrainConfig` and its sections, by flag name (one flag each)."""
+    fields: Dict[str, ConfigField] = {}
+    for cls in (TrainConfig, *_SECTIONS.values()):
+        hints = get_type_hints(cls)
+        for f in _leaf_fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            kind = _optional_base(hints[f.name])
+            fields[f.name] = ConfigField(f.name, kind, default, f.metadata.get("help", ""), cls.__name__)
+    return fields
+
+
 def _leaf_fields(cls: Type[Any]) -> List[dataclasses.Field]:
     return [f for f in dataclasses.fields(cls) if not (cls is TrainConfig and f.name in _SECTIONS)]
 
@@ -146,18 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
     )
-    for cls in (TrainConfig, *_SECTIONS.values()):
-        group = parser.add_argument_group(cls.__name__)
-        hints = get_type_hints(cls)
-        for f in _leaf_fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            kind = hints[f.name]
-            help_text = f.metadata.get("help", "")
-            if kind is bool:
-                group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=default, help=help_text)
-            else:
-                base = _optional_base(kind)
-                group.add_argument(f"--{f.name}", type=base, default=default, help=help_text)
+    groups: Dict[str, argparse._ArgumentGroup] = {}
+    for f in config_fields().values():
+        group = groups.get(f.section) or groups.setdefault(f.section, parser.add_argument_group(f.section))
+        if f.kind is bool:
+            group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=f.default, help=f.help)
+        else:
+            group.add_argument(f"--{f.name}", type=f.kind, default=f.default, help=f.help)
     return parser
 
 

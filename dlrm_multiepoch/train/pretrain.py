@@ -47,9 +47,13 @@ class PretrainConfig:
         limit_batches: stop each epoch after N steps (0: no limit).
     """
 
-    output: str
-    epochs: int = 1
-    train_fraction: float = 0.5
+    # The fields with a "help" are apps/pretrain.py's own flags, --pretrain_<field>.
+    output: str = field(metadata={"help": "checkpoint folder to write the tables to"})
+    epochs: int = field(default=1, metadata={"help": "passes over the pre-training rows"})
+    train_fraction: float = field(
+        default=0.5,
+        metadata={"help": "without a 'pretrain' split in the dataset: fraction of the train split pre-trained on"},
+    )
     batch_size: int = 1024
     embedding_optimizer: str = "rowwise_adagrad"
     embedding_learning_rate: float = 0.05

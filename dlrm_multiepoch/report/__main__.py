@@ -1,3 +1,0 @@
-from dlrm_multiepoch.report.compare import main
-
-main()

@@ -1,0 +1,116 @@
+"""TensorBoard HParams summaries, so the HParams dashboard lists and sorts an experiment's runs.
+
+Each run folder gets a session (its hyperparameters: strategy, seed, epochs and every
+config flag that differs between runs) plus a few scalars the run does not log
+itself (wall time, throughput, best test AUC per task); the experiment folder gets
+the experiment description (hyperparameters and their values, metrics). The metrics
+are the runs' own evaluation tags (``test/<task>/auc``, ...), whose last value is the
+last evaluation. Files end in ``.hparams``; a new comparison replaces them.
+
+Example::
+
+    write_hparams(comparison)     # then: tensorboard --logdir runs/bx  (HPARAMS tab)
+"""
+
+import glob
+import os
+import time
+from typing import Any, Dict, List
+
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from dlrm_multiepoch.report.compare import Comparison
+from dlrm_multiepoch.report.runs import RunRecord
+
+SUFFIX = ".hparams"
+# Per-run flags that say nothing about the model (run folder, resume mode, logging).
+_IGNORED = {"run_name", "tensorboard_dir", "resume", "progress_bar", "log_every_n_steps", "cache_dir", "data_path"}
+
+
+def run_hparams(runs: List[RunRecord]) -> Dict[str, Dict[str, Any]]:
+    """run name -> hyperparameters: strategy, seed, epochs and the config flags whose values differ between runs."""
+    varying = sorted(
+        key
+        for key in {k for r in runs for k in r.config}
+        if key not in _IGNORED and len({repr(r.config.get(key)) for r in runs}) > 1
+    )
+    out = {}
+    for r in runs:
+        values: Dict[str, Any] = {"strategy": r.strategy, "seed": r.seed, "epochs": r.epochs_done}
+        values.update({k: r.config.get(k) for k in varying if k not in values})
+        out[r.name] = {k: v for k, v in values.items() if isinstance(v, (str, int, float, bool))}
+    return out
+
+
+def write_hparams(comparison: Comparison) -> List[str]:
+    """Write the experiment description and one session per compared run; return the files written."""
+    runs = comparison.runs
+    if not runs:
+        return []
+    hparams = run_hparams(runs)
+    tasks = sorted({t for r in runs for t in r.tasks})
+    metric_tags = [f"{split}/{task}/{m}" for task in tasks for split, m in (("test", "auc"), ("test", "logloss"), ("train_sample", "auc"))]
+    metric_tags += ["compare/wall_time_s", "compare/samples_per_s"] + [f"compare/best_test_auc_{t}" for t in tasks]
+    written = [_write(comparison.experiment_dir, _experiment(hparams, metric_tags), {})]
+    for run in runs:
+        scalars = {"compare/wall_time_s": run.wall_time_s, "compare/samples_per_s": run.samples_per_s}
+        scalars |= {f"compare/best_test_auc_{t}": max(run.curve("test", t, "auc").values(), default=None) for t in tasks}
+        written.append(_write(run.path, _session(run.name, hparams[run.name]), scalars))
+    return written
+
+
+def _write(folder: str, summaries: List[Summary], scalars: Dict[str, Any]) -> str:
+    for old in glob.glob(os.path.join(folder, f"*{SUFFIX}")):
+        os.remove(old)
+    values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items() if v is not None]
+    writer = EventFileWriter(folder, filename_suffix=SUFFIX)
+    for summary in [*summaries, Summary(value=values)]:
+        writer.add_event(Event(wall_time=time.time(), step=0, summary=summary))
+    writer.close()
+    return writer._file_name
+
+
+def _experiment(hparams: Dict[str, Dict[str, Any]], metric_tags: List[str]) -> List[Summary]:
+    infos = []
+    for name in sorted({k for h in hparams.values() for k in h}):
+        values = [h[name] for h in hparams.values() if name in h]
+        info = api_pb2.HParamInfo(name=name)
+        if all(isinstance(v, str) for v in values):
+            info.type = api_pb2.DATA_TYPE_STRING
+            info.domain_discrete.extend(sorted(set(values)))
+        elif all(isinstance(v, bool) for v in values):
+            info.type = api_pb2.DATA_TYPE_BOOL
+        else:
+            info.type = api_pb2.DATA_TYPE_FLOAT64
+        infos.append(info)
+    experiment = api_pb2.Experiment(
+        hparam_infos=infos,
+        metric_infos=[api_pb2.MetricInfo(name=api_pb2.MetricName(tag=tag), display_name=tag) for tag in metric_tags],
+        time_created_secs=time.time(),
+    )
+    return [_summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment))]
+
+
+def _session(name: str, hparams: Dict[str, Any]) -> List[Summary]:
+    start = plugin_data_pb2.SessionStartInfo(group_name=name, start_time_secs=time.time())
+    for key, value in hparams.items():
+        if isinstance(value, bool):
+            start.hparams[key].bool_value = value
+        elif isinstance(value, str):
+            start.hparams[key].string_value = value
+        else:
+            start.hparams[key].number_value = float(value)
+    end = plugin_data_pb2.SessionEndInfo(status=api_pb2.STATUS_SUCCESS, end_time_secs=time.time())
+    return [
+        _summary(metadata.SESSION_START_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=start)),
+        _summary(metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end)),
+    ]
+
+
+def _summary(tag: str, data: plugin_data_pb2.HParamsPluginData) -> Summary:
+    data.version = metadata.PLUGIN_DATA_VERSION
+    plugin = SummaryMetadata.PluginData(plugin_name=metadata.PLUGIN_NAME, content=data.SerializeToString())
+    return Summary(value=[Summary.Value(tag=tag, metadata=SummaryMetadata(plugin_data=plugin))])

@@ -1,0 +1,196 @@
+"""The sweep: strategy presets and free strategies, the plan of runs, run states, and what each
+scheduler is asked to run (real TorchX dry runs). Real launches: ``tests/test_sweep_runs.py``."""
+
+import ast
+import json
+import re
+import shlex
+from contextlib import redirect_stdout
+
+import pytest
+import yaml
+
+import dlrm_multiepoch.components as components
+from dlrm_multiepoch.sweep import DEFAULT_STRATEGIES, STRATEGIES, build_plan, parse_strategy, run_state, window_strategy
+from dlrm_multiepoch.sweep.command import main as sweep_main
+from dlrm_multiepoch.sweep.plan import update_manifest
+from dlrm_multiepoch.train.config import parse_config
+from tests.torchx_cli import application, scheduler_request, split_torchrun, torchx
+
+LATE = "tables=frozen@[0,2) train@[2,end)"
+
+
+def test_presets_and_free_strategies():
+    assert parse_strategy("delayed") is STRATEGIES["delayed"]
+    assert {"joint-1ep", "joint", "early", "delayed"} <= set(STRATEGIES)
+    assert (STRATEGIES["joint-1ep"].run_epochs(3), STRATEGIES["joint"].run_epochs(3), STRATEGIES["early"].run_epochs(3)) == (1, 4, 3)
+    free = parse_strategy(f"late=--freeze_schedule '{LATE}' --learning_rate 0.01")
+    assert (free.name, free.flags) == ("late", ("--freeze_schedule", LATE, "--learning_rate", "0.01"))
+    assert parse_strategy("long=--epochs 6").run_epochs(3) == 6
+    with pytest.raises(ValueError, match="unknown strategy 'delay'"):
+        parse_strategy("delay")
+    with pytest.raises(ValueError, match="strategy name 'a b' must start"):
+        parse_strategy("a b=--seed 1")
+    with pytest.raises(ValueError, match="cannot split its flags"):
+        parse_strategy("x=--freeze_schedule 'unclosed")
+    with pytest.raises(ValueError, match="FLAGS must start with a --flag"):
+        parse_strategy("x=delayed")
+
+
+def test_window_strategies():
+    assert window_strategy(0, 2).flags == ("--freeze_schedule", "tables=train")
+    w = window_strategy(1.5, 2)
+    assert (w.name, w.flags, w.window) == ("window@1.5", ("--freeze_schedule", "tables=frozen@[0,1.5) train@[1.5,end)"), 1.5)
+    with pytest.raises(ValueError, match=r"--windows: start 2 must be in \[0, 2\)"):
+        window_strategy(2, 2)
+
+
+def test_plan_gives_each_run_its_flags_and_the_app_parses_them(tmp_path):
+    exp = str(tmp_path / "exp")
+    strategies = [parse_strategy("joint-1ep"), parse_strategy("joint"), parse_strategy(f"late=--freeze_schedule '{LATE}'")]
+    plan = build_plan(exp, strategies, [0, 1], 3, ["--dataset", "movielens"])
+    assert [r.name for r in plan.runs] == ["joint-1ep-s0", "joint-s0", "late-s0", "joint-1ep-s1", "joint-s1", "late-s1"]
+    late = plan.runs[2]
+    assert late.flags == (
+        "--dataset", "movielens", "--freeze_schedule", LATE, "--epochs", "3", "--seed", "0",
+        "--tensorboard_dir", exp, "--run_name", "late-s0", "--resume", "auto",
+    )  # fmt: skip
+    cfg = parse_config(list(late.flags))
+    assert (cfg.freeze_schedule, cfg.epochs, cfg.seed, cfg.run_name, cfg.resume) == (LATE, 3, 0, "late-s0", "auto")
+    assert [r.epochs for r in plan.runs[:3]] == [1, 4, 3]
+
+
+@pytest.mark.parametrize(
+    "strategies, common, message",
+    [
+        (["joint"], ["--epochs", "2"], r"the common flags set \['--epochs'\], which the sweep sets per run"),
+        (["joint"], ["--run_name=x"], r"the common flags set \['--run_name'\]"),
+        (["x=--seed 3"], [], "strategy 'x' sets --seed, which the sweep sets per run"),
+        (["delayed"], ["--freeze_schedule", "joint"], r"strategy 'delayed' sets \['--freeze_schedule'\], also given"),
+        (["no-cross-grad"], [], "strategy 'no-cross-grad' needs --model multipath .* the common flags give --model dlrm"),
+        (["joint", "joint"], [], r"strategies \['joint'\] are given twice"),
+        (["auto"], [], "strategy 'auto' decides on a validation split: add --val_fraction"),
+        (["x=--freeze_schedule 'tables=frozen@[0,5) train@[5,end)'"], [], "run x-s0: --freeze_schedule: .*"),
+        (["x=--embeding_dim 8"], [], "run x-s0: unrecognized arguments: --embeding_dim 8"),
+    ],
+)
+def test_plan_refuses_bad_sweeps_naming_the_flag(tmp_path, strategies, common, message):
+    with pytest.raises(ValueError, match=message):
+        build_plan(str(tmp_path), [parse_strategy(s) for s in strategies], [0], 3, common)
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_run_states_and_manifest(tmp_path):
+    exp = tmp_path / "exp"
+    plan = build_plan(str(exp), [parse_strategy("joint"), parse_strategy("early"), parse_strategy("delayed")], [0], 2, [])
+    joint, early, delayed = plan.runs
+    assert run_state(str(exp), joint).status == "new"
+    evaluations = [{"epoch": 1}, {"epoch": 1.5}, {"epoch": 2}, {"epoch": 3}]
+    _write(exp / "joint-s0" / "summary.json", json.dumps({"evaluations": evaluations, "wall_time_s": 9.0}))
+    assert run_state(str(exp), joint) == run_state(str(exp), joint).__class__("finished", 3)
+    # Interrupted after epoch 1 with a complete checkpoint: resumable.
+    _write(exp / "early-s0" / "summary.json", json.dumps({"evaluations": evaluations[:1]}))
+    _write(exp / "early-s0" / "checkpoints" / "epoch_1" / "trainer_state.json", "{}")
+    _write(exp / "early-s0" / "checkpoints" / "latest.json", json.dumps({"path": "epoch_1"}))
+    assert run_state(str(exp), early).status == "resumable" and run_state(str(exp), early).epochs_done == 1
+    # Interrupted without a checkpoint (only an incomplete save): starts over.
+    _write(exp / "delayed-s0" / "checkpoints" / "epoch_1.tmp" / "x", "")
+    assert run_state(str(exp), delayed).status == "stale"
+    # The manifest keeps each run's flags; other flags for the same run are refused, more epochs are not.
+    update_manifest(plan)
+    update_manifest(build_plan(str(exp), [parse_strategy("joint")], [0], 5, []))
+    saved = json.loads((exp / "sweep.json").read_text())
+    assert saved["runs"]["joint-s0"]["epochs"] == 6 and saved["runs"]["early-s0"]["epochs"] == 2
+    with pytest.raises(ValueError, match="run joint-s0 exists in .* with other flags"):
+        update_manifest(build_plan(str(exp), [parse_strategy("joint")], [0], 2, ["--learning_rate", "0.1"]))
+
+
+def _srun_app_args(sbatch: str):
+    """The training-app flags of every srun group of an sbatch script."""
+    srun = sbatch[sbatch.index("\nsrun ") : sbatch.index("\nexitcode=")].replace("\\\n", " ")
+    tokens = shlex.split(srun)
+    commands = [tokens[i + 2] for i, t in enumerate(tokens) if t == "bash" and tokens[i + 1] == "-c"]
+    return [split_torchrun(c, "apps/train.py") for c in commands]
+
+
+def test_slurm_dryrun_is_one_job_per_run_and_keeps_a_schedule_with_spaces(tmp_path, capsys):
+    exp = str(tmp_path / "exp")
+    late = f"late=--freeze_schedule '{LATE}'"
+    assert sweep_main([exp, "joint", late, "-s", "slurm", "-j", "2x2", "--dryrun", "--seeds", "0,1", "--", "--dataset", "movielens"]) == 0
+    out = capsys.readouterr().out
+    runs = re.split(r"^=== run (\S+) \((\d+) epochs\) ===$", out, flags=re.M)[1:]
+    names = runs[0::3]
+    assert names == ["joint-s0", "late-s0", "joint-s1", "late-s1"] and runs[1::3] == ["4", "3", "4", "3"]
+    for name, request in zip(names, runs[2::3]):
+        assert request.strip().startswith("sbatch --parsable $SBATCH_SCRIPT")
+        groups = _srun_app_args(request)
+        assert len(groups) == 2  # one hetjob group per node
+        for opts, app_args in groups:
+            assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("2", "2")
+            cfg = parse_config(app_args)
+            assert (cfg.run_name, cfg.tensorboard_dir, cfg.resume, cfg.data.dataset) == (name, exp, "auto", "movielens")
+            assert cfg.freeze_schedule == (LATE if name.startswith("late") else "joint")
+    assert not (tmp_path / "exp").exists()  # a dry run writes nothing
+
+
+def test_the_default_sweep_gives_every_run_the_same_validation_split(tmp_path, capsys):
+    assert sweep_main([str(tmp_path / "exp"), "-s", "slurm", "--dryrun"]) == 0
+    out = capsys.readouterr().out
+    assert "decide(s) on a validation split: every run gets --val_fraction 0.1" in out
+    runs = re.split(r"^=== run (\S+) \(\d+ epochs\) ===$", out, flags=re.M)[1:]
+    assert runs[0::2] == [f"{name}-s0" for name in DEFAULT_STRATEGIES]
+    assert {parse_config(_srun_app_args(r)[0][1]).data.val_fraction for r in runs[1::2]} == {0.1}
+
+
+def test_kubernetes_dryrun_is_one_volcano_job_per_run(tmp_path, capsys):
+    exp = "/mnt/runs/exp"
+    args = [exp, "delayed", "-s", "kubernetes", "-cfg", "queue=research", "-j", "1x4", "--gpu", "4", "--image", "reg/dlrm:1"]
+    assert sweep_main([*args, "--dryrun", "--windows", "0,1", "--epochs", "2"]) == 0
+    out = capsys.readouterr().out
+    parts = re.split(r"^=== run (\S+) \(\d+ epochs\) ===$", out, flags=re.M)[1:]
+    assert parts[0::2] == ["delayed-s0", "window@0-s0", "window@1-s0"]
+    for name, request in zip(parts[0::2], parts[1::2]):
+        job = yaml.safe_load(request)
+        assert (job["kind"], job["spec"]["queue"]) == ("Job", "research")
+        (task,) = job["spec"]["tasks"]
+        (container,) = task["template"]["spec"]["containers"]
+        assert container["image"] == "reg/dlrm:1" and container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        _, app_args = split_torchrun(container["command"][2], "apps/train.py")
+        assert parse_config(app_args).run_name == name
+
+
+def test_sweep_component_runs_the_sweep_command_on_every_scheduler(tmp_path):
+    strategy = f"late=--freeze_schedule '{LATE}'"
+    app = components.sweep(
+        "joint", strategy, "--", "--history_length", "10",
+        experiment_dir="runs/bx", seeds="0,1", windows="0,1", j="1x2", env={"A": "1"}, model="multipath", max_rows=5000,
+    )  # fmt: skip
+    (role,) = app.roles
+    assert role.entrypoint == "dlrm-multiepoch" and role.args[:2] == ["sweep", "runs/bx"]
+    at = role.args.index("--")
+    assert role.args[at - 2 :] == ["joint", strategy, "--", "--max_rows=5000", "--model=multipath", "--history_length", "10"]
+    assert role.env["A"] == "1"
+    # The job's command line is one the sweep command takes: its dry run plans the runs.
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f, redirect_stdout(f):
+        assert sweep_main([*role.args[1:at], "--dryrun", "-s", "local_cwd", *role.args[at:]]) == 0
+    planned = re.findall(r"^=== run (\S+) ", out.read_text(), flags=re.M)
+    assert planned == ["joint-s0", "late-s0", "window@0-s0", "window@1-s0", "joint-s1", "late-s1", "window@0-s1", "window@1-s1"]
+    # Real TorchX CLI dry runs, by entry-point name and by file, on the three schedulers.
+    cli = ["--experiment_dir", "runs/bx", "--seeds", "0,1", "--", "joint", strategy, "--", "--max_rows", "100"]
+    tail = ["joint", strategy, "--", "--max_rows", "100"]
+    local = application(torchx("run", "--dryrun", "-s", "local_cwd", "dlrm_multiepoch.sweep", *cli).stdout)
+    (local_role,) = ast.literal_eval(re.sub(r"<RetryPolicy\.\w+: '\w+'>", "None", local))["roles"]
+    assert local_role["entrypoint"] == "dlrm-multiepoch" and local_role["args"][-len(tail) :] == tail
+    slurm = scheduler_request(torchx("run", "--dryrun", "-s", "slurm", "components/dlrm.py:sweep", *cli).stdout)
+    srun = shlex.split(slurm[slurm.index("\nsrun ") : slurm.index("\nexitcode=")].replace("\\\n", " "))
+    assert srun[srun.index("dlrm-multiepoch") + 1 : srun.index("dlrm-multiepoch") + 3] == ["sweep", "runs/bx"]
+    assert srun[-len(tail) :] == tail
+    k8s = torchx("run", "--dryrun", "-s", "kubernetes", "-cfg", "queue=q", "--workspace", "", "dlrm_multiepoch.sweep", "--image", "reg/dlrm:1", *cli)
+    (task,) = yaml.safe_load(scheduler_request(k8s.stdout))["spec"]["tasks"]
+    (container,) = task["template"]["spec"]["containers"]
+    assert container["command"][:3] == ["dlrm-multiepoch", "sweep", "runs/bx"] and container["command"][-len(tail) :] == tail

@@ -196,6 +196,8 @@ def read_experiment(experiment_dir: str) -> Tuple[List[RunRecord], List[RunProbl
 
 
 def _partial(run: RunRecord) -> Optional[str]:
+    if run.finished and run.deployed:  # the auto schedule may end a run early, on its restored best weights
+        return None
     if run.epochs_planned is not None and run.epochs_done < run.epochs_planned:
         return f"partial: {run.epochs_done} of {run.epochs_planned} epochs evaluated (interrupted or still running)"
     if run.finished is False:

@@ -159,6 +159,7 @@ class Trainer:
         self.step = 0
         self.start_epoch = 0
         self._wall_time_before = 0.0  # of the runs this one resumes
+        self._eval_seconds = 0.0  # of this job, in evaluation passes
         self._train_start = time.perf_counter()
         self._log_build()
         if self.resume_from is not None:
@@ -187,6 +188,7 @@ class Trainer:
             self.run_epoch(epoch)
         if self.auto_run is not None:
             self.auto_run.end_on_best(self.step, self.steps_per_epoch, lambda: self._eval_pass(list(self.eval_loaders)))
+        self.logger.record("eval_time_s", self._eval_seconds)  # part of the wall time (this job's)
         self.logger.record("wall_time_s", self._wall_time())
         self.logger.close()
         return self.logger.summary
@@ -348,9 +350,11 @@ class Trainer:
         return results
 
     def _eval_pass(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
+        start = time.perf_counter()
         self.model.eval()
         results = {s: task_metrics(run_eval_pass(self.pipeline.progress, self.eval_loaders[s]), self.data.tasks) for s in splits}
         self.model.train()
+        self._eval_seconds += time.perf_counter() - start
         return results
 
     @property

@@ -37,8 +37,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist  # noqa: E402
 
-from dlrm_multiepoch.data.config import DataConfig, load_dataset  # noqa: E402
-from dlrm_multiepoch.data.dataset import BatchLoader  # noqa: E402
+from dlrm_multiepoch.data.config import DataConfig  # noqa: E402
+from dlrm_multiepoch.data.load import load_dataset  # noqa: E402
+from dlrm_multiepoch.data.loader import BatchLoader  # noqa: E402
 from dlrm_multiepoch.data.synthetic import synthetic_data  # noqa: E402
 from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper  # noqa: E402

@@ -145,7 +145,7 @@ def _run_multipath(rank: int, world_size: int, port: int, args: argparse.Namespa
     """Multi-path model training steps, ``fused_lookup`` on vs off, interleaved."""
     from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-    from dlrm_multiepoch.data.dataset import BatchLoader
+    from dlrm_multiepoch.data.loader import BatchLoader
     from dlrm_multiepoch.data.synthetic import synthetic_data
     from dlrm_multiepoch.distributed import init_distributed
     from dlrm_multiepoch.models.config import ModelConfig

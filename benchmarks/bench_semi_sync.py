@@ -35,7 +35,7 @@ import torch.distributed as dist  # noqa: E402
 from torchrec.distributed import comm_ops  # noqa: E402
 from torchrec.distributed import dist_data  # noqa: E402
 
-from dlrm_multiepoch.data.dataset import BatchLoader  # noqa: E402
+from dlrm_multiepoch.data.loader import BatchLoader  # noqa: E402
 from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline  # noqa: E402
 from tests.multiprocess import run_on_ranks  # noqa: E402

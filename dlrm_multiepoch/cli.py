@@ -4,6 +4,7 @@ Usage::
 
     dlrm-multiepoch sweep runs/bx joint-1ep joint early delayed --seeds 0,1,2 -- --dataset bookcrossing
     dlrm-multiepoch compare runs/bx
+    dlrm-multiepoch preprocess --dataset criteo --data_path day_0.tsv --output prepped/day_0
     dlrm-multiepoch SUBCOMMAND --help
 
 A subcommand is a module with ``main(argv) -> int``, imported only when it runs (so
@@ -28,6 +29,10 @@ SUBCOMMANDS: Dict[str, Subcommand] = {
     "compare": Subcommand(
         "dlrm_multiepoch.report.command",
         "compare an experiment's runs: table (Markdown, CSV), plots, TensorBoard HParams",
+    ),
+    "preprocess": Subcommand(
+        "dlrm_multiepoch.data.command",
+        "encode a dataset once into memory-mappable column files (streamed, bounded memory)",
     ),
 }
 

@@ -18,10 +18,12 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+import numpy as np
 import torch.distributed.checkpoint as dcp
 
 from dlrm_multiepoch.auto import AutoScheduleConfig
-from dlrm_multiepoch.data.config import DataConfig, load_dataset
+from dlrm_multiepoch.data.config import DataConfig
+from dlrm_multiepoch.data.load import load_dataset
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.schedule import FreezeSchedule
@@ -56,28 +58,29 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     summary_a = a.train()
     decisions = summary_a["auto_decisions"]
     assert [(d["step"], d["transition"], d["best_step"], d["restore_best"]) for d in decisions] == [
-        (8, "frozen->joint", 6, True),
-        (12, "joint->dense", 10, True),
-        (14, "dense->done", 10, True),
+        (10, "frozen->joint", 8, True),
+        (12, "joint->dense", 8, True),
+        (18, "dense->done", 16, True),
     ]
-    assert summary_a["best"]["step"] == 10
-    assert summary_a["best"]["schedule"] == "tables=frozen@[0step,8step) train@[8step,12step) frozen@[12step,end)"
-    # Stopped at step 14, mid-epoch 2: no evaluation after it.
-    assert [e["step"] for e in summary_a["evaluations"]] == [2, 4, 6, 8, 10, 12, 14]
+    assert summary_a["best"]["step"] == 16
+    assert summary_a["best"]["schedule"] == "tables=frozen@[0step,10step) train@[10step,12step) frozen@[12step,end)"
+    # Stopped at step 18, mid-epoch 3: no evaluation after it.
+    assert [e["step"] for e in summary_a["evaluations"]] == [2, 4, 6, 8, 10, 12, 14, 16, 18]
 
     # The final weights are the best-validation ones: the checkpoint taken at that
     # evaluation (bitwise) and the validation metrics recorded there.
-    at_best = next(e for e in summary_a["evaluations"] if e["step"] == 10)
+    at_best = next(e for e in summary_a["evaluations"] if e["step"] == 16)
     assert summary_a["best"]["val"] == at_best["val"]
     final = a.model.state_dict()
     from_disk = copy.deepcopy(final)
-    dcp.load({"model": from_disk}, checkpoint_id=f"{tmp}/a/checkpoints/best_step_10")
-    _assert_bitwise_equal(final, from_disk, "final weights vs best_step_10")
+    dcp.load({"model": from_disk}, checkpoint_id=f"{tmp}/a/checkpoints/best_step_16")
+    _assert_bitwise_equal(final, from_disk, "final weights vs best_step_16")
 
     # B: test labels flipped. Nothing the schedule does may change.
     data = load_dataset(_cfg(tmp, "b").data, log=lambda _: None)
-    test = data.splits["test"]
+    test = data.splits["test"].take(np.arange(len(data.splits["test"])))  # in memory, to edit
     test.labels = {task: 1.0 - y for task, y in test.labels.items()}
+    data.splits["test"] = test
     b = Trainer(_cfg(tmp, "b"), env, data=data)
     summary_b = b.train()
     assert summary_b["auto_decisions"] == decisions
@@ -86,12 +89,13 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     for task in ("like", "love"):  # what B reports on its test split did change
         assert abs(summary_b["best"]["test"][task]["auc"] + summary_a["best"]["test"][task]["auc"] - 1.0) < 1e-6
 
-    # C dies after epoch 1 (its checkpoint holds the restore decided at step 8); D resumes.
+    # C dies after epoch 2 (its checkpoint holds the restores decided at steps 10 and 12); D resumes.
     c = Trainer(_cfg(tmp, "c"), env)
     c.run_epoch(0)
+    c.run_epoch(1)
     c.logger.close()
     d = Trainer(_cfg(tmp, "c", resume="auto"), env)
-    assert d.freeze.policy.best_step == 6 and d.freeze.policy.phase == "joint"
+    assert d.freeze.policy.best_step == 16 and d.freeze.policy.phase == "dense"
     summary_d = d.train()
     assert summary_d["auto_decisions"] == decisions
     assert summary_d["best"] == summary_a["best"]
@@ -110,8 +114,9 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
         assert any(v > 0.0 for s, v in stale.items() if s not in frozen_steps)
 
     if rank == 0:
-        # Bests kept: the current one and the one the epoch-1 checkpoint refers to.
-        assert sorted(os.listdir(f"{tmp}/c/checkpoints")) == ["best_step_10", "best_step_6", "epoch_1", "latest.json"]
+        # Bests kept: the ones the two kept epoch checkpoints refer to (the current one is epoch 2's).
+        expected = ["best_step_16", "best_step_8", "epoch_1", "epoch_2", "latest.json"]
+        assert sorted(os.listdir(f"{tmp}/c/checkpoints")) == expected
 
 
 def _frozen_windows(schedule: str, total: int) -> List[Tuple[int, int]]:

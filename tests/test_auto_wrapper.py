@@ -11,7 +11,7 @@ from torchrec.models.dlrm import DLRM
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from dlrm_multiepoch.auto import AutoFreezeSchedule, AutoScheduleConfig
-from dlrm_multiepoch.data.dataset import BatchLoader
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.models.dlrm import MultiTaskTrain, embedding_bag_configs

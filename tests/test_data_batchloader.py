@@ -1,12 +1,12 @@
-"""BatchLoader: rank sharding covers every row once, pads with weight 0, builds valid KJTs."""
+"""BatchLoader: rank sharding covers every row once, pads with weight 0, builds valid KJTs.
+
+The same on real gloo ranks: ``tests/test_data_stream.py`` (one spawn for all data checks)."""
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 
 from dlrm_multiepoch.data import HISTORY_FEATURE, HISTORY_PAD, BatchLoader, InteractionData, Split, TableSpec
-from tests.multiprocess import run_on_ranks
 
 ROWS = 1003  # not a multiple of the batch: exercises the short, padded last batch
 
@@ -71,16 +71,3 @@ def test_epochs_reshuffle_and_bad_batch_size() -> None:
         BatchLoader(data, "train", 63, 0, 2)
     with pytest.raises(KeyError, match="no split 'test'"):
         BatchLoader(data, "test", 64, 0, 2)
-
-
-def _gather_rows(rank: int, world_size: int) -> None:
-    rows, sizes, pads, steps = collect(make_data(), rank, world_size, 64, epoch=2)
-    everything = [None] * world_size
-    dist.all_gather_object(everything, (rows, sizes))
-    seen = sorted(r for rows, _ in everything for r in rows)
-    assert seen == list(range(ROWS)), "rows lost or repeated across ranks"
-    assert everything[0][1] == everything[1][1], "ranks disagree on batch sizes"
-
-
-def test_two_gloo_ranks_cover_every_row_once() -> None:
-    run_on_ranks(_gather_rows, 2)

@@ -1,43 +1,59 @@
 """Id maps, splits and dense normalisation."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
+import dlrm_multiepoch.data.preprocess as preprocess_module
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID
-from dlrm_multiepoch.data.encode import (
-    IdMap,
-    age_bucket,
-    random_split,
-    standardize,
-    subsample,
-    time_split,
-    validation_split,
-)
+from dlrm_multiepoch.data.encode import age_bucket, random_split, subsample, time_split, validation_split
+from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess
+from dlrm_multiepoch.data.store import open_dataset
+from dlrm_multiepoch.data.vocab import read_vocab
 
 
-def test_id_map_frequency_order_unknown_row_and_ties() -> None:
-    train = pd.Series(["b", "a", "c", "a", "b", "a", None, "d"])
-    m = IdMap.fit(train)
-    # a x3 -> 1, b x2 -> 2, then c and d (1 each) by first appearance.
-    assert list(m.values) == ["a", "b", "c", "d"]
-    assert m.num_embeddings == 5
-    ids = m.transform(pd.Series(["a", "d", "zz", None, "c"]))
-    np.testing.assert_array_equal(ids, [1, 4, UNKNOWN_ID, UNKNOWN_ID, 3])
-    assert ids.dtype == np.int64
+def encode(train: list, test: list = (), min_count: int = 1, chunks: int = 1, tmp: Path = None) -> np.ndarray:
+    """Ids of ``train + test`` values through the real preprocessing path, train fitted."""
+    values = list(train) + list(test)
+    frame = pd.DataFrame({"x": pd.Series(values, dtype=object)})
+
+    def plan(load, bad):
+        return SplitPlan(np.array([0] * len(train) + [1] * len(test), np.int8), ["train", "test"])
+
+    recipe = Recipe("toy", ["x"], Standardize([]), ["y"], lambda n: {"y": np.zeros(len(n["y"]), np.float32)}, plan,
+                    min_count=min_count)
+    parts = np.array_split(np.arange(len(values)), chunks)
+    pieces = [frame_chunk(frame.iloc[p], ["x"], {"y": np.zeros(len(p))}) for p in parts]
+    out = tmp / f"toy{len(list(tmp.iterdir()))}"
+    preprocess(recipe, pieces, out, log=lambda s: None)
+    data, _ = open_dataset(out)
+    return np.concatenate([data.splits[s].read(0, len(data.splits[s])).sparse["x"] for s in ("train", "test")])
 
 
-def test_id_map_min_count_folds_rare_ids() -> None:
-    train = pd.Series([5, 5, 5, 7, 7, 9, 11])
-    m = IdMap.fit(train, min_count=2)
-    np.testing.assert_array_equal(m.transform(train), [1, 1, 1, 2, 2, 0, 0])
-    assert m.num_embeddings == 3  # max id + 1
+def test_id_map_frequency_order_unknown_row_and_ties(tmp_path: Path) -> None:
+    train = ["b", "a", "c", "a", "b", "a", None, "d"]
+    # a x3 -> 1, b x2 -> 2, then c and d (1 each) by first appearance; None and unseen -> 0.
+    for chunks in (1, 3):
+        ids = encode(train, ["a", "d", "zz", None, "c"], chunks=chunks, tmp=tmp_path)
+        np.testing.assert_array_equal(ids, [2, 1, 3, 1, 2, 1, UNKNOWN_ID, 4, 1, 4, UNKNOWN_ID, UNKNOWN_ID, 3])
+    (vocab,) = (p for p in tmp_path.glob("toy0/vocab/*.parquet"))
+    assert read_vocab(vocab).column("value").to_pylist() == ["a", "b", "c", "d"]
 
 
-def test_id_map_keeps_string_ids_distinct_from_numbers() -> None:
+def test_id_map_min_count_folds_rare_ids(tmp_path: Path) -> None:
+    train = [5, 5, 5, 7, 7, 9, 11]
+    np.testing.assert_array_equal(encode(train, min_count=2, tmp=tmp_path), [1, 1, 1, 2, 2, 0, 0])
+
+
+def test_id_map_keeps_string_ids_distinct(tmp_path: Path) -> None:
     # ISBN-like strings must not collapse ("0123" vs "123").
-    m = IdMap.fit(pd.Series(["0123", "123", "0123"]))
-    np.testing.assert_array_equal(m.transform(pd.Series(["123", "0123", 123])), [2, 1, UNKNOWN_ID])
+    np.testing.assert_array_equal(encode(["0123", "123", "0123"], ["123", "0123"], tmp=tmp_path), [1, 2, 1, 2, 1])
+
+
+def test_float_ids_nan_is_missing_and_signed_zero_is_one_id(tmp_path: Path) -> None:
+    np.testing.assert_array_equal(encode([1.5, float("nan"), 0.0, -0.0, 1.5], tmp=tmp_path), [1, 0, 2, 2, 1])
 
 
 def test_random_split_partitions_rows_and_is_seeded() -> None:
@@ -104,10 +120,30 @@ def test_subsample_keeps_order_and_count() -> None:
 
 def test_standardize_uses_train_stats_only() -> None:
     values = np.array([1.0, 3.0, np.nan, 100.0])
-    z, missing = standardize(values, train_rows=np.array([0, 1, 2]))
-    np.testing.assert_array_equal(missing, [0, 0, 1, 0])
-    np.testing.assert_allclose(z, [-1.0, 1.0, 0.0, 98.0], rtol=0, atol=1e-6)
-    assert z.dtype == np.float32
+    codes = np.array([0, 0, 0, 1], np.int8)  # the last row is not train
+    transform = Standardize(["v"])
+    transform.fit(lambda: iter([({"v": values}, codes)]), train=0)
+    dense = transform.apply({"v": values}, 4)
+    np.testing.assert_array_equal(dense[:, 1], [0, 0, 1, 0])
+    np.testing.assert_allclose(dense[:, 0], [-1.0, 1.0, 0.0, 98.0], rtol=0, atol=1e-6)
+    assert dense.dtype == np.float32 and transform.names == ["v", "v_missing"]
+
+
+def test_standardize_equals_numpy_bitwise_and_ignores_blocking(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(0)
+    values = rng.lognormal(3, 2, 5000)
+    values[rng.random(5000) < 0.1] = np.nan
+    codes = (rng.random(5000) < 0.2).astype(np.int8)  # 0 = train
+    train = values[codes == 0]
+    train = train[~np.isnan(train)]
+    stats = []
+    for block in (1 << 22, 999):  # one block: numpy's own pairwise sums; many: exactly combined
+        monkeypatch.setattr(preprocess_module, "STAT_BLOCK", block)
+        transform = Standardize(["v"])
+        transform.fit(lambda: iter([({"v": values[i : i + 700]}, codes[i : i + 700]) for i in range(0, 5000, 700)]), 0)
+        stats.append(transform.stats["v"])
+    assert stats[0] == (float(train.mean()), float(train.std()))
+    assert stats[1][0] == pytest.approx(stats[0][0], rel=1e-15) and stats[1][1] == pytest.approx(stats[0][1], rel=1e-15)
 
 
 def test_age_bucket_edges() -> None:

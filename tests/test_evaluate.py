@@ -1,59 +1,113 @@
+"""Streaming, rank-summed metrics against the exact metrics of all predictions gathered."""
+
 import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torchmetrics.functional.classification import binary_auroc
 
-from dlrm_multiepoch.models.dlrm import ModelOutput
-from dlrm_multiepoch.train.evaluate import binary_metrics, gather_outputs, task_metrics
+from dlrm_multiepoch.train.evaluate import BinaryMetrics, score_bins
 from tests.multiprocess import run_on_ranks
 
 
-def _reference_auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    # Probability that a random positive outscores a random negative (ties count half).
+def pairwise_auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    # Probability that a random positive outscores a random negative (ties count half), in float64.
     pos, neg = scores[labels == 1], scores[labels == 0]
     greater = (pos[:, None] > neg[None, :]).sum()
     ties = (pos[:, None] == neg[None, :]).sum()
     return (greater + 0.5 * ties) / (len(pos) * len(neg))
 
 
-def test_binary_metrics_match_reference_formulas():
-    rng = np.random.default_rng(0)
-    labels = (rng.random(500) < 0.3).astype(np.float64)
-    logits = rng.standard_normal(500) + labels
-    logits[:50] = np.round(logits[:50])  # some ties
-    m = binary_metrics(torch.tensor(logits), torch.tensor(labels))
-    p = 1 / (1 + np.exp(-logits))
-    logloss = -np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p))
-    base_rate = labels.mean()
-    entropy = -(base_rate * math.log(base_rate) + (1 - base_rate) * math.log(1 - base_rate))
-    assert abs(m["auc"] - _reference_auc(logits, labels)) < 1e-6
-    assert abs(m["logloss"] - logloss) < 1e-9
-    assert abs(m["ne"] - logloss / entropy) < 1e-9
-    assert m["rows"] == 500
+def exact(logits: np.ndarray, labels: np.ndarray) -> dict:
+    """What evaluation computed before, from all rows gathered: torchmetrics' exact AUC
+    (returned in float32) and float64 logloss; plus the exact AUC in float64."""
+    x, y = torch.tensor(logits, dtype=torch.float64), torch.tensor(labels, dtype=torch.float64)
+    logloss = F.binary_cross_entropy_with_logits(x, y).item()
+    p = y.mean().item()
+    entropy = -(p * math.log(p) + (1 - p) * math.log(1 - p))
+    return {
+        "auc": pairwise_auc(logits, labels),
+        "auc_torchmetrics": binary_auroc(x, y.long()).item(),
+        "logloss": logloss,
+        "ne": logloss / entropy,
+        "positive_rate": p,
+    }
 
 
-def _output(logits, labels, weights) -> ModelOutput:
-    return ModelOutput(torch.tensor(0.0), {}, torch.tensor(logits)[:, None], torch.tensor(labels)[:, None], torch.tensor(weights))
+def sample(n: int, seed: int) -> tuple:
+    rng = np.random.default_rng(seed)
+    labels = (rng.random((n, 2)) < [0.3, 0.1]).astype(np.float32)
+    logits = (rng.standard_normal((n, 2)) + 1.5 * labels).astype(np.float32)
+    logits[:40] = np.round(logits[:40])  # exact ties count half, as in the exact AUC
+    return logits, labels
 
 
-def test_gather_drops_padding_rows():
-    merged = gather_outputs([_output([0.5, 0.25], [1.0, 0.0], [1.0, 1.0]), _output([0.75, 9.0], [1.0, 1.0], [1.0, 0.0])])
-    assert merged["logits"].flatten().tolist() == [0.5, 0.25, 0.75]
-    assert merged["labels"].flatten().tolist() == [1.0, 0.0, 1.0]
+def check_close(got: dict, want: dict, bound_limit: float) -> None:
+    for name in ("logloss", "ne", "positive_rate"):
+        assert abs(got[name] - want[name]) < 1e-12, name
+    # Pairs of one bin count as ties: the error is at most the reported bound.
+    assert abs(got["auc"] - want["auc"]) <= got["auc_error_bound"] + 1e-12
+    assert got["auc_error_bound"] < bound_limit
+    assert abs(got["auc"] - want["auc_torchmetrics"]) <= got["auc_error_bound"] + 1e-6  # float32 there
 
 
-def _gather_on_two_ranks(rank: int, world_size: int) -> None:
-    rng = np.random.default_rng(1)
-    logits = rng.standard_normal((2, 6)).astype(np.float32)
-    labels = (rng.random((2, 6)) < 0.5).astype(np.float32)
-    weights = np.ones((2, 6), np.float32)
-    weights[1, 4:] = 0  # rank 1 padded its last two rows
-    mine = [_output(logits[rank], labels[rank], weights[rank])]
-    got = task_metrics(mine, ["t"])["t"]
-    keep = weights.flatten() > 0
-    want = binary_metrics(torch.tensor(logits.flatten()[keep]), torch.tensor(labels.flatten()[keep]))
-    assert got == want
+def test_single_process_matches_exact_metrics_and_slices() -> None:
+    logits, labels = sample(3000, 0)
+    weights = np.ones(3000, np.float32)
+    weights[-7:] = 0  # padding rows count nowhere
+    slices = np.arange(3000) % 3
+    metrics = BinaryMetrics(["like", "love"], slices=["a", "b", "c"])
+    for lo in range(0, 3000, 512):
+        hi = lo + 512
+        metrics.update(
+            torch.from_numpy(logits[lo:hi]), torch.from_numpy(labels[lo:hi]), torch.from_numpy(weights[lo:hi]),
+            torch.from_numpy(slices[lo:hi]),
+        )
+    everything, *per_slice = metrics.compute_all()
+    real = weights > 0
+    for t, task in enumerate(["like", "love"]):
+        check_close(everything[task], exact(logits[real, t], labels[real, t]), 1e-4)
+        assert everything[task]["rows"] == 2993
+        for s, got in enumerate(per_slice):
+            rows = real & (slices == s)
+            check_close(got[task], exact(logits[rows, t], labels[rows, t]), 1e-3)
 
 
-def test_metrics_over_two_ranks_equal_single_process_metrics():
-    run_on_ranks(_gather_on_two_ranks, 2)
+def test_auc_is_exact_when_scores_fall_in_distinct_bins() -> None:
+    order = torch.randperm(997, generator=torch.Generator().manual_seed(0))
+    logits = torch.linspace(-6, 6, 997, dtype=torch.float32)[order]
+    labels = (torch.rand(997, generator=torch.Generator().manual_seed(1)) < torch.sigmoid(logits)).float()
+    assert len(torch.unique(score_bins(logits))) == 997
+    metrics = BinaryMetrics(["t"])
+    metrics.update(logits[:, None], labels[:, None], torch.ones(997))
+    got = metrics.compute()["t"]
+    assert got["auc_error_bound"] == 0.0
+    assert abs(got["auc"] - pairwise_auc(logits.numpy(), labels.numpy())) < 1e-12
+
+
+def test_score_bins_are_monotone() -> None:
+    x = torch.tensor([-float("inf"), -1e30, -2.0, -1.0, -1e-30, -0.0, 0.0, 1e-30, 1.0, 2.0, 1e30, float("inf")])
+    bins = score_bins(x)
+    assert (bins[1:] >= bins[:-1]).all() and bins.min() >= 0 and bins.max() < 2**20
+
+
+def _two_ranks(rank: int, world_size: int) -> None:
+    logits, labels = sample(2000, 1)
+    weights = np.ones(2000, np.float32)
+    weights[1000 + 990 :] = 0  # rank 1 padded its last 10 rows
+    mine = slice(rank * 1000, (rank + 1) * 1000)
+    metrics = BinaryMetrics(["like", "love"])
+    for lo in range(mine.start, mine.stop, 256):
+        hi = min(lo + 256, mine.stop)
+        batch = [torch.from_numpy(a[lo:hi]) for a in (logits, labels, weights)]
+        metrics.update(*batch)
+    got = metrics.compute()
+    real = weights > 0
+    for t, task in enumerate(["like", "love"]):
+        check_close(got[task], exact(logits[real, t], labels[real, t]), 1e-4)
+        assert got[task]["rows"] == 1990
+
+
+def test_metrics_over_two_ranks_equal_gathered_metrics() -> None:
+    run_on_ranks(_two_ranks, 2)

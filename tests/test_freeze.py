@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-from dlrm_multiepoch.data.dataset import BatchLoader
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dlrm_multiepoch.data.dataset import BatchLoader
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.models import MODELS, ModelConfig, build_model

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
+from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.pipeline import PIPELINES, SemiSyncTrainPipeline, StalenessMeter, make_train_pipeline
 from dlrm_multiepoch.pipeline.staleness import row_overlap
@@ -106,17 +107,21 @@ def _run_reference(job: Job, rank: int, freeze: FreezeByDetach, schedule: Sequen
     return losses
 
 
-def _expected_stale_fractions(data: InteractionData, schedule: Sequence[Set[str]], warmup: int) -> List[float]:
-    """Stale-row fraction per step from the data alone: rows of global batch B that B-1 updated."""
-    loader = BatchLoader(data, "train", GLOBAL_BATCH, 0, 1, shuffle=True)
+def _expected_stale_fractions(
+    data: InteractionData, schedule: Sequence[Set[str]], warmup: int, world_size: int
+) -> List[float]:
+    """Stale-row fraction per step from the data alone: rows of global batch B (every
+    rank's part of it) that B-1 updated."""
+    loaders = [BatchLoader(data, "train", GLOBAL_BATCH, r, world_size, shuffle=True) for r in range(world_size)]
     out: List[float] = []
     index = 0
     for epoch, frozen in enumerate(schedule):
-        loader.set_epoch(epoch)
+        for loader in loaders:
+            loader.set_epoch(epoch)
         previous = None
-        for batch in loader:
-            kjt = batch.sparse_features.to_dict()
-            rows = {(data.table_of(f).name, int(i)) for f, jt in kjt.items() for i in jt.values()}
+        for parts in zip(*loaders):
+            kjts = [batch.sparse_features.to_dict() for batch in parts]
+            rows = {(data.table_of(f).name, int(i)) for kjt in kjts for f, jt in kjt.items() for i in jt.values()}
             if previous is None or index < warmup:
                 out.append(0.0)
             else:
@@ -200,7 +205,7 @@ def _check_stale_reference(rank: int, world_size: int) -> None:
     )
     assert not torch.equal(torch.stack(sync["loss"]), torch.stack(ref_losses))
 
-    expected = _expected_stale_fractions(job.data, schedule, warmup)
+    expected = _expected_stale_fractions(job.data, schedule, warmup, world_size)
     assert rec["stale"] == expected, (rec["stale"], expected)
     assert pipeline.mean_stale_fraction == pytest.approx(sum(expected) / len(expected), rel=1e-12)
     # Zero exactly in warm-up, at epoch starts and while frozen; real overlap otherwise.

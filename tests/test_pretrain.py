@@ -19,13 +19,13 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-from dlrm_multiepoch.data.dataset import BatchLoader
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.multipath import build_multipath
 from dlrm_multiepoch.models.pretrain import build_pretrain_model
-from dlrm_multiepoch.train.evaluate import run_eval_pass
+from dlrm_multiepoch.train.evaluate import eval_outputs
 from dlrm_multiepoch.train.pretrain import PRETRAIN_SPLIT, SUMMARY_FILE, PretrainConfig, TablePretrainer, pretrain_split
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables, save_tables, table_state_dict
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
@@ -143,7 +143,7 @@ def _load_on_2_ranks_and_train(rank: int, world_size: int, tmp: str) -> None:
         assert end < start, f"train loss {name} did not decrease: {start:.4f} -> {end:.4f}"
     dmp.eval()
     test = BatchLoader(data, "test", 256, rank, world_size)
-    outs = run_eval_pass(pipeline.progress, test)
+    outs = list(eval_outputs(pipeline.progress, test))
     rows = torch.tensor(sum(int(o.weights.sum()) for o in outs))
     dist.all_reduce(rows)
     assert int(rows) == len(data.splits["test"])  # every test row scored once across ranks

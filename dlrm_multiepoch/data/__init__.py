@@ -1,20 +1,30 @@
-"""Data: real datasets encoded for TorchRec and the rank-sharded batch loader (exports load on first use)."""
+"""Data: sources encoded into dataset folders, streamed per rank as TorchRec batches.
+
+Exports load on first use: the numpy-only modules (sources, preprocessing, the dataset
+store, the block shuffle) import no torch, and :class:`Batch` and :class:`BatchLoader`
+import torch and TorchRec only when used. The built-in sources register themselves
+when a source is first looked up (:mod:`~dlrm_multiepoch.data.registry`).
+"""
 
 from dlrm_multiepoch.lazy import lazy_exports
 
 _EXPORTS = {
     "Batch": "dlrm_multiepoch.data.batch",
-    "DATASETS": "dlrm_multiepoch.data.config",
+    "BatchLoader": "dlrm_multiepoch.data.loader",
     "DataConfig": "dlrm_multiepoch.data.config",
-    "load_dataset": "dlrm_multiepoch.data.config",
     "HISTORY_FEATURE": "dlrm_multiepoch.data.dataset",
     "HISTORY_PAD": "dlrm_multiepoch.data.dataset",
     "UNKNOWN_ID": "dlrm_multiepoch.data.dataset",
-    "BatchLoader": "dlrm_multiepoch.data.dataset",
     "InteractionData": "dlrm_multiepoch.data.dataset",
+    "Ragged": "dlrm_multiepoch.data.dataset",
     "Split": "dlrm_multiepoch.data.dataset",
+    "SplitSource": "dlrm_multiepoch.data.dataset",
     "TableSpec": "dlrm_multiepoch.data.dataset",
-    "IdMap": "dlrm_multiepoch.data.encode",
+    "load_dataset": "dlrm_multiepoch.data.load",
+    "prepare_dataset": "dlrm_multiepoch.data.load",
+    "SOURCES": "dlrm_multiepoch.data.registry",
+    "Source": "dlrm_multiepoch.data.registry",
+    "register_source": "dlrm_multiepoch.data.registry",
     "synthetic_data": "dlrm_multiepoch.data.synthetic",
 }
 

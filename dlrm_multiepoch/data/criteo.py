@@ -1,27 +1,36 @@
 """Criteo-format TSV: ``label``, 13 integer columns, 26 hex categoricals; empty = missing.
 
-This is the format TorchRec's DLRM example reads (``torchrec.datasets.criteo``).
-Dense columns get TorchRec's transform (missing -> 0, shift so the file minimum is 2,
+This is the format TorchRec's DLRM example reads (``torchrec.datasets.criteo``). The
+file is parsed in blocks of bytes with numpy alone: tab and newline positions give
+every field's bytes, and whole columns of fields are decoded at once
+(:mod:`~dlrm_multiepoch.data.fields`; no Python loop per value: only values outside the
+fast paths, such as ``0x``-prefixed hex or ``1.0``, go through ``int(..., 16)`` /
+``pandas.to_numeric`` one by one, with their usual meaning).
+Dense columns get TorchRec's transform (missing -> 0, shift so the minimum is 2,
 natural log). Categoricals are hashed, ``1 + int(hex, 16) % (criteo_hash_size - 1)``,
-so row 0 stays reserved for missing values. Rows are in time order in Criteo logs, so
-the last ``test_fraction`` of the file is the test split (and the last ``val_fraction``
-of the rest the validation split). Malformed lines (wrong field
-count, non-0/1 label, non-integer dense value, non-hex category) are dropped and counted.
+so row 0 stays reserved for missing values; hashed rows no train row reached (and,
+with ``--min_count``, rare ones) fold into it. Rows are in time order in Criteo logs,
+so the last ``test_fraction`` of the file is the test split (and the last
+``val_fraction`` of the rest the validation split). Malformed lines (wrong
+field count, non-0/1 label, non-integer dense value, non-hex category) are dropped and
+counted. A folder of TorchRec's preprocessed ``day_N_*.npy`` files is read in place
+(:mod:`~dlrm_multiepoch.data.torchrec_criteo`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Tuple
 
 import numpy as np
 import pandas as pd
 
-from dlrm_multiepoch.data.dataset import InteractionData, Split, TableSpec, UNKNOWN_ID
 from dlrm_multiepoch.data.encode import check_fraction, subsample, validation_split
+from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
+from dlrm_multiepoch.data.preprocess import Chunk, CriteoLog, Recipe, SplitPlan, preprocess
 from dlrm_multiepoch.data.readers import describe_lines
+from dlrm_multiepoch.data.registry import Source, register_source, require_file
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
@@ -33,123 +42,214 @@ DENSE_FEATURES = [f"int_{i}" for i in range(INT_FEATURE_COUNT)]
 SPARSE_FEATURES = [f"cat_{i}" for i in range(CAT_FEATURE_COUNT)]
 TASK = "label"
 _FIELDS = 1 + INT_FEATURE_COUNT + CAT_FEATURE_COUNT
+_TAB, _NEWLINE, _CR = 9, 10, 13
 
 
 def _field_count_errors(raw: bytes) -> np.ndarray:
     """0-based indices of lines whose field count is not 40 (blank lines included)."""
     buf = np.frombuffer(raw, dtype=np.uint8)
-    newlines = np.flatnonzero(buf == ord("\n"))
-    if len(buf) and buf[-1] != ord("\n"):
+    newlines = np.flatnonzero(buf == _NEWLINE)
+    if len(buf) and buf[-1] != _NEWLINE:
         newlines = np.append(newlines, len(buf))
-    tabs = np.flatnonzero(buf == ord("\t"))
+    tabs = np.flatnonzero(buf == _TAB)
     per_line = np.diff(np.searchsorted(tabs, np.concatenate([[-1], newlines])))
     return np.flatnonzero(per_line != _FIELDS - 1)
 
 
-def hash_hex(column: pd.Series, hash_size: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Hashed ids (0 for empty) and a mask of values that are not hexadecimal."""
-    codes, uniques = pd.factorize(column, use_na_sentinel=True)
-    ids = np.zeros(len(uniques) + 1, dtype=np.int64)  # last slot: missing (code -1)
-    valid = np.ones(len(uniques) + 1, dtype=bool)
-    for i, value in enumerate(uniques):
+def hash_hex_fields(
+    block: TextBlock, start: np.ndarray, end: np.ndarray, hash_size: int
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Hashed rows ``1 + int(text, 16) % (hash_size - 1)`` of hex fields (0 for empty
+    ones) and a mask of fields that are not hex. Fields outside the fast path (over 8
+    digits, ``0x`` prefixes, ...) go through ``int(text, 16)`` itself."""
+    value, ok = decode_hex(block, start, end)
+    ids = np.where(end > start, 1 + value % (hash_size - 1), 0)
+    bad = np.zeros(start.shape, dtype=bool)
+    for index in zip(*np.nonzero(~ok & (end > start))):
         try:
-            ids[i] = 1 + int(value, 16) % (hash_size - 1)
+            ids[index] = 1 + int(block.text(start[index], end[index]), 16) % (hash_size - 1)
         except ValueError:
-            valid[i] = False
-    return ids[codes], ~valid[codes]
+            bad[index] = True
+    return ids, bad
 
 
-def torchrec_dense_transform(dense: np.ndarray) -> np.ndarray:
-    """TorchRec's ``BinaryCriteoUtils.tsv_to_npys`` transform of integer features."""
-    dense = dense.astype(np.int64)
-    dense -= dense.min() - 2
-    return np.log(dense, dtype=np.float32)
+def parse_int_fields(block: TextBlock, start: np.ndarray, end: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Integer fields (0 for empty ones, as TorchRec) and a mask of non-integer fields.
+    Fields outside the fast path (over 8 digits, ``1.0``, ``+5``, ...) mean what
+    ``pandas.to_numeric`` says."""
+    value, ok = decode_int(block, start, end)
+    value = np.where(end > start, value, 0)
+    bad = np.zeros(start.shape, dtype=bool)
+    slow = np.nonzero(~ok & (end > start))
+    if len(slow[0]):
+        texts = [block.text(start[i], end[i]) for i in zip(*slow)]
+        parsed = pd.to_numeric(pd.Series(texts, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+        good = np.isfinite(parsed) & (np.nan_to_num(parsed) % 1 == 0)
+        value[tuple(a[good] for a in slow)] = parsed[good].astype(np.int64)
+        bad[tuple(a[~good] for a in slow)] = True
+    return value, bad
 
 
-def build_criteo(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[str]]:
-    """Encode a Criteo-format TSV; returns the data and notes for the log.
+def parse_labels(block: TextBlock, start: np.ndarray, end: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """0/1 labels and a mask of labels that are not 0 or 1 (empty included)."""
+    first = block.buf[np.minimum(start, block.size)]
+    fast = (end - start == 1) & ((first == ord("0")) | (first == ord("1")))
+    label = np.where(fast, first.astype(np.float64) - ord("0"), np.nan)
+    slow = np.flatnonzero(~fast)
+    if slow.size:
+        texts = [block.text(start[i], end[i]) for i in slow]
+        label[slow] = pd.to_numeric(pd.Series(texts, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+    return label, ~np.isin(label, [0.0, 1.0])
+
+
+@dataclass
+class ScanStats:
+    """What the scan saw, for the log: lines read and the malformed ones."""
+
+    lines: int = 0
+    bad: int = 0
+    first_bad: List[int] = field(default_factory=list)
+
+    def add_bad(self, line_numbers: np.ndarray) -> None:
+        self.bad += len(line_numbers)
+        self.first_bad.extend(line_numbers[: max(0, 10 - len(self.first_bad))].tolist())
+
+
+def parse_block(raw: bytes, first_line: int, hash_size: int, stats: ScanStats) -> Chunk:
+    """Whole lines of a Criteo TSV (``first_line`` 0-based) -> a :class:`Chunk` of the
+    lines with 40 fields; their malformed values mark rows ``bad``."""
+    block = TextBlock(raw)
+    buf = block.buf[: block.size]
+    newlines = np.flatnonzero(buf == _NEWLINE)
+    if block.size and buf[-1] != _NEWLINE:
+        newlines = np.append(newlines, block.size)
+    line_start = np.concatenate([[0], newlines[:-1] + 1])
+    tabs = np.flatnonzero(buf == _TAB)
+    per_line = np.diff(np.searchsorted(tabs, np.concatenate([[-1], newlines])))
+    good = per_line == _FIELDS - 1
+    numbers = first_line + 1 + np.arange(len(newlines))  # 1-based line numbers
+    field_tabs = tabs[np.repeat(good, per_line)].reshape(-1, _FIELDS - 1)
+    starts = np.concatenate([line_start[good, None], field_tabs + 1], axis=1)
+    ends = np.concatenate([field_tabs, newlines[good, None]], axis=1)
+    last = ends[:, -1]
+    ends[:, -1] = last - ((last > starts[:, -1]) & (buf[np.maximum(last - 1, 0)] == _CR))  # CRLF files
+
+    label, bad = parse_labels(block, starts[:, 0], ends[:, 0])
+    dense = slice(1, 1 + INT_FEATURE_COUNT)
+    sparse = slice(1 + INT_FEATURE_COUNT, _FIELDS)
+    ints, not_int = parse_int_fields(block, starts[:, dense], ends[:, dense])
+    ids, not_hex = hash_hex_fields(block, starts[:, sparse], ends[:, sparse], hash_size)
+    bad |= not_int.any(axis=1) | not_hex.any(axis=1)
+    id_type = np.int32 if hash_size <= np.iinfo(np.int32).max else np.int64
+    chunk = Chunk(
+        rows=int(good.sum()),
+        numbers={"label": label, **{name: ints[:, j] for j, name in enumerate(DENSE_FEATURES)}},
+        hashed={name: ids[:, j].astype(id_type) for j, name in enumerate(SPARSE_FEATURES)},
+        bad=bad,
+    )
+    stats.lines += len(newlines)
+    stats.add_bad(np.sort(np.concatenate([numbers[~good], numbers[good][bad]])))
+    return chunk
+
+
+def read_criteo_chunks(path: Path, hash_size: int, stats: ScanStats, chunk_bytes: int) -> Iterator[Chunk]:
+    """The file in chunks of whole lines, about ``chunk_bytes`` each."""
+    first_line = 0
+    carry = b""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk_bytes)
+            data = carry + block
+            cut = len(data) if not block else data.rfind(b"\n") + 1
+            carry, data = data[cut:], data[:cut]
+            if data:
+                lines_before = stats.lines
+                yield parse_block(data, first_line, hash_size, stats)
+                first_line += stats.lines - lines_before
+            if not block:
+                return
+
+
+def criteo_recipe(cfg: "DataConfig", path: Path, stats: ScanStats) -> Recipe:
+    """How parsed Criteo rows become the dataset (split, labels, dense transform)."""
+
+    def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
+        keep = np.flatnonzero(~bad)
+        if cfg.max_rows is not None:
+            keep = keep[subsample(len(keep), cfg.max_rows, cfg.split_seed)]
+        n = len(keep)
+        n_test = int(round(n * cfg.test_fraction))
+        if n_test == 0 or n_test == n:
+            raise ValueError(
+                f"--data_path {path}: {n} usable rows leave an empty split with --test_fraction {cfg.test_fraction}"
+            )
+        # File order is time order: the validation rows are the train rows' last share.
+        first = np.arange(n - n_test)
+        train, val = validation_split(first, cfg.val_fraction, f"--data_path {path}", times=first)
+        codes = np.full(len(bad), -1, dtype=np.int8)
+        codes[keep[train]], codes[keep[n - n_test :]], codes[keep[val]] = 0, 1, 2
+        notes = [f"criteo: {stats.lines} lines read from {path}"]
+        if stats.bad:
+            notes.append(
+                f"criteo: dropped {stats.bad} malformed lines (not 40 tab-separated fields, a label other than 0/1, "
+                f"a non-integer dense value or a non-hex category): lines "
+                f"{describe_lines(stats.first_bad, total=stats.bad)}"
+            )
+        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []), notes)
+
+    return Recipe(
+        name="criteo",
+        features=list(SPARSE_FEATURES),
+        dense=CriteoLog(DENSE_FEATURES),
+        tasks=[TASK],
+        labels=lambda numbers: {TASK: numbers["label"].astype(np.float32)},
+        plan=plan,
+        hashed_rows={f: cfg.criteo_hash_size for f in SPARSE_FEATURES},
+        min_count=cfg.min_count,
+    )
+
+
+def check_criteo_options(cfg: "DataConfig") -> None:
+    if cfg.history_length:
+        raise ValueError("--history_length needs user and item columns; --dataset criteo has none (set it to 0)")
+    if not 2 <= cfg.criteo_hash_size < 2**59:
+        raise ValueError(
+            f"--criteo_hash_size must be in [2, 2**59) (row 0 is reserved for missing), got {cfg.criteo_hash_size}"
+        )
+    check_fraction(cfg.test_fraction)
+
+
+def prepare_criteo(
+    cfg: "DataConfig", path: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+) -> List[str]:
+    """Encode a Criteo-format TSV into the dataset folder ``output``; returns the notes.
 
     Example::
 
         cfg = DataConfig(dataset="criteo", data_path="day_0.tsv", criteo_hash_size=1_000_000)
-        data, notes = build_criteo(cfg, Path(cfg.data_path))
+        notes = prepare_criteo(cfg, Path(cfg.data_path), Path("prepped/day_0"), print, {})
     """
-    if cfg.history_length:
-        raise ValueError("--history_length needs user and item columns; --dataset criteo has none (set it to 0)")
-    if cfg.criteo_hash_size < 2:
-        raise ValueError(f"--criteo_hash_size must be >= 2 (row 0 is reserved for missing), got {cfg.criteo_hash_size}")
-    check_fraction(cfg.test_fraction)
-    raw = path.read_bytes()
-    bad_fields = _field_count_errors(raw)
-    frame = pd.read_csv(
-        io.BytesIO(raw),
-        sep="\t",
-        header=None,
-        names=list(range(_FIELDS)),
-        dtype=str,
-        skiprows=set(bad_fields.tolist()),
-        skip_blank_lines=False,
-        quoting=csv.QUOTE_NONE,
-        engine="c",
-    )
-    # Line numbers (1-based) of the rows pandas kept, to report bad values by line.
-    line_of = np.delete(np.arange(len(frame) + len(bad_fields)), bad_fields) + 1
-    n_read = len(frame) + len(bad_fields)
+    check_criteo_options(cfg)
+    stats = ScanStats()
+    chunks = read_criteo_chunks(path, cfg.criteo_hash_size, stats, cfg.preprocess_chunk_bytes)
+    return preprocess(criteo_recipe(cfg, path, stats), chunks, output, log, extra_meta=extra_meta)
 
-    label = pd.to_numeric(frame[0], errors="coerce").to_numpy()
-    bad = ~np.isin(label, [0.0, 1.0])
-    dense_raw = np.zeros((len(frame), INT_FEATURE_COUNT), dtype=np.float64)
-    for j in range(INT_FEATURE_COUNT):
-        column = frame[1 + j]
-        value = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64)
-        bad |= (column.notna().to_numpy() & np.isnan(value)) | (np.nan_to_num(value) % 1 != 0)
-        dense_raw[:, j] = np.nan_to_num(value, nan=0.0)  # TorchRec: missing -> 0
-    sparse = np.zeros((len(frame), CAT_FEATURE_COUNT), dtype=np.int64)
-    for j in range(CAT_FEATURE_COUNT):
-        sparse[:, j], not_hex = hash_hex(frame[1 + INT_FEATURE_COUNT + j], cfg.criteo_hash_size)
-        bad |= not_hex
 
-    notes = [f"criteo: {n_read} lines read from {path}"]
-    bad_lines = sorted(np.concatenate([bad_fields + 1, line_of[bad]]).tolist())
-    if bad_lines:
-        notes.append(
-            f"criteo: dropped {len(bad_lines)} malformed lines (not 40 tab-separated fields, a label other than 0/1, "
-            f"a non-integer dense value or a non-hex category): lines {describe_lines(bad_lines)}"
-        )
-    keep = np.flatnonzero(~bad)
-    if cfg.max_rows is not None:
-        keep = keep[subsample(len(keep), cfg.max_rows, cfg.split_seed)]
-    n = len(keep)
-    n_test = int(round(n * cfg.test_fraction))
-    if n_test == 0 or n_test == n:
-        raise ValueError(
-            f"--data_path {path}: {n} usable rows leave an empty split with --test_fraction {cfg.test_fraction}"
-        )
-    label, dense_raw, sparse = label[keep], dense_raw[keep], sparse[keep]
-    dense = torchrec_dense_transform(dense_raw)
+def _open_in_place(cfg: "DataConfig", path: Path):
+    from dlrm_multiepoch.data.torchrec_criteo import is_torchrec_criteo_dir, open_torchrec_criteo
 
-    # File order is time order: the validation rows are the train rows' last share.
-    train, val = validation_split(
-        np.arange(n - n_test), cfg.val_fraction, f"--data_path {path}", times=np.arange(n - n_test)
-    )
-    # Fold rare hashed rows and rows no train value hashed to (count 0 < min_count, also
-    # at the default 1) into the trained missing row, as the other loaders fold ids.
-    for j in range(CAT_FEATURE_COUNT):
-        counts = np.bincount(sparse[train, j], minlength=cfg.criteo_hash_size)
-        sparse[counts[sparse[:, j]] < cfg.min_count, j] = UNKNOWN_ID
+    if path.is_dir() and is_torchrec_criteo_dir(path):
+        check_criteo_options(cfg)
+        return open_torchrec_criteo(path, cfg.criteo_hash_size)
+    return None
 
-    data = InteractionData(
+
+register_source(
+    Source(
         name="criteo",
-        tables=[TableSpec(f"t_{f}", cfg.criteo_hash_size, [f]) for f in SPARSE_FEATURES],
-        dense_names=list(DENSE_FEATURES),
-        tasks=[TASK],
+        prepare=prepare_criteo,
+        locate=lambda cfg, cache_dir, log: require_file(cfg, "a Criteo-format TSV file, or a folder of TorchRec's "
+                                                        "preprocessed day_N_{dense,sparse,labels}.npy files"),
+        open_in_place=_open_in_place,
     )
-    splits = {"train": train, "test": np.arange(n - n_test, n)} | ({"val": val} if len(val) else {})
-    for name, rows in splits.items():
-        data.splits[name] = Split(
-            sparse={f: np.ascontiguousarray(sparse[rows, j]) for j, f in enumerate(SPARSE_FEATURES)},
-            dense=dense[rows],
-            labels={TASK: label[rows].astype(np.float32)},
-        )
-        notes.append(f"criteo {name}: {len(rows)} rows")
-    return data, notes
+)

@@ -1,19 +1,16 @@
-"""In-memory interaction datasets and the rank-sharded batch loader.
+"""Encoded datasets: the table layout and the rows of each split (numpy only).
 
-Every source loader (Book-Crossing, MovieLens, generic tables, Criteo TSV) produces an
-:class:`InteractionData`: integer-encoded arrays per split plus the table layout. The
-:class:`BatchLoader` turns one split into :class:`~dlrm_multiepoch.data.batch.Batch`
-objects for one rank.
+Every source (Book-Crossing, MovieLens, generic tables, Criteo TSV, TorchRec's Criteo
+npy files) ends as an :class:`InteractionData`: embedding tables plus one
+:class:`SplitSource` per split. A source is read by row ranges (``read``) or by row
+indices (``take``), both returning an in-memory :class:`Split`; loaders never need a
+whole split in memory.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
-import torch
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
-
-from dlrm_multiepoch.data.batch import Batch
 
 # Row 0 of every table is the reserved "unknown" row: ids unseen in the train split
 # (or folded rare ids) map there.
@@ -21,6 +18,7 @@ UNKNOWN_ID = 0
 # History sequences are padded with this value; it never reaches a KJT.
 HISTORY_PAD = -1
 HISTORY_FEATURE = "history"
+POOLINGS = ("sum", "mean")
 
 
 @dataclass(frozen=True)
@@ -32,25 +30,94 @@ class TableSpec:
         num_embeddings: rows, including the reserved unknown row 0.
         feature_names: features served by this table (several share one table, e.g.
             the candidate item and the item-history sequence).
+        pooling: how the EBC pools a bag of several ids: ``"sum"`` or ``"mean"``; unset:
+            mean for a table that serves the ``history`` feature (the history bag is the
+            average of its items; for one id mean = sum), sum otherwise.
     """
 
     name: str
     num_embeddings: int
     feature_names: List[str]
+    pooling: Optional[str] = None
+
+    @property
+    def pooling_mode(self) -> str:
+        if self.pooling is not None:
+            return self.pooling
+        return "mean" if HISTORY_FEATURE in self.feature_names else "sum"
+
+
+@dataclass
+class Ragged:
+    """A multi-hot column: row ``i`` holds ``values[offsets[i]:offsets[i + 1]]``.
+
+    Args:
+        values: ``int [total]`` ids of every row, row after row.
+        offsets: ``int64 [N + 1]``, starting at 0.
+
+    Example::
+
+        genres = Ragged(np.array([3, 5, 1]), np.array([0, 2, 2, 3]))  # [3, 5], [], [1]
+        genres.lengths()   # [2, 0, 1]
+    """
+
+    values: np.ndarray
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @classmethod
+    def from_lengths(cls, values: np.ndarray, lengths: np.ndarray) -> "Ragged":
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(values, offsets)
+
+    def take(self, rows: np.ndarray) -> "Ragged":
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, lengths = self.offsets[rows], self.lengths()[rows]
+        # Index of every kept value: its row's start plus its position in the bag.
+        out_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=out_offsets[1:])
+        within = np.arange(out_offsets[-1]) - np.repeat(out_offsets[:-1], lengths)
+        return Ragged(self.values[np.repeat(starts, lengths) + within], out_offsets)
+
+    def slice(self, start: int, stop: int) -> "Ragged":
+        offsets = self.offsets[start : stop + 1]
+        return Ragged(self.values[offsets[0] : offsets[-1]], offsets - offsets[0])
+
+    @classmethod
+    def concat(cls, parts: Sequence["Ragged"]) -> "Ragged":
+        return cls.from_lengths(np.concatenate([p.values for p in parts]), np.concatenate([p.lengths() for p in parts]))
+
+
+SparseColumn = Union[np.ndarray, Ragged]
+
+
+def _take(column: SparseColumn, rows: np.ndarray) -> SparseColumn:
+    return column.take(rows) if isinstance(column, Ragged) else column[rows]
+
+
+def _ids(column: SparseColumn) -> np.ndarray:
+    return column.values if isinstance(column, Ragged) else column
 
 
 @dataclass
 class Split:
-    """Encoded arrays of one split; all arrays have the same first dimension N.
+    """Encoded rows of one split, in memory; all columns have the same N rows.
 
     Args:
-        sparse: feature -> ``int64 [N]`` ids (one id per sample).
+        sparse: feature -> ``int [N]`` ids (one id per row), or a :class:`Ragged`
+            multi-hot column (a bag of ids per row).
         dense: ``float32 [N, num_dense]``.
         labels: task -> ``float32 [N]`` of 0/1.
-        history: optional ``int64 [N, K]`` item ids, most recent first, padded with -1.
+        history: optional ``int [N, K]`` item ids, most recent first, padded with -1.
     """
 
-    sparse: Dict[str, np.ndarray]
+    sparse: Dict[str, SparseColumn]
     dense: np.ndarray
     labels: Dict[str, np.ndarray]
     history: Optional[np.ndarray] = None
@@ -58,13 +125,78 @@ class Split:
     def __len__(self) -> int:
         return int(self.dense.shape[0])
 
-    def take(self, index: np.ndarray) -> "Split":
+    @property
+    def history_length(self) -> int:
+        return 0 if self.history is None else int(self.history.shape[1])
+
+    def take(self, rows: np.ndarray) -> "Split":
         return Split(
-            sparse={k: v[index] for k, v in self.sparse.items()},
-            dense=self.dense[index],
-            labels={k: v[index] for k, v in self.labels.items()},
-            history=None if self.history is None else self.history[index],
+            sparse={k: _take(v, rows) for k, v in self.sparse.items()},
+            dense=self.dense[rows],
+            labels={k: v[rows] for k, v in self.labels.items()},
+            history=None if self.history is None else self.history[rows],
         )
+
+    def read(self, start: int, stop: int) -> "Split":
+        return Split(
+            sparse={
+                k: v.slice(start, stop) if isinstance(v, Ragged) else v[start:stop] for k, v in self.sparse.items()
+            },
+            dense=self.dense[start:stop],
+            labels={k: v[start:stop] for k, v in self.labels.items()},
+            history=None if self.history is None else self.history[start:stop],
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence["Split"]) -> "Split":
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+
+        def cat(columns: List[SparseColumn]) -> SparseColumn:
+            return Ragged.concat(columns) if isinstance(columns[0], Ragged) else np.concatenate(columns)
+
+        return cls(
+            sparse={k: cat([p.sparse[k] for p in parts]) for k in first.sparse},
+            dense=np.concatenate([p.dense for p in parts]),
+            labels={k: np.concatenate([p.labels[k] for p in parts]) for k in first.labels},
+            history=None if first.history is None else np.concatenate([p.history for p in parts]),
+        )
+
+    def id_ranges(self) -> Dict[str, Tuple[int, int]]:
+        """feature -> (min, max) id (history padding excluded); empty features omitted."""
+        arrays = {k: _ids(v) for k, v in self.sparse.items()}
+        if self.history is not None:
+            arrays[HISTORY_FEATURE] = self.history[self.history != HISTORY_PAD]
+        return {k: (int(v.min()), int(v.max())) for k, v in arrays.items() if v.size}
+
+    def label_sums(self) -> Dict[str, float]:
+        return {k: float(v.sum(dtype=np.float64)) for k, v in self.labels.items()}
+
+
+class SplitSource(Protocol):
+    """What loaders read: a split's rows by range or by index, never all at once.
+
+    :class:`Split` (in memory), the stored column files of a preprocessed dataset and
+    TorchRec's Criteo day files implement it.
+    """
+
+    def __len__(self) -> int: ...
+
+    @property
+    def history_length(self) -> int: ...
+
+    def read(self, start: int, stop: int) -> Split:
+        """Rows ``[start, stop)``, in memory."""
+
+    def take(self, rows: np.ndarray) -> Split:
+        """Rows ``rows`` (sorted indices read fastest), in memory."""
+
+    def id_ranges(self) -> Dict[str, Tuple[int, int]]:
+        """feature -> (min, max) id over the split."""
+
+    def label_sums(self) -> Dict[str, float]:
+        """task -> number of positive rows."""
 
 
 @dataclass
@@ -77,13 +209,15 @@ class InteractionData:
         dense_names: names of the dense columns.
         tasks: label names (e.g. ``["like", "love"]``).
         splits: ``"train"``, ``"test"`` and optionally ``"pretrain"``.
+        multi_hot: features whose rows hold a bag of ids (a :class:`Ragged` column).
     """
 
     name: str
     tables: List[TableSpec]
     dense_names: List[str]
     tasks: List[str]
-    splits: Dict[str, Split] = field(default_factory=dict)
+    splits: Dict[str, SplitSource] = field(default_factory=dict)
+    multi_hot: List[str] = field(default_factory=list)
 
     @property
     def feature_names(self) -> List[str]:
@@ -98,135 +232,25 @@ class InteractionData:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the feature and table for any out-of-range id."""
+        for table in self.tables:
+            if table.pooling_mode not in POOLINGS:
+                raise ValueError(f"table {table.name!r}: pooling {table.pooling!r} is not one of {POOLINGS}")
         for split_name, split in self.splits.items():
-            arrays = dict(split.sparse)
-            if split.history is not None:
-                arrays[HISTORY_FEATURE] = split.history[split.history != HISTORY_PAD]
-            for feature, ids in arrays.items():
+            for feature, (lo, hi) in split.id_ranges().items():
                 table = self.table_of(feature)
-                if ids.size == 0:
-                    continue
-                lo, hi = int(ids.min()), int(ids.max())
                 if lo < 0 or hi >= table.num_embeddings:
                     raise ValueError(
                         f"{split_name} split: feature {feature!r} has id range [{lo}, {hi}] but table "
                         f"{table.name!r} has {table.num_embeddings} rows (valid ids 0..{table.num_embeddings - 1})"
                     )
-            for task, y in split.labels.items():
-                if y.shape[0] != len(split):
-                    raise ValueError(f"{split_name} split: label {task!r} has {y.shape[0]} rows, expected {len(split)}")
 
     def summary(self) -> str:
         lines = [f"dataset {self.name}: tasks {self.tasks}, dense {self.dense_names}"]
         for t in self.tables:
-            lines.append(f"  table {t.name}: {t.num_embeddings} rows, features {t.feature_names}")
+            bags = f", {t.pooling_mode}-pooled bags" if set(t.feature_names) & set(self.multi_hot) else ""
+            lines.append(f"  table {t.name}: {t.num_embeddings} rows, features {t.feature_names}{bags}")
         for name, split in self.splits.items():
-            pos = ", ".join(f"{k} {int(v.sum())} ({v.mean():.3f})" for k, v in split.labels.items())
+            n = max(len(split), 1)
+            pos = ", ".join(f"{k} {int(v)} ({v / n:.3f})" for k, v in split.label_sums().items()) or "not counted"
             lines.append(f"  {name}: {len(split)} rows; positives: {pos}")
         return "\n".join(lines)
-
-
-class BatchLoader:
-    """Iterates one rank's share of a split in global batches.
-
-    Each global batch of ``global_batch_size`` rows is cut into ``world_size`` equal
-    parts; the last, short global batch is split as evenly as possible and each rank
-    pads its part to a common size with weight-0 samples. Every row of the split is
-    therefore seen exactly once per epoch across ranks, and all ranks run the same
-    number of steps (a requirement of sharded lookups).
-
-    Args:
-        data: the dataset (for tables and feature order).
-        split: which split of ``data`` to iterate.
-        global_batch_size: rows per step across all ranks; must divide by ``world_size``.
-        rank: this process's rank.
-        world_size: number of ranks.
-        shuffle: reshuffle rows each epoch (seeded by ``seed`` and ``epoch``).
-        seed: base seed of the shuffle.
-
-    Example::
-
-        loader = BatchLoader(data, "train", 1024, rank, world_size, shuffle=True)
-        for epoch in range(3):
-            loader.set_epoch(epoch)
-            for batch in loader:
-                ...
-    """
-
-    def __init__(
-        self,
-        data: InteractionData,
-        split: str,
-        global_batch_size: int,
-        rank: int = 0,
-        world_size: int = 1,
-        shuffle: bool = False,
-        seed: int = 0,
-    ) -> None:
-        if split not in data.splits:
-            raise KeyError(f"dataset {data.name!r} has no split {split!r}; it has {sorted(data.splits)}")
-        if global_batch_size <= 0 or global_batch_size % world_size:
-            raise ValueError(
-                f"--batch_size {global_batch_size} must be a positive multiple of the world size {world_size}"
-            )
-        self.data = data
-        self.split = data.splits[split]
-        self.global_batch_size = global_batch_size
-        self.rank = rank
-        self.world_size = world_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = 0
-        self._features = data.feature_names
-        self._has_history = self.split.history is not None
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return -(-len(self.split) // self.global_batch_size)
-
-    def __iter__(self) -> Iterator[Batch]:
-        n = len(self.split)
-        order = (
-            np.random.default_rng([self.seed, self.epoch]).permutation(n)
-            if self.shuffle
-            else np.arange(n)
-        )
-        for start in range(0, n, self.global_batch_size):
-            rows = order[start : start + self.global_batch_size]
-            parts = np.array_split(rows, self.world_size)
-            yield self._make_batch(parts[self.rank], per_rank=len(parts[0]))
-
-    def _make_batch(self, rows: np.ndarray, per_rank: int) -> Batch:
-        pad = per_rank - len(rows)
-        part = self.split.take(rows)
-        weights = np.concatenate([np.ones(len(rows), np.float32), np.zeros(pad, np.float32)])
-
-        def padded(a: np.ndarray, fill: float) -> np.ndarray:
-            if pad == 0:
-                return a
-            return np.concatenate([a, np.full((pad,) + a.shape[1:], fill, dtype=a.dtype)])
-
-        lengths: List[np.ndarray] = []
-        values: List[np.ndarray] = []
-        for feature in self._features:
-            if feature == HISTORY_FEATURE:
-                hist = padded(part.history, HISTORY_PAD) if self._has_history else np.full((per_rank, 0), HISTORY_PAD)
-                mask = hist != HISTORY_PAD
-                lengths.append(mask.sum(axis=1, dtype=np.int32))
-                values.append(hist[mask])
-            else:
-                lengths.append(np.ones(per_rank, dtype=np.int32))
-                values.append(padded(part.sparse[feature], UNKNOWN_ID))
-        kjt = KeyedJaggedTensor.from_lengths_sync(
-            keys=self._features,
-            values=torch.from_numpy(np.concatenate(values).astype(np.int64, copy=False)),
-            lengths=torch.from_numpy(np.concatenate(lengths)),
-        )
-        return Batch(
-            dense_features=torch.from_numpy(padded(part.dense, 0.0).astype(np.float32, copy=False)),
-            sparse_features=kjt,
-            labels={k: torch.from_numpy(padded(v, 0.0).astype(np.float32, copy=False)) for k, v in part.labels.items()},
-            weights=torch.from_numpy(weights),
-        )

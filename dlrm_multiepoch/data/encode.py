@@ -1,59 +1,17 @@
-"""Turn raw columns into table ids, split rows, and normalise dense values.
+"""Split rows (random, by time; the validation split out of train), subsample them, and
+bucket ages (numpy only).
 
-Everything here is fitted on the train split only (without the validation rows), so
-nothing about the test or validation split leaks into ids or normalisation statistics.
+Id maps and dense statistics are fitted on the train split only, without the validation
+rows (:mod:`~dlrm_multiepoch.data.vocab`, :mod:`~dlrm_multiepoch.data.preprocess`), so
+nothing about the test or validation split leaks into them.
 """
 
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
-import pandas as pd
-
-from dlrm_multiepoch.data.dataset import UNKNOWN_ID
 
 # Age buckets of MovieLens-1M (under 18, 18-24, 25-34, 35-44, 45-49, 50-55, 56+).
 AGE_BUCKET_EDGES = (18, 25, 35, 45, 50, 56)
-
-
-class IdMap:
-    """Maps raw categorical values to embedding rows, fitted on the train split.
-
-    Row 0 is :data:`~dlrm_multiepoch.data.dataset.UNKNOWN_ID`: missing values, values
-    unseen in train and values seen fewer than ``min_count`` times in train all map
-    there, so the row trains on rare ids instead of keeping its random init. Kept values
-    are numbered by descending train frequency (1 = most frequent; ties by first
-    appearance), so ``num_embeddings`` is ``len(kept) + 1``.
-
-    Args:
-        values: the kept raw values, in id order (id ``i + 1`` is ``values[i]``).
-
-    Example::
-
-        users = IdMap.fit(frame["user"].iloc[train_rows], min_count=2)
-        ids = users.transform(frame["user"])   # int64, 0 for unknown
-    """
-
-    def __init__(self, values: pd.Index) -> None:
-        if not values.is_unique:
-            raise ValueError("IdMap values must be unique")
-        self.values = values
-
-    @classmethod
-    def fit(cls, train_values: pd.Series, min_count: int = 1) -> "IdMap":
-        codes, uniques = pd.factorize(train_values, use_na_sentinel=True)
-        counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
-        order = np.argsort(-counts, kind="stable")
-        order = order[counts[order] >= min_count]
-        return cls(pd.Index(uniques.take(order)))
-
-    @property
-    def num_embeddings(self) -> int:
-        return len(self.values) + 1
-
-    def transform(self, values: pd.Series) -> np.ndarray:
-        """``int64`` ids; ``UNKNOWN_ID`` for missing, unseen or folded values."""
-        index = self.values.get_indexer(pd.Index(values))
-        return np.where(index < 0, UNKNOWN_ID, index + 1).astype(np.int64)
 
 
 def check_fraction(fraction: float, flag: str = "--test_fraction") -> None:
@@ -134,23 +92,6 @@ def validation_split(
             f"{'validation' if len(held) == 0 else 'train'} split"
         )
     return train_rows[keep], train_rows[held]
-
-
-def standardize(values: np.ndarray, train_rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Z-score ``values`` with train mean/std; NaN (missing) becomes 0 with flag 1.
-
-    Returns:
-        ``(z, missing)``, both ``float32 [N]``.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    missing = np.isnan(values)
-    train = values[train_rows]
-    train = train[~np.isnan(train)]
-    mean = float(train.mean()) if train.size else 0.0
-    std = float(train.std()) if train.size else 0.0
-    z = (values - mean) / (std if std > 0 else 1.0)
-    z[missing] = 0.0
-    return z.astype(np.float32), missing.astype(np.float32)
 
 
 def age_bucket(age: np.ndarray) -> np.ndarray:

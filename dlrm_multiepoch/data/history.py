@@ -6,7 +6,7 @@ appears: with timestamps only strictly earlier train items qualify; without them
 user's other train items in a fixed seeded order stand in for time.
 """
 
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -40,10 +40,28 @@ def build_history(
 
         hist = build_history(user_codes, item_codes, item_ids, train_rows, 20, times=ts)
     """
+    out = np.full((len(user), length), HISTORY_PAD, dtype=np.int64)
+    for lo, block in history_blocks(user, item_key, item_id, train_rows, length, times, seed):
+        out[lo : lo + len(block)] = block
+    return out
+
+
+def history_blocks(
+    user: np.ndarray,
+    item_key: np.ndarray,
+    item_id: np.ndarray,
+    train_rows: np.ndarray,
+    length: int,
+    times: Optional[np.ndarray] = None,
+    seed: int = 0,
+) -> Iterator[Tuple[int, np.ndarray]]:
+    """:func:`build_history` block by block: ``(first_row, history of the next rows)``, in
+    row order, so a caller can write histories out without holding them all."""
     n = len(user)
-    out = np.full((n, length), HISTORY_PAD, dtype=np.int64)
     if len(train_rows) == 0:
-        return out
+        for lo in range(0, n, _CHUNK):
+            yield lo, np.full((min(n, lo + _CHUNK) - lo, length), HISTORY_PAD, dtype=np.int64)
+        return
     if times is None:
         order_key = np.random.default_rng([seed, 2]).permutation(n)
     else:
@@ -51,6 +69,7 @@ def build_history(
         order_key = np.searchsorted(np.unique(times), times)
     span = np.int64(order_key.max()) + 1
     composite = user.astype(np.int64) * span + order_key
+    del order_key
     sorted_rows = train_rows[np.argsort(composite[train_rows], kind="stable")]
     s_user = user[sorted_rows]
     s_key = item_key[sorted_rows]
@@ -64,15 +83,16 @@ def build_history(
         end = np.searchsorted(s_comp, composite, side="left")  # strictly earlier only
 
     for lo in range(0, n, _CHUNK):
-        rows = np.arange(lo, min(n, lo + _CHUNK))
+        out = np.full((min(n, lo + _CHUNK) - lo, length), HISTORY_PAD, dtype=np.int64)
+        rows = np.arange(lo, lo + len(out))
         window = length + 1
         while rows.size:
             hist, short = _gather(rows, start, end, item_key, s_key, s_id, length, window)
-            out[rows] = hist
+            out[rows - lo] = hist
             # Rows that lost items to the target filter and have older items left: widen.
             rows = rows[short]
             window *= 2
-    return out
+        yield lo, out
 
 
 def _gather(

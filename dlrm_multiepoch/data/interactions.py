@@ -1,25 +1,46 @@
 """A user's own interactions table (CSV, TSV or Parquet), columns named by the config.
 
 Required: user, item and label columns. Optional: a timestamp column (time split, also
-of the validation split, and time-ordered histories; else seeded random splits), extra categorical columns (one
-table each) and numeric columns (z-scored on train, each with a missing flag). The label
-is either 0/1 (one task, ``label``) or a rating turned into tasks by
-``--task_thresholds like:4,love:5``. Rows missing the user, item, label or timestamp
-are dropped and counted in the log.
+of the validation split, and time-ordered histories; else seeded random splits), extra
+categorical columns (one
+table each), multi-hot list columns (a Parquet list, or text split by
+``--multi_hot_sep``; one table each, a bag of ids per row) and numeric columns
+(z-scored on train, each with a missing flag). The label is either 0/1 (one task,
+``label``) or a rating turned into tasks by ``--task_thresholds like:4,love:5``. Rows
+missing the user, item, label or timestamp are dropped and counted in the log.
+
+The file is read in chunks (pyarrow's streaming CSV reader, Parquet record batches), so
+memory does not grow with it. Id columns of a text file are read as text: ``007`` and
+``7`` are two ids.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
-from dlrm_multiepoch.data.assemble import ITEM_FEATURE, USER_FEATURE, assemble
-from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
-from dlrm_multiepoch.data.encode import random_split, standardize, subsample, time_split, validation_split
-from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
+from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, POOLINGS
+from dlrm_multiepoch.data.encode import check_fraction, random_split, subsample, time_split, validation_split
+from dlrm_multiepoch.data.preprocess import (
+    ITEM_FEATURE,
+    USER_FEATURE,
+    Chunk,
+    Recipe,
+    SplitPlan,
+    Standardize,
+    preprocess,
+    threshold_labels,
+)
+from dlrm_multiepoch.data.readers import require_columns
+from dlrm_multiepoch.data.registry import Source, register_source, require_file
+from dlrm_multiepoch.data.vocab import normalize_values
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
@@ -48,128 +69,252 @@ def parse_thresholds(value: str) -> Dict[str, float]:
     return tasks
 
 
-def read_table(path: Path) -> Tuple[pd.DataFrame, List[int]]:
-    """The table at ``path`` by its suffix, with the line numbers of skipped malformed lines."""
-    suffix = path.suffix.lower()
-    if suffix in _PARQUET:
+class TableReader:
+    """A CSV/TSV/Parquet file, read in chunks of about ``chunk_bytes`` as Arrow tables.
+
+    Args:
+        path: the file (its suffix picks the format).
+        chunk_bytes: input bytes per chunk.
+
+    Example::
+
+        reader = TableReader(Path("events.csv"), 64 << 20)
+        for table in reader.chunks(["user_id", "item_id", "label"]):
+            ...
+    """
+
+    def __init__(self, path: Path, chunk_bytes: int) -> None:
+        self.path = path
+        self.what = f"--data_path {path}"
+        self.chunk_bytes = chunk_bytes
+        self.bad_lines = 0
+        self.bad_examples: List[str] = []
+        suffix = path.suffix.lower()
+        self.parquet = suffix in _PARQUET
+        if not self.parquet and suffix not in _SEPARATORS:
+            raise ValueError(
+                f"{self.what}: unknown suffix {suffix!r}; expected one of {sorted([*_SEPARATORS, *_PARQUET])}"
+            )
+        self.sep = _SEPARATORS.get(suffix, ",")
         try:
-            return pd.read_parquet(path), []
-        except Exception as e:  # pyarrow raises several types for a damaged file
-            raise ValueError(f"--data_path {path}: cannot read Parquet: {e}") from e
-    if suffix not in _SEPARATORS:
-        raise ValueError(
-            f"--data_path {path}: unknown suffix {suffix!r}; expected one of {sorted([*_SEPARATORS, *_PARQUET])}"
+            if self.parquet:
+                self._file = pq.ParquetFile(path)
+                self.columns = list(self._file.schema_arrow.names)
+            else:
+                self.columns = list(self._open_csv(None).schema.names)
+        except (pa.ArrowException, OSError) as e:
+            raise ValueError(f"cannot read {self.what}: {e}") from e
+
+    def _open_csv(self, columns: Optional[List[str]]) -> pacsv.CSVStreamingReader:
+        def skip(row: pacsv.InvalidRow) -> str:
+            self.bad_lines += 1
+            if len(self.bad_examples) < 3:
+                self.bad_examples.append(row.text[:80])
+            return "skip"
+
+        convert = pacsv.ConvertOptions(
+            include_columns=columns,
+            column_types={c: pa.string() for c in columns or []},
+            strings_can_be_null=True,
         )
-    return read_delimited(path, f"--data_path {path}", sep=_SEPARATORS[suffix])
+        return pacsv.open_csv(
+            self.path,
+            read_options=pacsv.ReadOptions(block_size=self.chunk_bytes),
+            parse_options=pacsv.ParseOptions(delimiter=self.sep, invalid_row_handler=skip),
+            convert_options=convert,
+        )
+
+    def chunks(self, columns: List[str]) -> Iterator[pa.Table]:
+        """The file's ``columns``, chunk by chunk (text columns as strings)."""
+        try:
+            if self.parquet:
+                rows = max(1, self._file.metadata.num_rows)
+                batch = max(64, int(self.chunk_bytes / max(1.0, self.path.stat().st_size / rows)))
+                for record_batch in self._file.iter_batches(batch_size=batch, columns=columns):
+                    yield pa.Table.from_batches([record_batch])
+            else:
+                for record_batch in self._open_csv(columns):
+                    yield pa.Table.from_batches([record_batch])
+        except pa.ArrowException as e:
+            raise ValueError(f"cannot read {self.what}: {e}") from e
 
 
-def build_interactions(cfg: "DataConfig", path: Path) -> Tuple[InteractionData, List[str]]:
-    """Encode the interactions table at ``path``; returns the data and notes for the log.
+def to_float(values: pa.ChunkedArray) -> np.ndarray:
+    """Numbers as float64, NaN for missing or non-numeric text (``pandas.to_numeric``)."""
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        return pd.to_numeric(values.to_pandas(), errors="coerce").to_numpy(dtype=np.float64)
+    return pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def _is_numeric_text(values: pa.ChunkedArray) -> bool:
+    present = pc.drop_null(values)
+    return bool(np.isfinite(to_float(present)).all()) if len(present) else True
+
+
+def to_times(values: pa.ChunkedArray, numeric: bool) -> np.ndarray:
+    """Timestamps: numbers as float64 (NaN = missing), or datetimes as int64 ns ticks
+    (``np.iinfo(np.int64).min`` = missing). Only their order matters."""
+    if numeric:
+        return to_float(values)
+    if pa.types.is_timestamp(values.type) or pa.types.is_date(values.type):
+        series = pd.to_datetime(values.to_pandas(), utc=True)
+    else:
+        series = pd.to_datetime(values.to_pandas(), errors="coerce", utc=True)
+    return series.to_numpy(dtype="datetime64[ns]").view(np.int64)
+
+
+def to_bags(values: pa.ChunkedArray, sep: str) -> pa.Array:
+    """A list column as a list array; text is split at ``sep`` (empty items dropped)."""
+    values = values.combine_chunks()
+    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+        return values
+    lists = pc.split_pattern(values.cast(pa.string()), pattern=sep)
+    items = lists.flatten()
+    items = pc.if_else(pc.equal(items, ""), pa.scalar(None, pa.string()), items)
+    return pa.ListArray.from_arrays(lists.offsets, items, mask=lists.is_null())
+
+
+def interactions_recipe(cfg: "DataConfig", path: Path, reader: TableReader) -> Recipe:
+    """Check the columns and flags, and describe how rows become the dataset."""
+    what = reader.what
+    categorical, dense_cols = split_list(cfg.categorical_cols), split_list(cfg.dense_cols)
+    multi_hot = split_list(cfg.multi_hot_cols)
+    for flag, col in [("--user_col", cfg.user_col), ("--item_col", cfg.item_col), ("--label_col", cfg.label_col)]:
+        require_columns(reader.columns, [col], what, flag)
+    if cfg.timestamp_col:
+        require_columns(reader.columns, [cfg.timestamp_col], what, "--timestamp_col")
+    require_columns(reader.columns, categorical, what, "--categorical_cols")
+    require_columns(reader.columns, dense_cols, what, "--dense_cols")
+    require_columns(reader.columns, multi_hot, what, "--multi_hot_cols")
+    for flag, cols in (("--categorical_cols", categorical), ("--multi_hot_cols", multi_hot)):
+        reserved = {USER_FEATURE, ITEM_FEATURE, HISTORY_FEATURE} & set(cols)
+        if reserved:
+            raise ValueError(
+                f"{flag} {sorted(reserved)}: names reserved for the user/item/history features; rename the columns"
+            )
+    both = set(categorical) & set(multi_hot)
+    if both:
+        raise ValueError(f"--categorical_cols and --multi_hot_cols both name {sorted(both)}")
+    if cfg.multi_hot_pooling not in POOLINGS:
+        raise ValueError(f"--multi_hot_pooling must be one of {', '.join(POOLINGS)}; got {cfg.multi_hot_pooling!r}")
+    if multi_hot and not cfg.multi_hot_sep:
+        raise ValueError("--multi_hot_sep must not be empty")
+    check_fraction(cfg.test_fraction)
+    thresholds = parse_thresholds(cfg.task_thresholds)
+
+    def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
+        n_read = len(bad)
+        rows = subsample(n_read, cfg.max_rows, cfg.split_seed) if cfg.max_rows is not None else np.arange(n_read)
+        usable = rows[~bad[rows]]
+        notes = [f"interactions: {n_read} rows read from {path}, {len(usable)} kept"]
+        if reader.bad_lines:
+            notes.append(
+                f"interactions: skipped {reader.bad_lines} malformed lines of {path} (a wrong number of fields), "
+                f"e.g. {reader.bad_examples}"
+            )
+        if len(usable) < len(rows):
+            notes.append(
+                f"interactions: dropped {len(rows) - len(usable)} of {len(rows)} rows missing the user, item, label"
+                f"{' or timestamp' if cfg.timestamp_col else ''} (or with a non-numeric label)"
+            )
+        for col in dense_cols:
+            coerced = int(load(f"coerced:{col}")[usable].sum())
+            if coerced:
+                notes.append(
+                    f"interactions: {coerced} non-numeric values of --dense_cols column {col!r} treated as missing"
+                )
+        if len(usable) == 0:
+            raise ValueError(f"{what}: no usable rows")
+        if not thresholds:
+            values = np.unique(load("label")[usable])
+            if not np.isin(values, [0.0, 1.0]).all():
+                raise ValueError(
+                    f"--label_col {cfg.label_col!r} holds values {values[:10].tolist()}, not 0/1; "
+                    f"set --task_thresholds (e.g. 'like:4') to turn a rating into tasks"
+                )
+        times = load("time")[usable] if cfg.timestamp_col else None
+        if times is not None:
+            train, test = time_split(times, cfg.test_fraction, what)
+        else:
+            train, test = random_split(len(usable), cfg.test_fraction, cfg.split_seed)
+        train, val = validation_split(train, cfg.val_fraction, what, times=times, seed=cfg.split_seed)
+        codes = np.full(n_read, -1, dtype=np.int8)
+        codes[usable[train]], codes[usable[test]], codes[usable[val]] = 0, 1, 2
+        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []), notes)
+
+    def binary_label(numbers: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        return {"label": numbers["label"].astype(np.float32)}
+
+    return Recipe(
+        name="interactions",
+        features=[USER_FEATURE, ITEM_FEATURE, *categorical, *multi_hot],
+        dense=Standardize([f"dense:{c}" for c in dense_cols], names=dense_cols),
+        tasks=list(thresholds) or ["label"],
+        labels=threshold_labels("label", thresholds) if thresholds else binary_label,
+        plan=plan,
+        bags={c: cfg.multi_hot_pooling for c in multi_hot},
+        min_count=cfg.min_count,
+        history_length=cfg.history_length,
+        history_time="time" if cfg.timestamp_col else None,
+        seed=cfg.split_seed,
+    )
+
+
+def interaction_chunks(cfg: "DataConfig", reader: TableReader) -> Iterator[Chunk]:
+    """Parsed chunks of the table: ids, bags, label/time/dense numbers, rows to drop."""
+    categorical, dense_cols = split_list(cfg.categorical_cols), split_list(cfg.dense_cols)
+    multi_hot = split_list(cfg.multi_hot_cols)
+    columns = list(dict.fromkeys([cfg.user_col, cfg.item_col, cfg.label_col, *categorical, *dense_cols, *multi_hot]))
+    if cfg.timestamp_col:
+        columns.append(cfg.timestamp_col)
+    numeric_time: Optional[bool] = None
+    for table in reader.chunks(columns):
+        user, item = normalize_values(table[cfg.user_col]), normalize_values(table[cfg.item_col])
+        label = to_float(table[cfg.label_col])
+        bad = user.is_null().to_numpy(zero_copy_only=False) | item.is_null().to_numpy(zero_copy_only=False)
+        bad |= np.isnan(label)
+        chunk = Chunk(rows=table.num_rows, ids={USER_FEATURE: user, ITEM_FEATURE: item}, numbers={"label": label})
+        if cfg.timestamp_col:
+            raw = table[cfg.timestamp_col]
+            if numeric_time is None:  # decided once, by the first chunk, for the whole file
+                numeric_time = pa.types.is_integer(raw.type) or pa.types.is_floating(raw.type) or (
+                    pa.types.is_string(raw.type) and _is_numeric_text(raw)
+                )
+            times = to_times(raw, numeric_time)
+            bad |= np.isnan(times) if numeric_time else times == np.iinfo(np.int64).min
+            chunk.numbers["time"] = times
+        for col in categorical:
+            chunk.ids[col] = table[col]
+        for col in multi_hot:
+            chunk.bags[col] = to_bags(table[col], cfg.multi_hot_sep)
+        for col in dense_cols:
+            value = to_float(table[col])
+            chunk.numbers[f"dense:{col}"] = value
+            chunk.numbers[f"coerced:{col}"] = (np.isnan(value) & ~table[col].is_null().to_numpy(zero_copy_only=False))
+        chunk.bad = bad
+        yield chunk
+
+
+def prepare_interactions(
+    cfg: "DataConfig", path: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+) -> List[str]:
+    """Encode the interactions table at ``path`` into the dataset folder ``output``.
 
     Example::
 
         cfg = DataConfig(dataset="interactions", data_path="events.parquet", timestamp_col="ts",
                          label_col="rating", task_thresholds="like:4")
-        data, notes = build_interactions(cfg, Path(cfg.data_path))
+        notes = prepare_interactions(cfg, Path(cfg.data_path), Path("prepped/events"), print, {})
     """
-    what = f"--data_path {path}"
-    frame, bad_lines = read_table(path)
-    notes: List[str] = []
-    if bad_lines:
-        notes.append(
-            f"interactions: skipped {len(bad_lines)} malformed lines of {path} (lines {describe_lines(bad_lines)})"
-        )
-    categorical, dense_cols = split_list(cfg.categorical_cols), split_list(cfg.dense_cols)
-    for flag, col in [("--user_col", cfg.user_col), ("--item_col", cfg.item_col), ("--label_col", cfg.label_col)]:
-        require_columns(frame, [col], what, flag)
-    if cfg.timestamp_col:
-        require_columns(frame, [cfg.timestamp_col], what, "--timestamp_col")
-    require_columns(frame, categorical, what, "--categorical_cols")
-    require_columns(frame, dense_cols, what, "--dense_cols")
-    reserved = {USER_FEATURE, ITEM_FEATURE, HISTORY_FEATURE} & set(categorical)
-    if reserved:
-        raise ValueError(
-            f"--categorical_cols {sorted(reserved)}: names reserved for the user/item/history features; "
-            "rename the columns"
-        )
+    reader = TableReader(path, cfg.preprocess_chunk_bytes)
+    recipe = interactions_recipe(cfg, path, reader)
+    return preprocess(recipe, interaction_chunks(cfg, reader), output, log, extra_meta=extra_meta)
 
-    n_read = len(frame)
-    if cfg.max_rows is not None:
-        frame = frame.iloc[subsample(len(frame), cfg.max_rows, cfg.split_seed)]
-    label = pd.to_numeric(frame[cfg.label_col], errors="coerce")
-    bad = frame[cfg.user_col].isna() | frame[cfg.item_col].isna() | label.isna()
-    times = None
-    if cfg.timestamp_col:
-        times = frame[cfg.timestamp_col]
-        if not pd.api.types.is_numeric_dtype(times):
-            times = pd.to_datetime(times, errors="coerce", utc=True)
-        bad |= times.isna()
-    if bad.any():
-        notes.append(
-            f"interactions: dropped {int(bad.sum())} of {len(frame)} rows missing the user, item, label"
-            f"{' or timestamp' if cfg.timestamp_col else ''} (or with a non-numeric label)"
-        )
-    keep = ~bad.to_numpy()
-    frame, label = frame[keep].reset_index(drop=True), label[keep].to_numpy(dtype=np.float64)
-    if times is not None:
-        times = times[keep]
-        # Datetimes become integer ticks; numbers stay as they are. Only the order matters.
-        times = (
-            times.astype("int64").to_numpy()
-            if isinstance(times.dtype, pd.DatetimeTZDtype)
-            else times.to_numpy(np.float64)
-        )
-    if len(frame) == 0:
-        raise ValueError(f"{what}: no usable rows")
 
-    thresholds = parse_thresholds(cfg.task_thresholds)
-    if thresholds:
-        labels = {task: (label >= t).astype(np.float32) for task, t in thresholds.items()}
-    else:
-        values = np.unique(label)
-        if not np.isin(values, [0.0, 1.0]).all():
-            raise ValueError(
-                f"--label_col {cfg.label_col!r} holds values {values[:10].tolist()}, not 0/1; "
-                f"set --task_thresholds (e.g. 'like:4') to turn a rating into tasks"
-            )
-        labels = {"label": label.astype(np.float32)}
-
-    if times is not None:
-        train, test = time_split(times, cfg.test_fraction, what)
-    else:
-        train, test = random_split(len(frame), cfg.test_fraction, cfg.split_seed)
-    train, val = validation_split(train, cfg.val_fraction, what, times=times, seed=cfg.split_seed)
-
-    dense_parts, dense_names = [], []
-    for col in dense_cols:
-        raw = frame[col]
-        numeric = pd.to_numeric(raw, errors="coerce")
-        coerced = int((numeric.isna() & raw.notna()).sum())
-        if coerced:
-            notes.append(
-                f"interactions: {coerced} non-numeric values of --dense_cols column {col!r} treated as missing"
-            )
-        z, missing = standardize(numeric.to_numpy(dtype=np.float64), train)
-        dense_parts += [z, missing]
-        dense_names += [col, f"{col}_missing"]
-    dense = np.stack(dense_parts, axis=1) if dense_parts else np.zeros((len(frame), 0), np.float32)
-
-    sparse = pd.DataFrame({USER_FEATURE: frame[cfg.user_col].to_numpy(), ITEM_FEATURE: frame[cfg.item_col].to_numpy()})
-    for col in categorical:
-        sparse[col] = frame[col].to_numpy()
-    notes.insert(0, f"interactions: {n_read} rows read from {path}, {len(frame)} kept")
-    data = assemble(
-        "interactions",
-        sparse,
-        {"train": train, "test": test} | ({"val": val} if len(val) else {}),
-        list(sparse.columns),
-        dense,
-        dense_names,
-        labels,
-        min_count=cfg.min_count,
-        history_length=cfg.history_length,
-        times=times,
-        seed=cfg.split_seed,
-        notes=notes,
+register_source(
+    Source(
+        name="interactions",
+        prepare=prepare_interactions,
+        locate=lambda cfg, cache_dir, log: require_file(cfg, "a CSV, TSV or Parquet interactions table"),
     )
-    return data, notes
+)

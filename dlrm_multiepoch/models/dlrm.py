@@ -10,23 +10,21 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData, TableSpec
+from dlrm_multiepoch.data.dataset import InteractionData, TableSpec
 from dlrm_multiepoch.models.config import ModelConfig, int_list
 
 
 def embedding_bag_configs(tables: Sequence[TableSpec], embedding_dim: int) -> List[EmbeddingBagConfig]:
-    """One ``EmbeddingBagConfig`` per dataset table.
-
-    Tables that also serve the history sequence mean-pool, so the history bag is the
-    average of its items while single-id features are unaffected (mean of one = sum).
-    """
+    """One ``EmbeddingBagConfig`` per dataset table, pooled as the table says
+    (:attr:`TableSpec.pooling_mode`: multi-hot bags by ``--multi_hot_pooling``, the
+    history's table by mean; a single id is unaffected, the mean of one = sum)."""
     return [
         EmbeddingBagConfig(
             name=t.name,
             embedding_dim=embedding_dim,
             num_embeddings=t.num_embeddings,
             feature_names=list(t.feature_names),
-            pooling=PoolingType.MEAN if HISTORY_FEATURE in t.feature_names else PoolingType.SUM,
+            pooling=PoolingType.MEAN if t.pooling_mode == "mean" else PoolingType.SUM,
         )
         for t in tables
     ]

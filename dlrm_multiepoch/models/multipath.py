@@ -253,7 +253,7 @@ class EmbeddingViews(nn.Module):
 
 def max_history_length(data: InteractionData) -> int:
     """Widest history over the data's splits (the ``K`` of ``--history_length``)."""
-    widths = [s.history.shape[1] for s in data.splits.values() if s.history is not None]
+    widths = [s.history_length for s in data.splits.values() if s.history_length]
     if not widths or max(widths) == 0:
         raise ValueError(
             f"--model multipath needs histories (--history_length > 0); dataset {data.name!r} splits "

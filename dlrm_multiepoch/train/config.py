@@ -40,6 +40,17 @@ class TrainConfig:
     batch_size: int = field(default=1024, metadata={"help": "global batch size (summed over ranks)"})
     eval_batch_size: int = field(default=4096, metadata={"help": "global batch size for evaluation"})
     seed: int = field(default=0, metadata={"help": "seed of model init and shuffling"})
+    shuffle_block_rows: int = field(
+        default=4096,
+        metadata={"help": "train shuffle: rows of consecutive blocks whose order is permuted each epoch"},
+    )
+    shuffle_buffer_rows: int = field(
+        default=1 << 18,
+        metadata={"help": "train shuffle: rows each rank reads and shuffles together (its memory: this many rows)"},
+    )
+    prefetch_batches: int = field(
+        default=2, metadata={"help": "batches a background thread prepares ahead of training (0: none)"}
+    )
     sharding_types: str = field(
         default="table_wise,row_wise,column_wise",
         metadata={"help": "sharding types the planner may use (add data_parallel to allow replicated tables)"},
@@ -89,14 +100,16 @@ class TrainConfig:
     )
 
     def validate(self) -> None:
-        for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps"):
+        for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps", "shuffle_block_rows",
+                     "shuffle_buffer_rows"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive, got {getattr(self, name)}")
         from dlrm_multiepoch.pipeline.factory import PIPELINES  # torch: the config itself imports without it
 
         if self.pipeline not in PIPELINES:
             raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
-        for name in ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches"):
+        non_negative = ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches")
+        for name in non_negative + ("prefetch_batches",):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
         if self.keep_checkpoints < 1:

@@ -1,65 +1,179 @@
-"""Evaluation: AUC, logloss and normalised entropy per task over a whole split."""
+"""Evaluation: AUC, logloss and normalised entropy per task (and per slice of rows).
+
+Each rank adds its scored rows to a fixed-size metric state, and one ``all_reduce``
+sums the states: memory and communication do not grow with the split, and no rank
+ever holds another rank's predictions. (TorchRec's ``AUCMetric`` and torchmetrics'
+exact ``BinaryAUROC`` keep every prediction and gather them all; their state-sum
+variants bin scores on a fixed threshold grid with no error bound.)
+
+- logloss, NE, positive rate, rows: sums, exact up to float64 summation order.
+- AUC: from per-label histograms of the float32 logits over the top
+  :data:`SCORE_BITS` bits of their order-preserving integer form (sign, exponent and
+  11 mantissa bits: a bin spans 0.05% of its logit's magnitude). Rows in one bin count
+  as ties, so the only error comes from positive/negative pairs sharing a bin with
+  different scores; ``auc_error_bound`` reports its exact upper bound,
+  ``0.5 * sum_b pos_b * neg_b / (P * N)``.
+"""
 
 import math
-from typing import Dict, Iterable, List
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torchmetrics.functional.classification import binary_auroc
 
 from dlrm_multiepoch.models.dlrm import ModelOutput
 
 TaskMetrics = Dict[str, Dict[str, float]]
+SCORE_BITS = 20
+_SUMS = 3  # per (slice, task): BCE sum, rows, positives
 
 
-def binary_metrics(logits: torch.Tensor, labels: torch.Tensor) -> Dict[str, float]:
-    """AUC, logloss (natural log) and NE (logloss over the entropy of the base rate)."""
-    labels = labels.double()
-    logloss = F.binary_cross_entropy_with_logits(logits.double(), labels).item()
-    p = labels.mean().item()
-    base = -(p * math.log(p) + (1 - p) * math.log(1 - p)) if 0.0 < p < 1.0 else float("nan")
-    auc = binary_auroc(logits.double(), labels.long()).item() if 0.0 < p < 1.0 else float("nan")
-    return {"auc": auc, "logloss": logloss, "ne": logloss / base, "positive_rate": p, "rows": float(labels.numel())}
+def score_bins(logits: torch.Tensor, bits: int = SCORE_BITS) -> torch.Tensor:
+    """Bin index in ``[0, 2**bits)`` of each float32 logit, monotone in the logit."""
+    key = logits.float().contiguous().view(torch.int32).long()
+    # Negative floats order backwards as integers: flip their magnitude bits.
+    key = torch.where(key < 0, key ^ 0x7FFFFFFF, key) + (1 << 31)
+    return key >> (32 - bits)
 
 
-def gather_outputs(outputs: List[ModelOutput]) -> Dict[str, torch.Tensor]:
-    """Concatenate this rank's outputs, gather all ranks' and drop padding rows.
+class BinaryMetrics:
+    """Streaming per-task binary metrics over one pass, summed across ranks.
 
-    Every rank ran the same number of equal-size batches (the loader pads), so a plain
-    ``all_gather`` of equal-shape tensors suffices.
+    Args:
+        tasks: task names, in logit column order.
+        slices: names of row slices reported besides all rows (e.g. ``["seen", "unseen"]``);
+            :meth:`update` then takes each row's slice index.
+        bits: histogram resolution of the AUC (``2**bits`` bins per task and label).
+        device: where the state lives before the first update (default: the logits'
+            device; CPU if no batch arrives).
+
+    Example::
+
+        metrics = BinaryMetrics(["like", "love"])
+        for out in eval_outputs(pipeline.progress, loader):
+            metrics.update(out.logits, out.labels, out.weights)
+        results = metrics.compute()     # collective: every rank gets the same numbers
+        results["like"]["auc"]
     """
-    # One [N, 2 * tasks + 1] tensor on the outputs' device (where the backend gathers:
-    # CPU for gloo, CUDA for nccl), moved to the host once.
-    n_tasks = outputs[0].logits.shape[1]
-    packed = torch.cat([torch.cat([o.logits, o.labels, o.weights[:, None]], dim=1).float() for o in outputs])
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        parts = [torch.empty_like(packed) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, packed)
-        packed = torch.cat(parts)
-    packed = packed.cpu()
-    logits, labels, weights = packed[:, :n_tasks], packed[:, n_tasks : 2 * n_tasks], packed[:, -1]
-    keep = weights > 0
-    return {"logits": logits[keep], "labels": labels[keep]}
+
+    def __init__(
+        self,
+        tasks: Sequence[str],
+        slices: Sequence[str] = (),
+        bits: int = SCORE_BITS,
+        device: Optional[torch.device] = None,
+    ) -> None:
+        self.tasks = list(tasks)
+        self.slices = list(slices)
+        self.bits = bits
+        self.device = device
+        self._hist: Optional[torch.Tensor] = None  # [groups, tasks, 2 labels, 2**bits] int64
+        self._sums: Optional[torch.Tensor] = None  # [groups, tasks, _SUMS] float64
+
+    @property
+    def groups(self) -> int:
+        return 1 + len(self.slices)
+
+    def update(
+        self,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        weights: torch.Tensor,
+        slice_ids: Optional[torch.Tensor] = None,
+    ) -> None:
+        """Add one batch: ``[B, tasks]`` logits and 0/1 labels, ``[B]`` weights (0 = padding),
+        optionally ``[B]`` slice indices into ``slices``."""
+        self._allocate(logits.device)
+        logits, labels, weights = logits.detach(), labels.detach().double(), weights.detach().double()
+        groups = [(0, None)]
+        if slice_ids is not None:
+            groups += [(1 + s, slice_ids == s) for s in range(len(self.slices))]
+        bce = F.binary_cross_entropy_with_logits(logits.double(), labels, reduction="none")
+        bins = score_bins(logits, self.bits)
+        offsets = labels.long() * (1 << self.bits)  # label 1 histograms follow label 0's
+        for g, rows in groups:
+            w = weights if rows is None else weights * rows.double()
+            for t in range(len(self.tasks)):
+                self._sums[g, t, 0] += (bce[:, t] * w).sum()
+                self._sums[g, t, 1] += w.sum()
+                self._sums[g, t, 2] += (labels[:, t] * w).sum()
+                self._hist[g, t].view(-1).index_add_(0, bins[:, t] + offsets[:, t], w.round().long())
+
+    def _allocate(self, device: torch.device) -> None:
+        if self._hist is None:
+            shape = (self.groups, len(self.tasks))
+            self._hist = torch.zeros(shape + (2, 1 << self.bits), dtype=torch.int64, device=device)
+            self._sums = torch.zeros(shape + (_SUMS,), dtype=torch.float64, device=device)
+
+    def _reduced(self) -> List[torch.Tensor]:
+        self._allocate(self.device or torch.device("cpu"))  # a rank that saw no batch adds zeros
+        hist, sums = self._hist.clone(), self._sums.clone()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(hist)
+            dist.all_reduce(sums)
+        return [hist.cpu(), sums.cpu()]
+
+    def compute(self) -> TaskMetrics:
+        """Metrics of all rows, per task (a collective call)."""
+        return self.compute_all()[0]
+
+    def compute_all(self) -> List[TaskMetrics]:
+        """Metrics of all rows, then of each slice (one collective call)."""
+        hist, sums = self._reduced()
+        return [
+            {task: _task_metrics(hist[g, t], sums[g, t]) for t, task in enumerate(self.tasks)}
+            for g in range(self.groups)
+        ]
 
 
-def task_metrics(outputs: List[ModelOutput], tasks: List[str]) -> TaskMetrics:
-    """Metrics per task over all ranks' outputs of one pass over a split."""
-    merged = gather_outputs(outputs)
-    return {t: binary_metrics(merged["logits"][:, i], merged["labels"][:, i]) for i, t in enumerate(tasks)}
+def _task_metrics(hist: torch.Tensor, sums: torch.Tensor) -> Dict[str, float]:
+    bce, rows, positives = (float(v) for v in sums)
+    neg, pos = hist[0].double(), hist[1].double()
+    n_pos, n_neg = float(pos.sum()), float(neg.sum())
+    p = positives / rows if rows else float("nan")
+    base = -(p * math.log(p) + (1 - p) * math.log(1 - p)) if 0.0 < p < 1.0 else float("nan")
+    logloss = bce / rows if rows else float("nan")
+    auc = bound = float("nan")
+    if n_pos and n_neg:
+        below = torch.cumsum(neg, 0) - neg
+        auc = float((pos * (below + 0.5 * neg)).sum()) / (n_pos * n_neg)
+        bound = 0.5 * float((pos * neg).sum()) / (n_pos * n_neg)
+    return {
+        "auc": auc,
+        "logloss": logloss,
+        "ne": logloss / base,
+        "positive_rate": p,
+        "rows": rows,
+        "auc_error_bound": bound,
+    }
 
 
 @torch.no_grad()
-def run_eval_pass(progress, batches: Iterable) -> List[ModelOutput]:
-    """Run ``progress`` (a train pipeline's, with the model in eval mode) over ``batches``.
+def eval_outputs(progress: Callable[[Iterator], ModelOutput], batches: Iterable) -> Iterator[ModelOutput]:
+    """Run ``progress`` (a train pipeline's, with the model in eval mode) over ``batches``,
+    yielding each step's output.
 
     TorchRec pipelines skip backward and optimizer steps when the model is not
     training, so the same pipeline serves evaluation (as in TorchRec's dlrm_main).
     """
     it = iter(batches)
-    outputs: List[ModelOutput] = []
     while True:
         try:
-            outputs.append(progress(it))
+            out = progress(it)
         except StopIteration:
-            return outputs
+            return
+        yield out
+
+
+def evaluate_pass(
+    progress: Callable[[Iterator], ModelOutput],
+    batches: Iterable,
+    tasks: Sequence[str],
+    device: Optional[torch.device] = None,
+) -> TaskMetrics:
+    """Per-task metrics of one pass over ``batches`` (a collective call)."""
+    metrics = BinaryMetrics(tasks, device=device)
+    for out in eval_outputs(progress, batches):
+        metrics.update(out.logits, out.labels, out.weights)
+    return metrics.compute()

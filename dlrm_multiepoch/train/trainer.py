@@ -14,8 +14,9 @@ from tqdm import tqdm
 
 from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
 from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.data.config import load_dataset
-from dlrm_multiepoch.data.dataset import BatchLoader, InteractionData
+from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.load import load_dataset
+from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.dlrm import ModelOutput
@@ -31,7 +32,7 @@ from dlrm_multiepoch.train.checkpoint import (
     save_checkpoint,
 )
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.evaluate import TaskMetrics, run_eval_pass, task_metrics
+from dlrm_multiepoch.train.evaluate import TaskMetrics, evaluate_pass
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
@@ -50,10 +51,31 @@ def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
 
 
 def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
-    """A fixed train sample, evaluated like the test split, shows memorisation."""
+    """A fixed train sample, evaluated like the test split, shows memorisation. Drawn
+    without a permutation of all rows: memory stays flat as the split grows."""
     train = data.splits["train"]
-    rows = np.random.default_rng(cfg.seed).permutation(len(train))[: cfg.train_eval_rows]
+    size = min(cfg.train_eval_rows, len(train))
+    rows = np.random.default_rng(cfg.seed).choice(len(train), size=size, replace=False)
     data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+
+
+def build_loader(
+    cfg: TrainConfig, data: InteractionData, split: str, env: DistEnv, shuffle: bool = False
+) -> BatchLoader:
+    """This rank's loader of ``split``: training batches (shuffled) or evaluation batches."""
+    return BatchLoader(
+        data,
+        split,
+        cfg.batch_size if shuffle else cfg.eval_batch_size,
+        env.rank,
+        env.world_size,
+        shuffle=shuffle,
+        seed=cfg.seed,
+        block_rows=cfg.shuffle_block_rows,
+        buffer_rows=cfg.shuffle_buffer_rows,
+        prefetch_batches=cfg.prefetch_batches,
+        pin_memory=env.device.type == "cuda",
+    )
 
 
 Freeze = Union[FreezeScheduleWrapper, AutoFreezeSchedule]
@@ -115,13 +137,9 @@ class Trainer:
             add_train_sample(data, cfg)
         if cfg.freeze_schedule.strip() == AUTO and VAL not in self.data.splits:
             raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {self.data.name!r} has none")
-        self.train_loader = BatchLoader(
-            self.data, "train", cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
-        )
+        self.train_loader = build_loader(cfg, self.data, "train", env, shuffle=True)
         self.eval_loaders = {
-            split: BatchLoader(self.data, split, cfg.eval_batch_size, env.rank, env.world_size)
-            for split in EVAL_SPLITS
-            if split in self.data.splits
+            split: build_loader(cfg, self.data, split, env) for split in EVAL_SPLITS if split in self.data.splits
         }
         run_dir = f"{cfg.tensorboard_dir}/{cfg.run_name or default_run_name(cfg)}"
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINTS_DIR)
@@ -352,7 +370,10 @@ class Trainer:
     def _eval_pass(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
         start = time.perf_counter()
         self.model.eval()
-        results = {s: task_metrics(run_eval_pass(self.pipeline.progress, self.eval_loaders[s]), self.data.tasks) for s in splits}
+        results = {
+            s: evaluate_pass(self.pipeline.progress, self.eval_loaders[s], self.data.tasks, self.env.device)
+            for s in splits
+        }
         self.model.train()
         self._eval_seconds += time.perf_counter() - start
         return results

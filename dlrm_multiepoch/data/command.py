@@ -1,0 +1,59 @@
+"""``dlrm-multiepoch preprocess``: encode a dataset once into a dataset folder.
+
+Takes the training app's data flags (``DataConfig``) plus ``--output``; without it the
+folder is the cache folder training finds by itself. Imports no torch.
+
+Example::
+
+    dlrm-multiepoch preprocess --dataset criteo --data_path day_0.tsv --output prepped/day_0
+"""
+
+import argparse
+import dataclasses
+from typing import List
+
+from dlrm_multiepoch.data.config import DataConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from dlrm_multiepoch.train.config import config_fields
+
+    parser = argparse.ArgumentParser(
+        prog="dlrm-multiepoch preprocess",
+        description="Encode a dataset once into memory-mappable column files (streamed, bounded memory).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,
+    )
+    group = parser.add_argument_group("DataConfig")
+    for f in config_fields().values():
+        if f.section == DataConfig.__name__:
+            group.add_argument(f"--{f.name}", type=f.kind, default=f.default, help=f.help)
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="folder to write (unset: the cache folder training finds by itself); train on it with "
+        "--dataset <the same> --data_path <folder>",
+    )
+    return parser
+
+
+def main(argv: List[str]) -> int:
+    from dlrm_multiepoch.data.load import prepare_dataset
+    from dlrm_multiepoch.data.store import open_dataset
+
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    cfg = DataConfig(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(DataConfig)})
+    try:
+        folder = prepare_dataset(cfg, ns.output)
+        data, meta = open_dataset(folder)
+    except (ValueError, FileNotFoundError) as e:
+        parser.exit(2, f"dlrm-multiepoch preprocess: error: {e}\n")
+    for note in meta["notes"]:
+        print(note)
+    print(data.summary())
+    print(
+        f"dataset folder: {folder}\ntrain on it: torchrun --nproc_per_node 2 apps/train.py --dataset {cfg.dataset} "
+        f"--data_path {folder}"
+    )
+    return 0

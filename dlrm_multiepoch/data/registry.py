@@ -1,0 +1,89 @@
+"""The registry of data sources: each source module adds itself with :func:`register_source`.
+
+``load_dataset`` and ``dlrm-multiepoch preprocess`` look sources up by ``--dataset``
+name. Sources import this module (and :class:`~dlrm_multiepoch.data.config.DataConfig`);
+this module imports no source at import time, only the built-in ones
+(:data:`BUILTIN_SOURCES`) when a name is first looked up, so there is no import cycle
+and importing the data config stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from dlrm_multiepoch.data.config import DataConfig
+    from dlrm_multiepoch.data.dataset import InteractionData
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A way to get a dataset.
+
+    Args:
+        name: the ``--dataset`` value.
+        prepare: ``(cfg, input, output_folder, log, extra_meta) -> notes``: encode the
+            input into a dataset folder (:func:`~dlrm_multiepoch.data.preprocess.preprocess`),
+            adding ``extra_meta`` to its ``meta.json``.
+        locate: ``(cfg, cache_dir, log) -> input``: the file (or folder) to encode,
+            fetched if needed; raises naming ``--data_path`` if it is missing.
+        open_in_place: optional ``(cfg, path) -> data or None``: data already in a
+            trainable layout (e.g. TorchRec's Criteo npy days) read without encoding.
+
+    Example::
+
+        register_source(Source("mydata", prepare=prepare_mydata, locate=lambda cfg, cache, log:
+                               require_file(cfg, "a CSV file of my events")))
+    """
+
+    name: str
+    prepare: Callable[["DataConfig", Path, Path, Log, Dict[str, object]], List[str]]
+    locate: Callable[["DataConfig", str, Log], Path]
+    open_in_place: Optional[Callable[["DataConfig", Path], Optional["InteractionData"]]] = None
+
+
+SOURCES: Dict[str, Source] = {}
+# Modules that register the built-in sources, in the order ``--dataset`` lists them.
+BUILTIN_SOURCES = (
+    "dlrm_multiepoch.data.bookcrossing",
+    "dlrm_multiepoch.data.movielens",
+    "dlrm_multiepoch.data.interactions",
+    "dlrm_multiepoch.data.criteo",
+)
+
+
+def register_source(source: Source) -> Source:
+    """Add ``source`` under its name (a later registration of the same name replaces it)."""
+    SOURCES[source.name] = source
+    return source
+
+
+def get_source(name: str) -> Source:
+    """The source registered as ``name`` (the built-in sources register on first call)."""
+    for module in BUILTIN_SOURCES:
+        importlib.import_module(module)
+    if name not in SOURCES:
+        from dlrm_multiepoch.data.config import BUILTIN_DATASETS
+
+        choices = [n for n in BUILTIN_DATASETS if n in SOURCES] + [n for n in SOURCES if n not in BUILTIN_DATASETS]
+        raise ValueError(f"--dataset {name!r} is unknown; choices: {', '.join(choices)}")
+    return SOURCES[name]
+
+
+def require_file(cfg: "DataConfig", what: str) -> Path:
+    """``--data_path`` as a file that exists; errors say what the source expects."""
+    if not cfg.data_path:
+        raise ValueError(f"--data_path is required for --dataset {cfg.dataset} ({what})")
+    path = Path(cfg.data_path)
+    if not path.exists():
+        raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {cfg.dataset} reads {what})")
+    if path.is_dir():
+        raise ValueError(
+            f"--data_path {path} is a folder without a preprocessed dataset; --dataset {cfg.dataset} reads {what}"
+        )
+    return path

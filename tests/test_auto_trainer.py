@@ -58,23 +58,23 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     summary_a = a.train()
     decisions = summary_a["auto_decisions"]
     assert [(d["step"], d["transition"], d["best_step"], d["restore_best"]) for d in decisions] == [
-        (10, "frozen->joint", 8, True),
-        (12, "joint->dense", 8, True),
-        (18, "dense->done", 16, True),
+        (8, "frozen->joint", 8, False),  # the 1-epoch cap, on the epoch boundary; step 8 is the best
+        (10, "joint->dense", 8, True),
+        (16, "dense->done", 14, True),
     ]
-    assert summary_a["best"]["step"] == 16
-    assert summary_a["best"]["schedule"] == "tables=frozen@[0step,10step) train@[10step,12step) frozen@[12step,end)"
-    # Stopped at step 18, mid-epoch 3: no evaluation after it.
-    assert [e["step"] for e in summary_a["evaluations"]] == [2, 4, 6, 8, 10, 12, 14, 16, 18]
+    assert summary_a["best"]["step"] == 14
+    assert summary_a["best"]["schedule"] == "tables=frozen@[0step,8step) train@[8step,10step) frozen@[10step,end)"
+    # Stopped at step 16, the end of epoch 2: its evaluation is the last.
+    assert [e["step"] for e in summary_a["evaluations"]] == [2, 4, 6, 8, 10, 12, 14, 16]
 
     # The final weights are the best-validation ones: the checkpoint taken at that
     # evaluation (bitwise) and the validation metrics recorded there.
-    at_best = next(e for e in summary_a["evaluations"] if e["step"] == 16)
+    at_best = next(e for e in summary_a["evaluations"] if e["step"] == 14)
     assert summary_a["best"]["val"] == at_best["val"]
     final = a.model.state_dict()
     from_disk = copy.deepcopy(final)
-    dcp.load({"model": from_disk}, checkpoint_id=f"{tmp}/a/checkpoints/best_step_16")
-    _assert_bitwise_equal(final, from_disk, "final weights vs best_step_16")
+    dcp.load({"model": from_disk}, checkpoint_id=f"{tmp}/a/checkpoints/best_step_14")
+    _assert_bitwise_equal(final, from_disk, "final weights vs best_step_14")
 
     # B: test labels flipped. Nothing the schedule does may change.
     data = load_dataset(_cfg(tmp, "b").data, log=lambda _: None)
@@ -89,13 +89,13 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     for task in ("like", "love"):  # what B reports on its test split did change
         assert abs(summary_b["best"]["test"][task]["auc"] + summary_a["best"]["test"][task]["auc"] - 1.0) < 1e-6
 
-    # C dies after epoch 2 (its checkpoint holds the restores decided at steps 10 and 12); D resumes.
+    # C dies after epoch 1 (its checkpoint holds the decision at step 8); D resumes and
+    # restores bests saved before (step 8, by C) and after the resume (step 14).
     c = Trainer(_cfg(tmp, "c"), env)
     c.run_epoch(0)
-    c.run_epoch(1)
     c.logger.close()
     d = Trainer(_cfg(tmp, "c", resume="auto"), env)
-    assert d.freeze.policy.best_step == 16 and d.freeze.policy.phase == "dense"
+    assert d.freeze.policy.best_step == 8 and d.freeze.policy.phase == "joint"
     summary_d = d.train()
     assert summary_d["auto_decisions"] == decisions
     assert summary_d["best"] == summary_a["best"]
@@ -115,7 +115,7 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
 
     if rank == 0:
         # Bests kept: the ones the two kept epoch checkpoints refer to (the current one is epoch 2's).
-        expected = ["best_step_16", "best_step_8", "epoch_1", "epoch_2", "latest.json"]
+        expected = ["best_step_14", "best_step_8", "epoch_1", "epoch_2", "latest.json"]
         assert sorted(os.listdir(f"{tmp}/c/checkpoints")) == expected
 
 

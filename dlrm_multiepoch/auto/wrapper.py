@@ -28,7 +28,6 @@ from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.schedule import TABLES, FreezeSchedule, Window
 
 
-
 class AutoFreezeSchedule:
     """Validation-driven freezing of a model's tables (and one gate), next to ``FreezeScheduleWrapper``.
 

@@ -8,8 +8,10 @@
 # Each target creates .venv/ on first use and installs the stack into it; a stamp file
 # makes later calls skip the install until pyproject.toml or this Makefile changes.
 #
-#   DEVICE=cpu            (default) CPU builds: torch 2.13.0 and fbgemm-gpu-cpu 1.8.0
-#   DEVICE=cuda           CUDA builds: torch 2.13.0 and fbgemm-gpu 1.8.0 (PyPI's: CUDA 13)
+#   TORCHREC=1.8          (default) torchrec 1.8.0 with torch 2.13.0 and fbgemm 1.8.0, in .venv/
+#   TORCHREC=1.9          torchrec 1.9.2 with torch 2.14.1 and fbgemm 1.9.0, in .venv-1.9/
+#   DEVICE=cpu            (default) CPU builds: fbgemm-gpu-cpu
+#   DEVICE=cuda           CUDA builds: fbgemm-gpu and PyPI's CUDA torch
 #   TORCH_INDEX_URL=URL   extra index for torch (and fbgemm-gpu), e.g. the PyTorch index
 #                         .../whl/cpu for a small CPU torch, .../whl/cu128 for CUDA 12.8
 #   PYTHON=python3.11     the interpreter that creates .venv/
@@ -21,23 +23,39 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
+TORCHREC ?= 1.8
 DEVICE ?= cpu
 TORCH_INDEX_URL ?=
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 
+# One stack per TorchRec release: the torch it is built against and the FBGEMM of the
+# same release (FBGEMM's binaries miss symbols of any other torch). Each stack gets its own
+# venv, so trying the other release never clobbers .venv/.
+ifeq ($(TORCHREC),1.8)
+TORCH_VERSION := 2.13.0
+FBGEMM_VERSION := 1.8.0
+TORCHREC_VERSION := 1.8.0
 VENV := .venv
+else ifeq ($(TORCHREC),1.9)
+TORCH_VERSION := 2.14.1
+FBGEMM_VERSION := 1.9.0
+TORCHREC_VERSION := 1.9.2
+VENV := .venv-1.9
+else
+$(error TORCHREC must be 1.8 or 1.9, not '$(TORCHREC)')
+endif
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed-$(DEVICE)
 # Jobs launched by `torchx run -s local_cwd` find torchrun on PATH.
 RUN := PATH="$(abspath $(VENV)/bin):$$PATH"
 
-TORCH := torch==2.13.0
+TORCH := torch==$(TORCH_VERSION)
 ifeq ($(DEVICE),cpu)
-FBGEMM := fbgemm-gpu-cpu==1.8.0
+FBGEMM := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 else ifeq ($(DEVICE),cuda)
-FBGEMM := fbgemm-gpu==1.8.0
+FBGEMM := fbgemm-gpu==$(FBGEMM_VERSION)
 else
 $(error DEVICE must be cpu or cuda, not '$(DEVICE)')
 endif
@@ -64,9 +82,9 @@ $(STAMP): pyproject.toml Makefile
 	@# stops any of them from swapping the builds.
 	$(PIP) '$(TORCH)' '$(FBGEMM)' tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 \
 		iopath==0.1.10 -e '.[test,kubernetes]'
-	@# torchrec==1.8.0 requires an unpinned fbgemm-gpu, which would replace fbgemm-gpu-cpu
-	@# by the CUDA build: install it last and alone.
-	$(PIP) --no-deps torchrec==1.8.0
+	@# torchrec requires an unpinned fbgemm-gpu, which would replace fbgemm-gpu-cpu by the
+	@# CUDA build: install it last and alone.
+	$(PIP) --no-deps torchrec==$(TORCHREC_VERSION)
 	$(PY) -c 'import torch, fbgemm_gpu, torchrec, torchx, dlrm_multiepoch; \
 		print(f"installed torch {torch.__version__} (CUDA {torch.version.cuda}), torchrec {torchrec.__version__}")'
 	rm -f $(VENV)/.installed-*

@@ -1,7 +1,7 @@
 """A small sharded DLRM job shared by the pipeline tests and ``benchmarks/bench_semi_sync.py``.
 
 The TorchRec dlrm_main recipe on our synthetic data: TorchRec ``DLRM`` with fused
-in-backward row-wise Adagrad tables (really sharded: table-wise / row-wise, so the
+in-backward row-wise Adagrad tables (really sharded: table-wise / column-wise, so the
 input and output all-to-alls happen) and dense Adam, combined in one
 ``CombinedOptimizer``. Call inside a process group (e.g. from ``run_on_ranks``).
 """
@@ -20,9 +20,9 @@ from dlrm_multiepoch.models import ModelConfig, build_dlrm
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer
 
 TABLE_SIZES: Dict[str, int] = {"user": 1000, "item": 2000, "age": 8}
-# Real sharding, so the input and output all-to-alls happen. TorchRec 1.8 offers no
-# row-wise sharding on CPU (its sharder allows data_parallel, table_wise, column_wise,
-# table_column_wise there), so the second kind is column-wise.
+# Real sharding, so the input and output all-to-alls happen. TorchRec 1.8's planner
+# proposes no row-wise sharding on CPU (its EBC sharder lists it for CUDA only; an
+# explicit plan does run it, see tests/test_dropin.py), so the second kind is column-wise.
 SHARDING: Dict[str, str] = {"user": "table_wise", "item": "column_wise", "age": "table_wise"}
 
 

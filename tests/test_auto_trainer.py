@@ -103,7 +103,7 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     _assert_bitwise_equal(final, d.model.state_dict(), "final weights after resume")
     # E: the semi-synchronous pipeline follows the decisions too: its lookups are exact
     # (no stale rows) exactly while the auto schedule keeps the tables frozen.
-    e = Trainer(_cfg(tmp, "e", pipeline="semi_sync", log_every_n_steps=1), env)
+    e = Trainer(_cfg(tmp, "e", pipeline="semi_sync", log_every_n_steps=1, pipeline_staleness_interval=1), env)
     summary_e = e.train()
     frozen_steps = set()
     for start, end in _frozen_windows(summary_e["best"]["schedule"], e.freeze.policy.total_steps):

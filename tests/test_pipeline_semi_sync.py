@@ -15,11 +15,7 @@ from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.pipeline import PIPELINES, SemiSyncTrainPipeline, StalenessMeter, make_train_pipeline
 from dlrm_multiepoch.pipeline.staleness import row_overlap
 from tests.multiprocess import run_on_ranks
-from dlrm_multiepoch.data.synthetic import synthetic_data
-from dlrm_multiepoch.distributed import init_distributed
-from dlrm_multiepoch.models import ModelConfig, build_dlrm
-from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer
-from tests.pipeline_helpers import TABLE_SIZES, Job, build_job, shard, snapshot, table_shards
+from tests.pipeline_helpers import TABLE_SIZES, Job, build_job, snapshot, table_shards
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
 
 GLOBAL_BATCH = 256  # 2048 rows, 1536 in train: 6 steps per epoch
@@ -189,7 +185,8 @@ def _check_stale_reference(rank: int, world_size: int) -> None:
     job = build_job()
     freeze = FreezeByDetach(job)
     pipeline = SemiSyncTrainPipeline(
-        job.model, job.optimizer, job.env.device, staleness=1, warmup_batches=warmup, frozen_tables=lambda: freeze.frozen
+        job.model, job.optimizer, job.env.device, staleness=1, warmup_batches=warmup,
+        frozen_tables=lambda: freeze.frozen, staleness_interval=1,  # exact: every step measured
     )
     rec = _run_pipeline(pipeline, job, rank, freeze, schedule)
     assert rec["steps"] == [6, 6, 6]
@@ -222,7 +219,9 @@ def _check_freeze_schedule_wrapper(rank: int, world_size: int) -> None:
         pipeline = (
             TrainPipelineSparseDist(job.model, job.optimizer, job.env.device)
             if name == "sparse_dist"
-            else SemiSyncTrainPipeline(job.model, job.optimizer, job.env.device, frozen_tables=freeze.frozen_tables)
+            else SemiSyncTrainPipeline(
+                job.model, job.optimizer, job.env.device, frozen_tables=freeze.frozen_tables, staleness_interval=5
+            )
         )
         loader = BatchLoader(job.data, "train", GLOBAL_BATCH, rank, 2, shuffle=True)
         losses, stale, weights = [], [], []
@@ -238,11 +237,15 @@ def _check_freeze_schedule_wrapper(rank: int, world_size: int) -> None:
                 losses.append(out.loss.clone())
                 stale.append(getattr(pipeline, "stale_fraction", None))
             weights.append(snapshot(job.model))
-        results[name] = (torch.stack(losses), stale, weights)
-    (sync_losses, _, sync_weights), (losses, stale, weights) = results["sparse_dist"], results["semi_sync"]
+        history = pipeline.staleness_meter.take_history() if name == "semi_sync" else None
+        results[name] = (torch.stack(losses), stale, weights, history)
+    (sync_losses, _, sync_weights, _), (losses, stale, weights, history) = results["sparse_dist"], results["semi_sync"]
     assert torch.equal(losses[:6], sync_losses[:6])
     _assert_same(weights[0], sync_weights[0], "frozen epoch: semi_sync vs sparse_dist")
-    assert stale[:7] == [0.0] * 7 and all(x > 0 for x in stale[7:])
+    # Sampled every 5th step (0, 5, 10): exactly the per-step values there; stale_fraction holds the last.
+    expected = _expected_stale_fractions(job.data, [ALL, set()], warmup=0)
+    assert history == [(s, expected[s]) for s in (0, 5, 10)] and expected[10] > 0, (history, expected)
+    assert stale == [expected[5 * (i // 5)] for i in range(12)], (stale, expected)
 
 
 def test_staleness0_and_frozen_match_sparse_dist():
@@ -275,10 +278,10 @@ def test_meter_single_process():
     meter.record(None, torch.device("cpu"))
     meter.record(meter.measure(torch.tensor([1.0, 4.0], dtype=torch.float64)), torch.device("cpu"))
     assert meter.last == 0.25 and meter.mean == 0.125 and meter.steps == 2
-    assert meter.take_history() == [0.0, 0.25]
+    assert meter.take_history() == [(0, 0.0), (1, 0.25)]
     assert meter.take_history() == []  # taken once
-    meter.record(meter.measure(torch.tensor([3.0, 4.0], dtype=torch.float64)), torch.device("cpu"))
-    assert meter.take_history() == [0.75] and meter.mean == 1.0 / 3
+    meter.record(meter.measure(torch.tensor([3.0, 4.0], dtype=torch.float64)), torch.device("cpu"), step=40)
+    assert meter.take_history() == [(40, 0.75)] and meter.mean == 1.0 / 3
 
 
 def test_factory_rejects_bad_names_and_torchrec_semi_sync_on_cpu():
@@ -297,26 +300,9 @@ def test_factory_rejects_bad_names_and_torchrec_semi_sync_on_cpu():
         (dict(warmup_batches=-1), "warmup_batches must be >= 0"),
         (dict(execute_all_batches=False), "execute_all_batches=True"),
         (dict(enqueue_batch_after_forward=True), "enqueue_batch_after_forward"),
+        (dict(staleness_interval=0), "staleness_interval must be >= 1"),
     ],
 )
 def test_constructor_rejects_unsupported_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SemiSyncTrainPipeline(torch.nn.Linear(2, 2), None, torch.device("cpu"), **kwargs)
-
-
-def _check_rejects_data_parallel_tables(rank: int, world_size: int) -> None:
-    env = init_distributed()
-    model = build_dlrm(synthetic_data(256, dict(TABLE_SIZES)), ModelConfig(), env.device)
-    apply_embedding_optimizer(model, "rowwise_adagrad", 0.05)
-    dmp = shard(model, env, {"user": "table_wise", "item": "table_wise", "age": "data_parallel"})
-    optimizer = build_optimizer(dmp, 1e-3)
-    with pytest.raises(ValueError, match=r"cannot train data-parallel tables \['model.sparse_arch.embedding_bag_collection.age'\]"):
-        SemiSyncTrainPipeline(dmp, optimizer, env.device, staleness=1)
-    # Synchronous lookups read the tables after the update: allowed.
-    SemiSyncTrainPipeline(dmp, optimizer, env.device, staleness=0)
-
-
-def test_rejects_data_parallel_tables_when_stale():
-    # Stale lookups of a data-parallel table crash the next backward (its dense
-    # optimizer modifies the weight in place after the lookup saved it): reject up front.
-    run_on_ranks(_check_rejects_data_parallel_tables, 1)

@@ -26,6 +26,7 @@ def test_two_rank_run_on_movielens_subset_writes_tensorboard_and_summary(tmp_pat
         "--dataset", "movielens", "--max_rows", "6000", "--epochs", "2", "--batch_size", "512",
         "--eval_every_n_steps", "5", "--train_eval_rows", "1000", "--log_every_n_steps", "2", "--no-progress_bar",
         "--freeze_schedule", "tables=frozen@[0,1) train@[1,end)", "--pipeline", "semi_sync",
+        "--pipeline_staleness_interval", "1",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     run_dir = tmp_path / "run"

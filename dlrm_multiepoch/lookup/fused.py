@@ -18,6 +18,8 @@ from torchrec.distributed.types import LazyAwaitable
 from torchrec.modules.embedding_modules import get_embedding_names_by_table
 from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedJaggedTensor, KeyedTensor
 
+from dlrm_multiepoch.tables import describe
+
 GroupOutput = Union[KeyedTensor, Dict[str, JaggedTensor]]
 
 
@@ -34,17 +36,13 @@ class _TableLayout:
 def _table_layout(module: nn.Module) -> _TableLayout:
     """Reads the table configs of an (optionally DMP-wrapped, optionally sharded) EBC or EC."""
     inner = module.module if isinstance(module, DistributedModelParallel) else module
-    # Unsharded modules expose configs through a method, sharded ones as an attribute.
-    for attr, pooled in (("embedding_bag_configs", True), ("embedding_configs", False)):
-        configs = getattr(inner, attr, None) or getattr(inner, "_" + attr, None)
-        if configs is not None:
-            configs = configs() if callable(configs) else configs
-            break
-    else:
+    entry = describe(inner)
+    if entry is None or entry.kind not in ("ebc", "ec"):
         raise TypeError(
             f"FusedKJTLookup wraps an EmbeddingBagCollection or EmbeddingCollection (sharded or not), "
             f"got {type(inner).__name__}"
         )
+    configs, pooled = list(entry.tables), entry.pooled
     if pooled:
         weighted = inner.is_weighted() if callable(getattr(inner, "is_weighted", None)) else inner._is_weighted
     else:

@@ -5,7 +5,7 @@ from typing import Any, Callable, Collection, Optional, Tuple
 import torch
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSemiSync, TrainPipelineSparseDist
 
-from dlrm_multiepoch.pipeline.semi_sync import SemiSyncTrainPipeline
+from dlrm_multiepoch.pipeline.semi_sync import STALENESS_INTERVAL, SemiSyncTrainPipeline
 
 PIPELINES: Tuple[str, ...] = ("sparse_dist", "semi_sync", "torchrec_semi_sync")
 
@@ -17,6 +17,7 @@ def make_train_pipeline(
     device: torch.device,
     warmup_batches: int = 0,
     frozen_tables: Optional[Callable[[], Collection[str]]] = None,
+    staleness_interval: int = STALENESS_INTERVAL,
     **kwargs: Any,
 ) -> TrainPipelineSparseDist:
     """One of TorchRec's ``TrainPipelineSparseDist``, our ``SemiSyncTrainPipeline`` or TorchRec's ``TrainPipelineSemiSync``.
@@ -31,6 +32,7 @@ def make_train_pipeline(
             lookups for batch indices below it; ``torchrec_semi_sync``: its ``start_batch``).
         frozen_tables: freeze-schedule hint for ``semi_sync``, e.g.
             ``FreezeScheduleWrapper.frozen_tables`` (ignored by the others).
+        staleness_interval: ``semi_sync`` measures staleness on one step in this many.
         **kwargs: further ``TrainPipelineSparseDist`` arguments.
 
     Example::
@@ -41,7 +43,8 @@ def make_train_pipeline(
         return TrainPipelineSparseDist(model, optimizer, device, **kwargs)
     if name == "semi_sync":
         return SemiSyncTrainPipeline(
-            model, optimizer, device, staleness=1, warmup_batches=warmup_batches, frozen_tables=frozen_tables, **kwargs
+            model, optimizer, device, staleness=1, warmup_batches=warmup_batches, frozen_tables=frozen_tables,
+            staleness_interval=staleness_interval, **kwargs
         )
     if name == "torchrec_semi_sync":
         if device.type != "cuda":

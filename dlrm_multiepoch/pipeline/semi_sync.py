@@ -1,25 +1,34 @@
 """A ``TrainPipelineSparseDist`` that starts batch B's embedding lookup before B-1's backward."""
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Dict, Iterator, List, Optional, Set, Tuple, Type
 
 import torch
+import torch.distributed as dist
 from torch.autograd.profiler import record_function
 from torchrec.distributed.train_pipeline.pipeline_context import EmbeddingTrainPipelineContext
-from torchrec.distributed.train_pipeline.runtime_forwards import EmbeddingPipelinedForward
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
-from torchrec.distributed.types import ShardingType
-from torchrec.sparse.jagged_tensor import JaggedTensor, KeyedTensor
 from torchrec.streamable import Pipelineable
 
-from dlrm_multiepoch.pipeline.staleness import PendingStaleness, ShardRows, StalenessMeter, row_overlap, table_names
+from dlrm_multiepoch.pipeline.prefetch import PrefetchedLookupForward, late_lookup_reason
+from dlrm_multiepoch.pipeline.staleness import PendingStaleness, ShardRows, StalenessMeter, row_overlap
+from dlrm_multiepoch.tables import describe
+
+logger = logging.getLogger(__name__)
+
+# Measure the stale-row fraction on one training step in this many (docs/BENCHMARKS.md:
+# measuring every step costs about 10% of a CPU step; every 20th, under 1%).
+STALENESS_INTERVAL = 20
+
 
 @dataclass
 class SemiSyncContext(EmbeddingTrainPipelineContext):
     """Per-batch state: TorchRec's embedding-pipeline context plus staleness bookkeeping.
 
     Attributes:
-        row_keys: module name -> sorted row keys this batch looks up on this rank.
+        row_keys: module name -> sorted row keys this batch looks up on this rank
+            (only for batches whose staleness is sampled, and their predecessors).
         got_grad: names of modules whose lookup output received a gradient in this
             batch's backward, i.e. whose tables this batch's backward updated.
         staleness: this batch's pending stale-row counts; ``None`` when its lookup ran
@@ -31,68 +40,16 @@ class SemiSyncContext(EmbeddingTrainPipelineContext):
     staleness: Optional[PendingStaleness] = None
 
 
-def _output_tensors(out: Any) -> list:
-    if isinstance(out, KeyedTensor):
-        return [out.values()]
-    if isinstance(out, dict):
-        return [jt.values() for jt in out.values() if isinstance(jt, JaggedTensor)]
-    return []
-
-
-def data_parallel_tables(model: torch.nn.Module) -> List[str]:
-    """``module.table`` names that ``DistributedModelParallel``'s plan made data-parallel."""
-    plan = getattr(model, "plan", None)
-    if plan is None:
-        return []
-    return sorted(
-        f"{path}.{table}" if path else table
-        for path, module_plan in plan.plan.items()
-        for table, sharding in module_plan.items()
-        if sharding.sharding_type == ShardingType.DATA_PARALLEL.value
-    )
-
-
-class PrefetchedLookupForward(EmbeddingPipelinedForward):
-    """Replaces a sharded module's forward: returns the lookup the pipeline already started.
-
-    Unlike TorchRec's ``EmbeddingPipelinedForward`` the embeddings stay attached to
-    the graph, so one ``loss.backward()`` runs the output-dist backward and the fused
-    table update as in ``TrainPipelineSparseDist``; and nothing here touches CUDA
-    streams on CPU. A gradient hook marks the module in ``context.got_grad``: no
-    gradient (a frozen table whose output was detached downstream) means no update.
-    """
-
-    def __call__(self, *input: Any, **kwargs: Any) -> Any:
-        requests = self._context.embedding_a2a_requests
-        if self._name not in requests:
-            raise AssertionError(
-                f"no prefetched lookup for {self._name!r} in batch {self._context.index}: the module was called "
-                f"twice in one forward, or outside SemiSyncTrainPipeline.progress; available: {sorted(requests)}"
-            )
-        awaitable = requests.pop(self._name)
-        context, name = self._context, self._name
-
-        def watch(out: Any) -> Any:
-            for tensor in _output_tensors(out):
-                if tensor.requires_grad:
-                    tensor.register_hook(lambda grad: context.got_grad.add(name))
-            return out
-
-        # Managed-collision modules return (embeddings, remapped ids).
-        (awaitable[0] if isinstance(awaitable, tuple) else awaitable).callbacks.append(watch)
-        return awaitable
-
-
 class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     """``TrainPipelineSparseDist`` with bounded staleness: lookups overlap the previous backward.
 
     Step for batch i (batches i+1 and i+2 are in flight)::
 
+        [start lookup(i)]               staleness=0 / warm-up / late modules: after i-1's update
         forward(i)                      uses the lookup of i started one step earlier
         start lookup(i+1)               staleness=1: TBE lookup + async output all-to-all
         load batch i+3, input dist(i+2)
         backward(i), optimizer step     fused table update of i's rows
-        [start lookup(i+1)]             staleness=0 / warm-up: lookup after the update
 
     With ``staleness=1`` batch i+1 reads the tables as they were before batch i's
     update (bounded staleness 1, like gradient accumulation of 2 for the tables), and
@@ -102,13 +59,21 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     on gloo's threads while the main thread computes; on CUDA they run on NCCL's
     stream, the lookup itself on the current stream (ordered before the update).
 
-    The stale-row fraction of every step is measured (:mod:`.staleness`) and exposed
-    as :attr:`stale_fraction` and :attr:`mean_stale_fraction`. A step records 0 when
+    Modules whose lookup uses weights the dense optimizer updates in place
+    (data-parallel or dense-kernel tables, an FP-EBC's feature processors) and
+    managed-collision modules (whose lookup may evict rows) look up after the update,
+    as in ``TrainPipelineSparseDist``; the others overlap. Which modules do not
+    overlap, and why, is logged once.
+
+    The stale-row fraction is measured (:mod:`.staleness`) on one training step in
+    ``staleness_interval`` (every step with ``staleness_interval=1``) and exposed as
+    :attr:`stale_fraction` and :attr:`mean_stale_fraction`. A step records 0 when
     the lookup ran after the update or when the previous batch's backward sent no
     gradient into the tables (e.g. all frozen by detaching their output); rows of the
     tables ``frozen_tables()`` names never count. At the end of a dataloader the
     pipeline drains (no batch dropped or repeated); the next epoch's first lookup is
-    fresh. ``detach()``/``attach()`` only while drained.
+    fresh. ``detach()``/``attach()`` work as in TorchRec's pipeline at any point: only
+    deliberately stale lookups are ever in flight between ``progress()`` calls.
 
     Args:
         model: ``DistributedModelParallel`` model; ``model(batch)`` returns ``(loss, output)``.
@@ -133,9 +98,11 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             ``FreezeScheduleWrapper.frozen_tables``: the tables the current batch's
             backward leaves unchanged. Their rows never count as stale; with every
             table frozen, early lookups are exact and start even during warm-up.
-        measure_staleness: measure the stale-row fraction (one small async
-            all-reduce per semi-synchronous step). Without it, ``staleness=1``
-            reports NaN; ``staleness=0`` always reports exactly 0.
+        measure_staleness: measure the stale-row fraction (row keys of two batches
+            and one small async all-reduce per sampled step). Without it,
+            ``staleness=1`` reports NaN; ``staleness=0`` always reports exactly 0.
+        staleness_interval: measure on one training step in this many (1: every
+            step, exact per-step values).
 
     Example::
 
@@ -172,7 +139,10 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         warmup_batches: int = 0,
         frozen_tables: Optional[Callable[[], Collection[str]]] = None,
         measure_staleness: bool = True,
+        staleness_interval: int = STALENESS_INTERVAL,
     ) -> None:
+        if staleness_interval < 1:
+            raise ValueError(f"staleness_interval must be >= 1, got {staleness_interval}")
         if staleness not in (0, 1):
             raise ValueError(f"staleness must be 0 (synchronous) or 1 (semi-synchronous), got {staleness!r}")
         if warmup_batches < 0:
@@ -202,65 +172,90 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             enable_inplace_copy_batch=enable_inplace_copy_batch,
             free_features_storage_early=free_features_storage_early,
         )
-        replicated = data_parallel_tables(model) if staleness == 1 else []
-        if replicated:
-            raise ValueError(
-                f"SemiSyncTrainPipeline(staleness=1) cannot train data-parallel tables "
-                f"{replicated}: the dense optimizer updates their weights in place after the next "
-                "batch's early lookup has saved them for its backward (autograd: 'modified by an inplace "
-                "operation'). Shard them table_wise/column_wise (the app's default --sharding_types) or use "
-                "staleness=0 (--pipeline sparse_dist)"
-            )
         self.staleness = staleness
         self.warmup_batches = warmup_batches
         self._frozen_tables = frozen_tables
         self._train_steps = 0
         self.measure_staleness = measure_staleness
         self._measure = measure_staleness and staleness > 0
+        self.staleness_interval = staleness_interval
         self._shard_rows: Dict[str, ShardRows] = {}
         self.staleness_meter = StalenessMeter()
+        # Set when the model is pipelined: modules whose lookups may run before the update.
+        self._early: List[torch.nn.Module] = []
+        self._late: List[torch.nn.Module] = []
+        self._early_tables: Set[str] = set()
+        self._reported: Set[str] = set()
 
     # -- what the app logs ------------------------------------------------------
 
     @property
     def stale_fraction(self) -> float:
-        """Fraction of the rows looked up for the last trained batch that the batch before it updated.
+        """Fraction of the rows looked up for the last sampled batch that the batch before it updated.
 
-        Rows are (table shard, row) pairs summed over ranks, padding ids included;
-        data-parallel tables are left out. NaN when not measured.
+        Rows are (table shard, row) pairs of the overlapping modules summed over ranks,
+        padding ids included; data-parallel tables are left out. NaN when not measured.
         """
         return self.staleness_meter.last
 
     @property
     def mean_stale_fraction(self) -> float:
-        """Mean of :attr:`stale_fraction` over all steps so far."""
+        """Mean of :attr:`stale_fraction` over all sampled steps so far."""
         return self.staleness_meter.mean
 
     # -- pipeline stages ----------------------------------------------------------
 
+    def _pipeline_model(self, batch: Any, context: Any, pipelined_forward: Type[Any] = PrefetchedLookupForward) -> None:
+        super()._pipeline_model(batch, context, pipelined_forward)
+        self._early, self._late = [], []
+        for module in self._pipelined_modules:
+            reason = late_lookup_reason(module) if self.staleness else None
+            (self._late if reason else self._early).append(module)
+            name = module.forward.name
+            if reason and name not in self._reported and (not dist.is_initialized() or dist.get_rank() == 0):
+                logger.warning("SemiSyncTrainPipeline: %r looks up after each update (no overlap): %s", name, reason)
+            self._reported.add(name)
+        self._early_tables = {t for m in self._early for t in describe(m).table_names}
+
     def fill_pipeline(self, dataloader_iter: Iterator[Pipelineable]) -> None:
-        """From empty: batch 0 through input dist and lookup, batch 1 through input dist, batch 2 loaded."""
+        """From empty: batches 0 and 1 through input dist, batch 2 loaded."""
         if self.batches:
             return
         if not self.enqueue_batch(dataloader_iter):
             return
         self._init_pipelined_modules(self.batches[0], self.contexts[0], self._pipelined_forward_type)
         self.wait_sparse_data_dist(self.contexts[0])
-        self.start_embedding_lookup(self.batches[0], self.contexts[0])
         if not self.enqueue_batch(dataloader_iter):
             return
         self.start_sparse_data_dist(self.batches[1], self.contexts[1])
         self.wait_sparse_data_dist(self.contexts[1])
         self.enqueue_batch(dataloader_iter)
 
-    def start_embedding_lookup(self, batch: Optional[Pipelineable], context: SemiSyncContext) -> None:
-        """Finish ``batch``'s input dist, run its lookup and start its output dist (not waited)."""
+    def _sampled(self, step: int) -> bool:
+        return step % self.staleness_interval == 0
+
+    def start_embedding_lookup(
+        self,
+        batch: Optional[Pipelineable],
+        context: SemiSyncContext,
+        modules: Optional[List[torch.nn.Module]] = None,
+        step: int = 0,
+    ) -> None:
+        """Finish ``batch``'s input dist, run its lookup and start its output dist (not waited).
+
+        Args:
+            batch: the batch (None: nothing to do).
+            context: its context.
+            modules: the pipelined modules to look up (default: all).
+            step: the training step the batch will be (decides whether its row keys are kept).
+        """
         if batch is None:
             return
+        keys_needed = self._measure and (self._sampled(step) or self._sampled(step + 1))
         with record_function(f"## start_embedding_lookup {context.index} ##"):
             on_streams = self._data_dist_stream is not None
             current = torch.get_device_module(self._device).current_stream() if on_streams else None
-            for module in self._pipelined_modules:
+            for module in self._pipelined_modules if modules is None else modules:
                 name = module.forward.name
                 with self._stream_context(self._data_dist_stream):
                     dist_input = context.input_dist_tensors_requests.pop(name).wait()
@@ -271,7 +266,7 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
                     current.wait_stream(self._data_dist_stream)
                     dist_input.record_stream(current)
                     module_context.record_stream(current)
-                if self._measure:
+                if keys_needed and any(module is m for m in self._early):
                     if name not in self._shard_rows:
                         self._shard_rows[name] = ShardRows(module)
                     context.row_keys[name] = self._shard_rows[name](dist_input)
@@ -292,15 +287,13 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         return set(self._frozen_tables()) if self._frozen_tables is not None else set()
 
     def _lookup_before_backward(self) -> bool:
-        """Whether the next batch's lookup may read the tables before the current batch's update."""
-        if self.staleness == 0 or not self.batches or not self._model.training:
+        """Whether the next batch's overlapping lookups may read the tables before the current batch's update."""
+        if self.staleness == 0 or not self._early or not self.batches or not self._model.training:
             return False
         if self._train_steps + 1 >= self.warmup_batches:  # the next batch is training batch _train_steps + 1
             return True
-        if self._frozen_tables is None:
-            return False
-        all_tables = set().union(*(table_names(m) for m in self._pipelined_modules))
-        return bool(all_tables) and all_tables <= self._frozen()
+        # In warm-up only when every overlapping table is frozen (its lookup is then exact).
+        return self._frozen_tables is not None and bool(self._early_tables) and self._early_tables <= self._frozen()
 
     def progress(self, dataloader_iter: Iterator[Pipelineable]) -> Any:
         if not self._model_attached:
@@ -318,6 +311,11 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             self.start_sparse_data_dist(self.batches[2], self.contexts[2])
 
         batch, context = self.batches[0], self.contexts[0]
+        step, next_step = self._train_steps, self._train_steps + 1
+        # Lookups not started early start now, after the previous update (as in TrainPipelineSparseDist):
+        # between progress() calls only deliberately stale lookups are in flight.
+        pending = [m for m in self._pipelined_modules if m.forward.name not in context.embedding_a2a_requests]
+        self.start_embedding_lookup(batch, context, pending, step=step)
         with record_function(f"## forward {context.index} ##"):
             losses, output = self._model_fwd(batch)
         del batch
@@ -325,7 +323,7 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
 
         early = self._lookup_before_backward()
         if early:
-            self.start_embedding_lookup(self.batches[0], self.contexts[0])
+            self.start_embedding_lookup(self.batches[0], self.contexts[0], self._early, step=next_step)
         # Load batch i+3 while the lookup's output dist is in flight.
         self.enqueue_batch(dataloader_iter)
         if len(self.batches) >= 2:
@@ -338,16 +336,12 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             with record_function(f"## optimizer {context.index} ##"):
                 self._optimizer.step()
 
-        if self.batches:
-            if early:
-                if self._measure:
-                    self.contexts[0].staleness = self._measure_staleness(context, self.contexts[0])
-            else:
-                self.start_embedding_lookup(self.batches[0], self.contexts[0])
+        if early and self._measure and self._sampled(next_step):
+            self.contexts[0].staleness = self._measure_staleness(context, self.contexts[0])
         if self._model.training:
             self._train_steps += 1
-            if self._measure or self.staleness == 0:
-                self.staleness_meter.record(context.staleness, self._device)
+            if (self._measure or self.staleness == 0) and self._sampled(step):
+                self.staleness_meter.record(context.staleness, self._device, step)
         return output
 
     def _measure_staleness(self, previous: SemiSyncContext, current: SemiSyncContext) -> PendingStaleness:
@@ -362,16 +356,34 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             counts += overlap.to(self._device)
         return self.staleness_meter.measure(counts)
 
+    def _drain(self) -> None:
+        """Wait for every collective in flight (lookups, input dists) and drop its result."""
+        for context in self.contexts:
+            for awaitable in context.embedding_a2a_requests.values():
+                for a in awaitable if isinstance(awaitable, tuple) else (awaitable,):
+                    a.wait()
+            for request in context.input_dist_tensors_requests.values():
+                request.wait()
+            for _, awaitable in context.fused_splits_awaitables:
+                awaitable.wait()
+
+    def detach(self) -> torch.nn.Module:
+        """Give the model its own forwards back; in-flight batches stay queued (as in TorchRec).
+
+        Only deliberately stale lookups (``staleness=1``) are in flight between
+        ``progress()`` calls; ``attach()`` (or the next ``progress()``) resumes with them.
+        """
+        for module in self._pipelined_modules:
+            # TorchRec leaves it set, and a row-wise FP-EBC then skips its input preprocessing.
+            module.is_pipelined = False
+        return super().detach()
+
     def attach(self, model: Optional[torch.nn.Module] = None, sparse_dist: bool = True) -> None:
-        if self.batches:
-            # The parent would restart the input dist of a batch whose lookup already ran.
-            raise RuntimeError(
-                "SemiSyncTrainPipeline.attach() with batches in flight: detach/attach only after progress() "
-                "has raised StopIteration (the pipeline is drained)"
-            )
-        super().attach(model, sparse_dist)
+        """Pipeline the model again; queued batches keep their input dists (never run twice)."""
+        super().attach(model, sparse_dist=False)
 
     def reset(self) -> None:
+        self._drain()
         super().reset()
         self._train_steps = 0
         self.staleness_meter.reset()

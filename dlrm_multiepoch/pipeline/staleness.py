@@ -13,31 +13,29 @@ summed over ranks with one asynchronous ``all_reduce`` that is waited a step lat
 
 from dataclasses import dataclass
 from collections import deque
-from typing import Collection, Deque, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Collection, Deque, Dict, FrozenSet, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torchrec.distributed.sharding.dp_sharding import BaseDpEmbeddingSharding
+from torchrec.distributed.types import ShardingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from dlrm_multiepoch.tables import describe
 
 # Row ids of a table sit in the low bits of a key, the table's index above them.
 _TABLE_SHIFT = 40
 
 
 def _shardings(module: nn.Module) -> list:
-    shardings = getattr(module, "_embedding_shardings", None)
-    if shardings is None:
+    entry = describe(module)
+    shardings = entry.shardings() if entry is not None else []
+    if not shardings:
         raise TypeError(
-            f"{type(module).__name__} has no _embedding_shardings; staleness is measured for TorchRec's "
-            "sharded EmbeddingBagCollection / EmbeddingCollection only (pass measure_staleness=False)"
+            f"{type(module).__name__} is no sharded EmbeddingBagCollection / EmbeddingCollection / "
+            "FeatureProcessedEmbeddingBagCollection; staleness is measured for those only"
         )
     return shardings
-
-
-def table_names(module: nn.Module) -> Set[str]:
-    """Every table of a sharded EBC/EC, data-parallel ones included."""
-    return {table.name for sharding in _shardings(module) for table in sharding.embedding_tables()}
 
 
 class ShardRows:
@@ -49,7 +47,7 @@ class ShardRows:
     hand over shard-local ids, that is still one key per row of the shard).
 
     Args:
-        module: a sharded ``EmbeddingBagCollection`` / ``EmbeddingCollection``.
+        module: a sharded ``EmbeddingBagCollection`` / ``EmbeddingCollection`` / FP-EBC.
     """
 
     def __init__(self, module: nn.Module) -> None:
@@ -57,8 +55,8 @@ class ShardRows:
         self._features: List[Optional[Dict[str, int]]] = []  # per sharding; None: data-parallel
         self._masks: Dict[Tuple[FrozenSet[str], torch.device], torch.Tensor] = {}
         self._table_indices: Dict[Tuple[Tuple[str, ...], torch.device], torch.Tensor] = {}
-        for sharding in _shardings(module):
-            if isinstance(sharding, BaseDpEmbeddingSharding):
+        for sharding_type, sharding in _shardings(module):
+            if sharding_type == ShardingType.DATA_PARALLEL.value:
                 # Replicated tables see only this rank's ids but are updated with every
                 # rank's: their staleness is not measurable locally. They are left out.
                 self._features.append(None)
@@ -171,7 +169,7 @@ class StalenessMeter:
     Example::
 
         meter = StalenessMeter()
-        meter.record(meter.measure(torch.tensor([stale, looked_up], dtype=torch.float64)), device)
+        meter.record(meter.measure(torch.tensor([stale, looked_up], dtype=torch.float64)), device, step)
         writer.add_scalar("pipeline/stale_fraction", meter.last, step)
     """
 
@@ -179,9 +177,9 @@ class StalenessMeter:
         self._group = process_group
         self._last: Optional[torch.Tensor] = None
         self._sum: Optional[torch.Tensor] = None
-        # Per-step fractions not yet taken by take_history(); bounded so a caller that
+        # (step, fraction) not yet taken by take_history(); bounded so a caller that
         # never takes them cannot grow it without limit.
-        self._history: Deque[torch.Tensor] = deque(maxlen=HISTORY_LIMIT)
+        self._history: Deque[Tuple[int, torch.Tensor]] = deque(maxlen=HISTORY_LIMIT)
         self.steps = 0
 
     def measure(self, counts: torch.Tensor) -> PendingStaleness:
@@ -192,27 +190,34 @@ class StalenessMeter:
             work = dist.all_reduce(counts, group=self._group, async_op=True)
         return PendingStaleness(counts, work)
 
-    def record(self, pending: Optional[PendingStaleness], device: torch.device) -> None:
-        """Record one step: ``pending`` counts, or ``None`` for an exact 0 (fresh lookup)."""
+    def record(self, pending: Optional[PendingStaleness], device: torch.device, step: Optional[int] = None) -> None:
+        """Record one step: ``pending`` counts, or ``None`` for an exact 0 (fresh lookup).
+
+        Args:
+            pending: the step's counts, or None.
+            device: where an exact 0 is created.
+            step: the step's number (default: the count of steps recorded before it).
+        """
         fraction = (
             torch.zeros((), dtype=torch.float64, device=device) if pending is None else pending.fraction()
         )
         self._last = fraction
         self._sum = fraction.clone() if self._sum is None else self._sum + fraction
-        self._history.append(fraction)
+        self._history.append((self.steps if step is None else step, fraction))
         self.steps += 1
 
-    def take_history(self) -> List[float]:
-        """The per-step fractions recorded since the last call, oldest first.
+    def take_history(self) -> List[Tuple[int, float]]:
+        """``(step, fraction)`` of the steps recorded since the last call, oldest first.
 
         One device synchronisation for all of them, so a training loop can log every
-        step's value at its logging interval instead of waiting on every step.
+        recorded value at its logging interval instead of waiting on every step.
         """
         if not self._history:
             return []
-        values = torch.stack(list(self._history)).tolist()
+        steps = [step for step, _ in self._history]
+        values = torch.stack([fraction for _, fraction in self._history]).tolist()
         self._history.clear()
-        return values
+        return list(zip(steps, values))
 
     @property
     def last(self) -> float:

@@ -77,6 +77,10 @@ class TrainConfig:
     pipeline_warmup_batches: int = field(
         default=0, metadata={"help": "synchronous batches before a semi-sync pipeline starts overlapping"}
     )
+    pipeline_staleness_interval: int = field(
+        default=20,
+        metadata={"help": "semi_sync: measure the stale-row fraction on one step in N (1: every step, exact)"},
+    )
     tensorboard_dir: str = field(default="runs", metadata={"help": "parent folder of run folders"})
     run_name: str = field(default="", metadata={"help": "run folder name under --tensorboard_dir (default: derived)"})
     eval_every_n_steps: int = field(default=0, metadata={"help": "also evaluate every N train steps (0: per epoch only)"})
@@ -114,6 +118,8 @@ class TrainConfig:
                 raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
         if self.keep_checkpoints < 1:
             raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+        if self.pipeline_staleness_interval < 1:
+            raise ValueError(f"--pipeline_staleness_interval must be >= 1, got {self.pipeline_staleness_interval}")
         if self.resume == "auto" and not self.run_name:
             raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
         if not 0.0 <= self.data.val_fraction < 1.0:

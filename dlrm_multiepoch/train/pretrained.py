@@ -8,7 +8,6 @@ on load, so the fine-tuning run may use another sharding plan or world size.
 """
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List
 
@@ -17,17 +16,8 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-from torchrec.distributed.embedding import ShardedEmbeddingCollection
-from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
-from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 
-# Where each collection type keeps its tables in its own state_dict.
-_TABLE_KEY = {
-    EmbeddingBagCollection: re.compile(r"^embedding_bags\.(.+)\.weight$"),
-    ShardedEmbeddingBagCollection: re.compile(r"^embedding_bags\.(.+)\.weight$"),
-    EmbeddingCollection: re.compile(r"^embeddings\.(.+)\.weight$"),
-    ShardedEmbeddingCollection: re.compile(r"^embeddings\.(.+)\.weight$"),
-}
+from dlrm_multiepoch.tables import duplicate_table_names, embedding_modules
 
 
 def table_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
@@ -41,25 +31,15 @@ def table_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
 
         table_state_dict(dmp)  # {"user": ShardedTensor(...), "item": ShardedTensor(...)}
     """
-    tables: Dict[str, torch.Tensor] = {}
-    owner: Dict[str, str] = {}
-    for path, module in model.named_modules():
-        pattern = _TABLE_KEY.get(type(module))
-        if pattern is None:
-            continue
-        for key, tensor in module.state_dict().items():
-            match = pattern.match(key)
-            if match is None:
-                continue
-            name = match.group(1)
-            if name in tables:
-                raise ValueError(
-                    f"table {name!r} appears in both {owner[name]!r} and {path!r}: table checkpoints are keyed "
-                    f"by table name, so names must be unique in a model"
-                )
-            tables[name] = tensor
-            owner[name] = path
-    return tables
+    modules = embedding_modules(model)
+    duplicates = duplicate_table_names(modules)
+    if duplicates:
+        name, paths = sorted(duplicates.items())[0]
+        raise ValueError(
+            f"table {name!r} appears in both {paths[0]!r} and {paths[1]!r}: table checkpoints are keyed "
+            f"by table name, so names must be unique in a model"
+        )
+    return {name: tensor for m in modules for name, tensor in m.weights().items()}
 
 
 def save_tables(model: nn.Module, path: str) -> List[str]:

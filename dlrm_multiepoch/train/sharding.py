@@ -1,19 +1,19 @@
 """Shard a model with TorchRec's planner and build its optimizers (the dlrm_main recipe)."""
 
-from typing import Dict, List, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.distributed.types import ShardingType
-from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
 
 from dlrm_multiepoch.distributed import DistEnv
+from dlrm_multiepoch.tables import embedding_modules, table_names
 
 # In-backward optimizers FBGEMM's CPU kernels accept (DESIGN.md: Adam raises on CPU).
 EMBEDDING_OPTIMIZERS = {
@@ -24,23 +24,6 @@ EMBEDDING_OPTIMIZERS = {
 ALL_SHARDING_TYPES = [t.value for t in ShardingType]
 
 
-def embedding_modules(model: nn.Module) -> Dict[str, nn.Module]:
-    """Every ``EmbeddingBagCollection``/``EmbeddingCollection`` in ``model``, by path."""
-    return {
-        name: m for name, m in model.named_modules() if isinstance(m, (EmbeddingBagCollection, EmbeddingCollection))
-    }
-
-
-def table_names(model: nn.Module) -> List[str]:
-    names: List[str] = []
-    for module in embedding_modules(model).values():
-        configs = (
-            module.embedding_bag_configs() if isinstance(module, EmbeddingBagCollection) else module.embedding_configs()
-        )
-        names.extend(c.name for c in configs)
-    return names
-
-
 def apply_embedding_optimizer(model: nn.Module, optimizer: str, learning_rate: float) -> None:
     """Attach a fused in-backward optimizer to every embedding table of ``model``.
 
@@ -49,7 +32,8 @@ def apply_embedding_optimizer(model: nn.Module, optimizer: str, learning_rate: f
     """
     if optimizer not in EMBEDDING_OPTIMIZERS:
         raise ValueError(f"--embedding_optimizer must be one of {sorted(EMBEDDING_OPTIMIZERS)}, got {optimizer!r}")
-    params = [p for m in embedding_modules(model).values() for p in m.parameters()]
+    # The collections' own tables only: feature processors stay with the dense optimizer.
+    params = [p for m in embedding_modules(model) for p in m.collection.parameters()]
     if not params:
         raise ValueError("model has no EmbeddingBagCollection or EmbeddingCollection to optimise")
     apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[optimizer], params, {"lr": learning_rate})

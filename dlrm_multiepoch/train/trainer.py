@@ -173,6 +173,7 @@ class Trainer:
             env.device,
             warmup_batches=cfg.pipeline_warmup_batches,
             frozen_tables=self.freeze.frozen_tables if self.freeze is not None else None,
+            staleness_interval=cfg.pipeline_staleness_interval,
         )
         self.step = 0
         self.start_epoch = 0
@@ -341,9 +342,9 @@ class Trainer:
         if isinstance(self.pipeline, SemiSyncTrainPipeline):
             # Per-step values, read once per logging window: reading each step would
             # wait on that step's all-reduce (and on CUDA sync the host) in the hot path.
-            stale = self.pipeline.staleness_meter.take_history()
-            for i, fraction in enumerate(stale):
-                self.logger.scalars({"pipeline/stale_fraction": fraction}, self.step - len(stale) + 1 + i)
+            # Sampled steps only (--pipeline_staleness_interval), logged at the step count after them.
+            for step, fraction in self.pipeline.staleness_meter.take_history():
+                self.logger.scalars({"pipeline/stale_fraction": fraction}, step + 1)
             self.logger.scalars({"pipeline/mean_stale_fraction": self.pipeline.mean_stale_fraction}, self.step)
         bar.set_postfix(loss=f"{loss:.4f}", samples_per_s=f"{values['train/samples_per_sec']:,.0f}")
         return time.perf_counter()

@@ -23,7 +23,8 @@ from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, 
 def best_step_of(trainer_state: Mapping[str, Any]) -> Optional[int]:
     """The best-validation step an epoch checkpoint's auto-schedule state refers to (None: none)."""
     freeze = trainer_state.get("freeze") or {}
-    step = freeze.get("policy", {}).get("best_step", -1) if freeze.get("schedule") == AUTO else -1
+    policy = freeze.get("source", {}).get("policy", {}) if freeze.get("schedule") == AUTO else {}
+    step = policy.get("best_step", -1)
     return step if step >= 0 else None
 
 

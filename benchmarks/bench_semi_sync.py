@@ -123,7 +123,7 @@ def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
         bwd = statistics.median(waits[name]["bwd"])
         print(
             f"  {name:20s} {rate:10.0f} samples/s  ratio {rate / base:5.3f}  "
-            f"exposed fwd comm wait {fwd:7.3f} ms/step ({fwd / base_wait:5.1%} of sparse_dist)  "
+            f"exposed fwd comm wait {fwd:7.3f} ms/step ({fwd / base_wait:5.1%} of {names[0]})  "
             f"backward {bwd:7.2f} ms/step"
         )
     if "semi_sync:nomeasure" in rates:  # what measuring costs, per step, against not measuring

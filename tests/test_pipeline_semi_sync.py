@@ -243,7 +243,7 @@ def _check_freeze_schedule_wrapper(rank: int, world_size: int) -> None:
     assert torch.equal(losses[:6], sync_losses[:6])
     _assert_same(weights[0], sync_weights[0], "frozen epoch: semi_sync vs sparse_dist")
     # Sampled every 5th step (0, 5, 10): exactly the per-step values there; stale_fraction holds the last.
-    expected = _expected_stale_fractions(job.data, [ALL, set()], warmup=0)
+    expected = _expected_stale_fractions(job.data, [ALL, set()], 0, world_size)
     assert history == [(s, expected[s]) for s in (0, 5, 10)] and expected[10] > 0, (history, expected)
     assert stale == [expected[5 * (i // 5)] for i in range(12)], (stale, expected)
 

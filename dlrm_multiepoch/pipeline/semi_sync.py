@@ -17,8 +17,8 @@ from dlrm_multiepoch.tables import describe
 
 logger = logging.getLogger(__name__)
 
-# Measure the stale-row fraction on one training step in this many (docs/BENCHMARKS.md:
-# measuring every step costs about 10% of a CPU step; every 20th, under 1%).
+# Measure the stale-row fraction on one training step in this many: the work is done for 2
+# batches in 20 instead of every batch (docs/BENCHMARKS.md, "Cost of measuring staleness").
 STALENESS_INTERVAL = 20
 
 

@@ -51,7 +51,7 @@ def selected(summary: Dict[str, Any], how: str) -> Tuple[float, Dict[str, Any]]:
         return 1, per_epoch[0]
     config = summary["config"]["auto"]
     tasks = list(per_epoch[0]["val"])
-    policy = AutoSchedulePolicy(1, tasks, AutoScheduleConfig(**config))
+    policy = AutoSchedulePolicy(1, 1, tasks, AutoScheduleConfig(**config))
     best = max(per_epoch, key=lambda e: policy.objective(e["val"]))
     return best["epoch"], best
 

@@ -48,14 +48,14 @@ CURVE = [0.70, 0.65, 0.648, 0.649, 0.60, 0.58, 0.59, 0.61, 0.575, 0.579, 0.5]
 
 
 def test_three_phases_on_a_scripted_curve() -> None:
-    policy = AutoSchedulePolicy(200, ["like"], cfg())
+    policy = AutoSchedulePolicy(40, 5, ["like"], cfg())  # epochs of 40 steps: the plateau at 40 is on a boundary
     decisions = run(policy, CURVE)
     assert summary(decisions) == [
         (10, FROZEN, "", True, False, False),
         (20, FROZEN, "", True, False, False),
         # 0.648 is a new best (saved) but not 1% better than 0.65: first stale evaluation.
         (30, FROZEN, "", True, False, False),
-        # Second stale evaluation: plateau; phase 2 starts from the best weights (step 30).
+        # Second stale evaluation: plateau, on an epoch boundary; phase 2 starts from the best weights (step 30).
         (40, JOINT, "frozen->joint", False, True, False),
         (50, JOINT, "", True, False, False),
         (60, JOINT, "", True, False, False),
@@ -71,7 +71,7 @@ def test_three_phases_on_a_scripted_curve() -> None:
     # The reasons carry the numbers that triggered them.
     assert decisions[3].reason == (
         "validation logloss plateaued in phase frozen: 2 evaluations without a 0.01 relative improvement on "
-        "0.6500 (since: 0.6480, 0.6490); tables start training"
+        "0.6500 (since: 0.6480, 0.6490) at step 40; tables start training at the epoch boundary"
     )
     assert "on 0.5800 (since: 0.5900, 0.6100); tables frozen again" in decisions[7].reason
     assert decisions[-1].reason.endswith("(since: 0.5750, 0.5790); run stopped")
@@ -80,9 +80,28 @@ def test_three_phases_on_a_scripted_curve() -> None:
         policy.observe(110, val(0.5))
 
 
+def test_tables_start_at_the_epoch_boundary_after_a_plateau() -> None:
+    policy = AutoSchedulePolicy(60, 4, ["like"], cfg())
+    # Plateau at step 40 (0.649 and 0.648 are not 1% better than 0.65); the tables wait for
+    # the boundary at 60, even though 50 improves: phase 1 is over once it plateaued.
+    decisions = run(policy, [0.70, 0.65, 0.649, 0.648, 0.60, 0.59, 0.58])
+    assert summary(decisions) == [
+        (10, FROZEN, "", True, False, False),
+        (20, FROZEN, "", True, False, False),
+        (30, FROZEN, "", True, False, False),
+        (40, FROZEN, "", True, False, False),
+        (50, FROZEN, "", True, False, False),
+        (60, JOINT, "frozen->joint", True, False, False),
+        (70, JOINT, "", True, False, False),
+    ]
+    assert decisions[5].reason.endswith("(since: 0.6490, 0.6480) at step 40; tables start training at the epoch boundary")
+    # A cap below one epoch (0.2 of 4 epochs) means no frozen phase at all.
+    assert AutoSchedulePolicy(60, 4, ["like"], cfg(auto_frozen_cap=0.2)).phase == JOINT
+
+
 def test_cap_ends_phase_one_and_stop_ends_after_the_tables() -> None:
-    # Still improving at the cap (30% of 200 steps = step 60): the tables start there.
-    policy = AutoSchedulePolicy(200, ["like"], cfg(auto_frozen_cap=0.3, auto_after_tables="stop"))
+    # Still improving at the cap (0.3 of 10 epochs of 20 steps = step 60): the tables start there.
+    policy = AutoSchedulePolicy(20, 10, ["like"], cfg(auto_frozen_cap=0.3, auto_after_tables="stop"))
     decisions = run(policy, [0.70, 0.65, 0.60, 0.55, 0.50, 0.45, 0.40, 0.41, 0.42, 0.3])
     assert summary(decisions)[4:] == [
         (50, FROZEN, "", True, False, False),
@@ -91,11 +110,13 @@ def test_cap_ends_phase_one_and_stop_ends_after_the_tables() -> None:
         (80, JOINT, "", False, False, False),
         (90, DONE, "joint->done", False, True, True),
     ]
-    assert decisions[5].reason == "tables frozen for the cap: step 60 >= 0.3 of 200 steps"
+    assert decisions[5].reason == (
+        "tables frozen for the cap: step 60 >= 0.3 of the budget, rounded down to whole epochs (60 steps)"
+    )
 
 
 def test_zero_cap_is_joint_training_with_early_stopping() -> None:
-    policy = AutoSchedulePolicy(100, ["like"], cfg(auto_frozen_cap=0.0, auto_after_tables="stop"))
+    policy = AutoSchedulePolicy(10, 10, ["like"], cfg(auto_frozen_cap=0.0, auto_after_tables="stop"))
     assert policy.phase == JOINT and policy.phase_history == [[0, JOINT]]
     decisions = run(policy, [0.6, 0.5, 0.52, 0.51, 0.4])
     assert summary(decisions) == [
@@ -108,7 +129,7 @@ def test_zero_cap_is_joint_training_with_early_stopping() -> None:
 
 def test_auc_objective_weighted_over_tasks_and_nan_never_improves() -> None:
     policy = AutoSchedulePolicy(
-        100, ["like", "love"], cfg(auto_metric="auc", auto_task_weights="like:1,love:3", auto_frozen_cap=0.0)
+        10, 10, ["like", "love"], cfg(auto_metric="auc", auto_task_weights="like:1,love:3", auto_frozen_cap=0.0)
     )
     metrics = {"like": {"auc": 0.70, "logloss": 1.0}, "love": {"auc": 0.80, "logloss": 2.0}}
     assert policy.objective(metrics) == pytest.approx((0.70 + 3 * 0.80) / 4)
@@ -120,13 +141,13 @@ def test_auc_objective_weighted_over_tasks_and_nan_never_improves() -> None:
     third = policy.observe(30, nan)
     assert third.stop is False and third.transition == "joint->dense" and third.restore_best
     # Logloss counts lower-is-better: a higher logloss is worse.
-    ll = AutoSchedulePolicy(100, ["like"], cfg())
+    ll = AutoSchedulePolicy(10, 10, ["like"], cfg())
     assert ll.objective(val(0.5)) > ll.objective(val(0.6))
 
 
 def test_gate_closes_when_the_train_validation_gap_grows() -> None:
     policy = AutoSchedulePolicy(
-        200, ["like"], cfg(auto_frozen_cap=0.0, auto_gate="feature_cross", auto_gate_gap=0.2, auto_patience=3)
+        20, 10, ["like"], cfg(auto_frozen_cap=0.0, auto_gate="feature_cross", auto_gate_gap=0.2, auto_patience=3)
     )
     # Relative gap (val - train) / val in logloss: 0.0, 0.1, 0.25 (grown by 0.25 > 0.2).
     steps = [(10, 0.60, 0.60), (20, 0.55, 0.495), (30, 0.54, 0.405), (40, 0.56, 0.3)]
@@ -136,12 +157,12 @@ def test_gate_closes_when_the_train_validation_gap_grows() -> None:
     assert decisions[2].reason == "train/validation gap grew from 0.0000 to 0.2500 (> +0.2); gate feature_cross closed"
     assert policy.gate_history == [[30, "feature_cross", False]] and policy.gates == {"feature_cross": False}
     with pytest.raises(ValueError, match="--auto_gate feature_cross: the policy needs train-sample metrics"):
-        AutoSchedulePolicy(100, ["like"], cfg(auto_frozen_cap=0.0, auto_gate="feature_cross")).observe(10, val(0.5))
+        AutoSchedulePolicy(10, 10, ["like"], cfg(auto_frozen_cap=0.0, auto_gate="feature_cross")).observe(10, val(0.5))
 
 
 def test_resumed_policy_makes_the_same_decisions() -> None:
     config = cfg(auto_gate="feature_cross")
-    reference = AutoSchedulePolicy(200, ["like"], config)
+    reference = AutoSchedulePolicy(40, 5, ["like"], config)
     curve: List[Tuple[float, Optional[float]]] = [(v, v * 0.9 - 0.01 * i) for i, v in enumerate(CURVE)]
 
     def feed(policy: AutoSchedulePolicy, part) -> List[dict]:
@@ -155,15 +176,15 @@ def test_resumed_policy_makes_the_same_decisions() -> None:
 
     expected = feed(reference, list(enumerate(curve)))
     for cut in range(1, len(expected)):
-        first = AutoSchedulePolicy(200, ["like"], config)
+        first = AutoSchedulePolicy(40, 5, ["like"], config)
         got = feed(first, list(enumerate(curve))[:cut])
         saved = json.loads(json.dumps(first.state_dict()))  # what a checkpoint stores
-        resumed = AutoSchedulePolicy(200, ["like"], config)
+        resumed = AutoSchedulePolicy(40, 5, ["like"], config)
         resumed.load_state_dict(saved)
         got += feed(resumed, list(enumerate(curve))[cut:])
         assert got == expected, cut
     with pytest.raises(ValueError, match=r"other settings \(auto_patience\)"):
-        AutoSchedulePolicy(200, ["like"], cfg(auto_gate="feature_cross", auto_patience=5)).load_state_dict(saved)
+        AutoSchedulePolicy(40, 5, ["like"], cfg(auto_gate="feature_cross", auto_patience=5)).load_state_dict(saved)
 
 
 def test_bad_settings_name_their_flag() -> None:
@@ -176,12 +197,12 @@ def test_bad_settings_name_their_flag() -> None:
         (dict(auto_evals_per_epoch=0), "--auto_evals_per_epoch"),
     ]:
         with pytest.raises(ValueError, match=flag):
-            AutoSchedulePolicy(100, ["like"], cfg(**kw))
+            AutoSchedulePolicy(10, 10, ["like"], cfg(**kw))
     with pytest.raises(ValueError, match="unknown task 'click'"):
         parse_task_weights("click:1", ["like"])
     with pytest.raises(ValueError, match="must be TASK:WEIGHT"):
         parse_task_weights("like=1", ["like"])
-    policy = AutoSchedulePolicy(100, ["like"], cfg())
+    policy = AutoSchedulePolicy(10, 10, ["like"], cfg())
     policy.observe(10, val(0.5))
     with pytest.raises(ValueError, match="must increase: got 10 after 10"):
         policy.observe(10, val(0.5))

@@ -7,7 +7,7 @@ Then, against A:
 
 - B sees test labels flipped: the same decisions and bitwise the same final weights
   (the test metrics it reports do change), so decisions never read the test split;
-- C trains one epoch and dies; D resumes it: the same decisions, weights and summary;
+- D resumes A's job from its epoch-1 checkpoint: the same decisions, weights and summary;
 - A ends on the best-validation weights: the checkpoint of that evaluation, bitwise,
   and the validation metrics recorded there;
 - E runs the semi-synchronous pipeline: exact lookups exactly while the tables are frozen.
@@ -58,23 +58,23 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     summary_a = a.train()
     decisions = summary_a["auto_decisions"]
     assert [(d["step"], d["transition"], d["best_step"], d["restore_best"]) for d in decisions] == [
-        (10, "frozen->joint", 8, True),
-        (12, "joint->dense", 8, True),
-        (18, "dense->done", 16, True),
+        (8, "frozen->joint", 8, False),  # the 1-epoch cap, on the epoch boundary; step 8 is the best
+        (10, "joint->dense", 8, True),
+        (16, "dense->done", 14, True),
     ]
-    assert summary_a["best"]["step"] == 16
-    assert summary_a["best"]["schedule"] == "tables=frozen@[0step,10step) train@[10step,12step) frozen@[12step,end)"
-    # Stopped at step 18, mid-epoch 3: no evaluation after it.
-    assert [e["step"] for e in summary_a["evaluations"]] == [2, 4, 6, 8, 10, 12, 14, 16, 18]
+    assert summary_a["best"]["step"] == 14
+    assert summary_a["best"]["schedule"] == "tables=frozen@[0step,8step) train@[8step,10step) frozen@[10step,end)"
+    # Stopped at step 16, the end of epoch 2: its evaluation is the last.
+    assert [e["step"] for e in summary_a["evaluations"]] == [2, 4, 6, 8, 10, 12, 14, 16]
 
     # The final weights are the best-validation ones: the checkpoint taken at that
     # evaluation (bitwise) and the validation metrics recorded there.
-    at_best = next(e for e in summary_a["evaluations"] if e["step"] == 16)
+    at_best = next(e for e in summary_a["evaluations"] if e["step"] == 14)
     assert summary_a["best"]["val"] == at_best["val"]
     final = a.model.state_dict()
     from_disk = copy.deepcopy(final)
-    dcp.load({"model": from_disk}, checkpoint_id=f"{tmp}/a/checkpoints/best_step_16")
-    _assert_bitwise_equal(final, from_disk, "final weights vs best_step_16")
+    dcp.load({"model": from_disk}, checkpoint_id=f"{tmp}/a/checkpoints/best_step_14")
+    _assert_bitwise_equal(final, from_disk, "final weights vs best_step_14")
 
     # B: test labels flipped. Nothing the schedule does may change.
     data = load_dataset(_cfg(tmp, "b").data, log=lambda _: None)
@@ -89,21 +89,26 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
     for task in ("like", "love"):  # what B reports on its test split did change
         assert abs(summary_b["best"]["test"][task]["auc"] + summary_a["best"]["test"][task]["auc"] - 1.0) < 1e-6
 
-    # C dies after epoch 2 (its checkpoint holds the restores decided at steps 10 and 12); D resumes.
-    c = Trainer(_cfg(tmp, "c"), env)
-    c.run_epoch(0)
-    c.run_epoch(1)
-    c.logger.close()
-    d = Trainer(_cfg(tmp, "c", resume="auto"), env)
-    assert d.freeze.policy.best_step == 16 and d.freeze.policy.phase == "dense"
+    # D: A's job dies after epoch 1 and is resumed from that checkpoint (A's later
+    # checkpoints and bests are still there, as after a crash); it restores bests saved
+    # before the resume (step 8) and after it (step 14).
+    d = Trainer(_cfg(tmp, "a", resume=f"{tmp}/a/checkpoints/step_8"), env)
+    assert d.freeze.policy.best_step == 8 and d.freeze.policy.phase == "joint"
     summary_d = d.train()
     assert summary_d["auto_decisions"] == decisions
     assert summary_d["best"] == summary_a["best"]
     assert summary_d["evaluations"] == summary_a["evaluations"]
     _assert_bitwise_equal(final, d.model.state_dict(), "final weights after resume")
+    if rank == 0:
+        # Bests kept: the ones the two kept epoch checkpoints refer to (the current one is epoch 2's).
+        expected = ["best_step_14", "best_step_8", "step_16", "step_8"]
+        assert sorted(os.listdir(f"{tmp}/a/checkpoints")) == expected
+
     # E: the semi-synchronous pipeline follows the decisions too: its lookups are exact
     # (no stale rows) exactly while the auto schedule keeps the tables frozen.
-    e = Trainer(_cfg(tmp, "e", pipeline="semi_sync", log_every_n_steps=1, pipeline_staleness_interval=1), env)
+    few_evals = AutoScheduleConfig(auto_evals_per_epoch=2, auto_patience=1)
+    settings = dict(pipeline="semi_sync", log_every_n_steps=1, pipeline_staleness_interval=1, auto=few_evals)
+    e = Trainer(_cfg(tmp, "e", **settings), env)
     summary_e = e.train()
     frozen_steps = set()
     for start, end in _frozen_windows(summary_e["best"]["schedule"], e.freeze.policy.total_steps):
@@ -112,11 +117,6 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
         stale = dict(_scalars(f"{tmp}/e", "pipeline/stale_fraction"))
         assert stale and {s for s, v in stale.items() if v == 0.0} >= frozen_steps & set(stale)
         assert any(v > 0.0 for s, v in stale.items() if s not in frozen_steps)
-
-    if rank == 0:
-        # Bests kept: the ones the two kept epoch checkpoints (steps 8, 16) refer to (the current one is epoch 2's).
-        expected = ["best_step_16", "best_step_8", "step_16", "step_8"]
-        assert sorted(os.listdir(f"{tmp}/c/checkpoints")) == expected
 
 
 def _frozen_windows(schedule: str, total: int) -> List[Tuple[int, int]]:

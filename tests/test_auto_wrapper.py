@@ -77,7 +77,7 @@ def test_auto_schedule_freezes_trains_and_refreezes_tables_at_the_decided_steps(
         (10, "joint->dense", {}),
         (12, "dense->done", {}),
     ]
-    assert gate_open == {2: True, 4: True, 6: True, 8: False, 10: False, 12: True}  # 12: the run is over
+    assert gate_open == {2: True, 4: True, 6: True, 8: False, 10: False, 12: False}
     # The decision at the last step changes nothing left to run.
     expected = "tables=frozen@[0step,4step) train@[4step,10step) frozen@[10step,end); "
     expected += "gate:feature_cross=open@[0step,8step) closed@[8step,end)"

@@ -162,6 +162,12 @@ def test_a_run_that_restores_its_best_validation_weights_is_judged_by_them(tmp_p
     assert row.auc_last.mean == pytest.approx((f32(0.745) + f32(0.735)) / 2, abs=1e-12)
     assert (row.best_epoch, row.deployed_epoch) == (2, pytest.approx(1.5))
     assert "last = its restored best-validation weights (epoch 1.50 on average)" in to_markdown(compare_experiment(str(tmp_path)))
+    # A run the schedule stopped early (2 of 3 epochs evaluated) is complete; an interrupted one is not.
+    write_run(tmp_path / "auto-s2", [0.70, 0.74], planned=3, best=(1.2, 0.741), seed=2)
+    write_run(tmp_path / "auto-s3", [0.70, 0.74], planned=3, best=(1.2, 0.741), seed=3, finished=False)
+    runs, problems = read_experiment(str(tmp_path))
+    assert sorted(r.name for r in runs) == ["auto-s0", "auto-s1", "auto-s2"]
+    assert [p.name for p in problems] == ["auto-s3"]
 
 
 def test_a_folder_of_runs_without_manifest_is_grouped_by_name(tmp_path):

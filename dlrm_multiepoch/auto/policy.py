@@ -11,7 +11,10 @@ the phase's best objective by ``min_improvement``, relative, the ``min_delta`` r
 Keras/Lightning early stopping):
 
 1. ``frozen``: tables frozen (at init or pre-trained values), everything else trains.
-   Ends on a plateau or at the first evaluation at or past ``frozen_cap`` of the run.
+   Ends at an epoch boundary: the first one after a plateau, at the latest the last
+   boundary within ``frozen_cap`` of the budget. The tables then start a whole pass over
+   the data: started mid-epoch, some rows would come back to them (reshuffled) before
+   others were seen once, and repeated rows are what the tables memorise.
 2. ``joint``: tables train with the rest. An optional gate (e.g. ``feature_cross``)
    closes when the relative train/validation gap has grown by ``gate_gap`` since the
    phase began. Ends on a plateau.
@@ -21,12 +24,12 @@ Keras/Lightning early stopping):
 
 Every transition restores the best-validation weights first (unless the current ones
 are the best), so each phase starts from the best model so far; the run ends on the
-best-validation weights. ``frozen_cap=0`` skips phase 1; with ``after_tables="stop"``
-that is joint training with early stopping on validation.
+best-validation weights. A cap below one epoch skips phase 1; with
+``after_tables="stop"`` that is joint training with early stopping on validation.
 
 Example::
 
-    policy = AutoSchedulePolicy(total_steps=300, tasks=["like", "love"])
+    policy = AutoSchedulePolicy(steps_per_epoch=100, num_epochs=3, tasks=["like", "love"])
     for step in range(30, 301, 30):
         decision = policy.observe(step, evaluate("val"))   # {"like": {"logloss": ...}, ...}
         if decision.save_best: save("best")
@@ -99,7 +102,10 @@ class AutoScheduleConfig:
     )
     auto_frozen_cap: float = field(
         default=0.5,
-        metadata={"help": "auto schedule: most of the run (a share) the tables stay frozen at first; 0 skips that phase"},
+        metadata={
+            "help": "auto schedule: most of the budget (a share, rounded down to whole epochs) the tables stay "
+            "frozen at first; below one epoch skips that phase"
+        },
     )
     auto_after_tables: str = field(
         default="refreeze",
@@ -172,10 +178,6 @@ class Decision:
     restore_best: bool
     stop: bool
 
-    @property
-    def tables_train(self) -> bool:
-        return self.phase == JOINT
-
     def to_dict(self) -> Dict[str, Any]:
         """JSON-able (non-finite objectives as ``None``)."""
         out = asdict(self)
@@ -193,26 +195,32 @@ class AutoSchedulePolicy:
     """Validation-driven freeze, unfreeze and stop decisions (see the module docstring).
 
     Args:
-        total_steps: steps in the run's budget (for ``auto_frozen_cap``).
+        steps_per_epoch: optimizer steps per epoch (phase 1 ends on an epoch boundary).
+        num_epochs: epochs in the budget.
         tasks: the model's tasks, in order.
         config: the knobs.
 
     Example::
 
-        policy = AutoSchedulePolicy(300, ["like"], AutoScheduleConfig(auto_patience=2))
+        policy = AutoSchedulePolicy(100, 3, ["like"], AutoScheduleConfig(auto_patience=2))
         policy.observe(30, {"like": {"logloss": 0.61, "auc": 0.70}}).phase   # 'frozen'
     """
 
-    def __init__(self, total_steps: int, tasks: Sequence[str], config: Optional[AutoScheduleConfig] = None) -> None:
+    def __init__(
+        self, steps_per_epoch: int, num_epochs: int, tasks: Sequence[str], config: Optional[AutoScheduleConfig] = None
+    ) -> None:
         self.config = config or AutoScheduleConfig()
         self.config.validate()
-        if total_steps <= 0:
-            raise ValueError(f"total_steps must be positive, got {total_steps}")
-        self.total_steps = total_steps
+        if steps_per_epoch <= 0 or num_epochs <= 0:
+            raise ValueError(f"steps_per_epoch and num_epochs must be positive, got {steps_per_epoch}, {num_epochs}")
+        self.steps_per_epoch = steps_per_epoch
+        self.total_steps = steps_per_epoch * num_epochs
         self.tasks = list(tasks)
         self.weights = parse_task_weights(self.config.auto_task_weights, self.tasks)
-        self.cap_step = math.ceil(self.config.auto_frozen_cap * total_steps)
+        # The last epoch boundary within the cap (a float product can land a hair below a whole number).
+        self.cap_step = math.floor(self.config.auto_frozen_cap * num_epochs + 1e-9) * steps_per_epoch
         self.phase = FROZEN if self.cap_step > 0 else JOINT
+        self._tables_start: Optional[List[Any]] = None  # [boundary step, why] once phase 1 is done
         self.gates: Dict[str, bool] = {self.config.auto_gate: True} if self.config.auto_gate else {}
         # (step, phase) and (step, gate, open) from the start: the realised schedule.
         self.phase_history: List[List[Any]] = [[0, self.phase]]
@@ -275,7 +283,7 @@ class AutoSchedulePolicy:
         gates: Dict[str, bool] = {}
         reasons: List[str] = []
         if self.phase == JOINT and self.gates.get(self.config.auto_gate):
-            gate_reason = self._check_gate(step, val, value, train)
+            gate_reason = self._check_gate(value, train)
             if gate_reason:
                 gates[self.config.auto_gate] = False
                 self.gates[self.config.auto_gate] = False
@@ -328,12 +336,16 @@ class AutoSchedulePolicy:
     def _next_phase(self, step: int) -> Optional[tuple]:
         cfg = self.config
         if self.phase == FROZEN:
+            if self._tables_start is None and self._plateau():
+                boundary = -(-step // self.steps_per_epoch) * self.steps_per_epoch
+                self._tables_start = [boundary, self._plateau_reason() + f" at step {step}"]
+            if self._tables_start is not None and step >= self._tables_start[0]:
+                return JOINT, f"{self._tables_start[1]}; tables start training at the epoch boundary"
             if step >= self.cap_step:
                 return JOINT, (
-                    f"tables frozen for the cap: step {step} >= {cfg.auto_frozen_cap:g} of {self.total_steps} steps"
+                    f"tables frozen for the cap: step {step} >= {cfg.auto_frozen_cap:g} of the budget, "
+                    f"rounded down to whole epochs ({self.cap_step} steps)"
                 )
-            if self._plateau():
-                return JOINT, self._plateau_reason() + "; tables start training"
         elif self.phase == JOINT and self._plateau():
             if cfg.auto_after_tables == "refreeze":
                 return DENSE, self._plateau_reason() + "; tables frozen again, the dense part continues"
@@ -342,7 +354,7 @@ class AutoSchedulePolicy:
             return DONE, self._plateau_reason() + "; run stopped"
         return None
 
-    def _check_gate(self, step: int, val: TaskMetrics, value: float, train: Optional[TaskMetrics]) -> str:
+    def _check_gate(self, value: float, train: Optional[TaskMetrics]) -> str:
         if train is None:
             raise ValueError(f"--auto_gate {self.config.auto_gate}: the policy needs train-sample metrics to observe")
         train_value = self.objective(train)
@@ -365,7 +377,9 @@ class AutoSchedulePolicy:
         """JSON-able state; with the same config, ``load_state_dict`` continues exactly."""
         return {
             "config": asdict(self.config),
+            "steps_per_epoch": self.steps_per_epoch,
             "total_steps": self.total_steps,
+            "tables_start": self._tables_start,
             "phase": self.phase,
             "gates": dict(self.gates),
             "phase_history": [list(h) for h in self.phase_history],
@@ -381,11 +395,13 @@ class AutoSchedulePolicy:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``; its config and budget must equal this policy's."""
-        if state["config"] != asdict(self.config) or state["total_steps"] != self.total_steps:
-            changed = sorted(k for k, v in state["config"].items() if asdict(self.config).get(k) != v)
-            if state["total_steps"] != self.total_steps:
-                changed.append(f"total steps {state['total_steps']} -> {self.total_steps}")
+        changed = sorted(k for k, v in state["config"].items() if asdict(self.config).get(k) != v)
+        for key in ("steps_per_epoch", "total_steps"):
+            if state[key] != getattr(self, key):
+                changed.append(f"{key.replace('_', ' ')} {state[key]} -> {getattr(self, key)}")
+        if changed:
             raise ValueError(f"auto schedule state was saved with other settings ({', '.join(changed)})")
+        self._tables_start = state["tables_start"]
         self.phase = state["phase"]
         self.gates = dict(state["gates"])
         self.phase_history = [list(h) for h in state["phase_history"]]

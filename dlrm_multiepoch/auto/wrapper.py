@@ -1,24 +1,77 @@
 """``AutoFreezeSchedule``: the automatic schedule applied to a TorchRec model.
 
-It owns an :class:`~dlrm_multiepoch.auto.policy.AutoSchedulePolicy` and a
-:class:`~dlrm_multiepoch.freeze.FreezeScheduleWrapper`. The decisions taken so far are a
+The policy's decisions are a :class:`~dlrm_multiepoch.freeze.ScheduleSource`
+(:class:`PolicySource`) of a :class:`~dlrm_multiepoch.freeze.FreezeScheduleWrapper`, so
+freezing works exactly as with a fixed schedule (tables cut from the graph, bitwise
+unchanged while frozen, gates opened and closed). The decisions taken so far read as a
 fixed schedule in steps (``tables=frozen@[0step,412step) train@[412step,end)``, the
-current state held to the end); each transition re-binds the wrapper to the schedule
-grown by one window, so freezing works exactly as with a fixed schedule (tables cut
-from the graph, bitwise unchanged while frozen, gates opened and closed) and the
-realised schedule can be replayed as a fixed one.
+current state held to the end), which replays as a ``--freeze_schedule``.
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from torch import nn
-from torchrec.distributed.model_parallel import DistributedModelParallel
 
-from dlrm_multiepoch.auto.policy import AUTO, JOINT, AutoScheduleConfig, AutoSchedulePolicy, Decision, TaskMetrics
-from dlrm_multiepoch.freeze import FreezeScheduleWrapper
-from dlrm_multiepoch.gates import GradientGate
+from dlrm_multiepoch.auto.policy import (
+    AUTO,
+    DONE,
+    JOINT,
+    AutoScheduleConfig,
+    AutoSchedulePolicy,
+    Decision,
+    TaskMetrics,
+)
+from dlrm_multiepoch.freeze import FreezeScheduleWrapper, ScheduleSource
+from dlrm_multiepoch.freeze.scheduler import States
 from dlrm_multiepoch.schedule import TABLES, FreezeSchedule, Window
 
+
+class PolicySource(ScheduleSource):
+    """The states an :class:`AutoSchedulePolicy` decided, step by step (tables, and its gate).
+
+    Args:
+        policy: the policy; its phase and gate histories are the source of truth.
+    """
+
+    def __init__(self, policy: AutoSchedulePolicy) -> None:
+        self.policy = policy
+        self.gate = policy.config.auto_gate
+        super().__init__([TABLES] + ([f"gate:{self.gate}"] if self.gate else []))
+        self.decisions: List[Decision] = []
+
+    def states(self, step: int) -> States:
+        phase = _at(self.policy.phase_history, step)
+        states: States = {TABLES: phase == JOINT}
+        if self.gate:
+            changes = [[0, True]] + [[s, is_open] for s, _, is_open in self.policy.gate_history]
+            states[f"gate:{self.gate}"] = bool(_at(changes, step))
+        return states
+
+    def possible_states(self) -> Iterable[States]:
+        gate_states = (True, False) if self.gate else (None,)
+        for tables in (True, False):
+            for gate in gate_states:
+                yield {TABLES: tables} | ({f"gate:{self.gate}": gate} if self.gate else {})
+
+    def describe(self) -> str:
+        return AUTO
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"policy": self.policy.state_dict(), "decisions": [d.to_dict() for d in self.decisions]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.decisions = [Decision.from_dict(d) for d in state["decisions"]]
+
+
+def _at(history: Sequence[Sequence[Any]], step: int) -> Any:
+    """The value of a ``[[start_step, value], ...]`` history (ascending starts) during ``step``."""
+    value = history[0][1]
+    for start, v in history:
+        if start > step:
+            break
+        value = v
+    return value
 
 
 class AutoFreezeSchedule:
@@ -72,18 +125,18 @@ class AutoFreezeSchedule:
     ) -> None:
         self.config = config or AutoScheduleConfig()
         self.steps_per_epoch = steps_per_epoch
-        self.num_epochs = num_epochs
-        self.policy = AutoSchedulePolicy(steps_per_epoch * num_epochs, tasks, self.config)
+        self.policy = AutoSchedulePolicy(steps_per_epoch, num_epochs, tasks, self.config)
         # Evaluations in epochs, so patience means the same share of an epoch on any dataset.
         self.eval_every_n_steps = max(1, round(steps_per_epoch / self.config.auto_evals_per_epoch))
-        self.decisions: List[Decision] = []
-        self._model = model
-        self._optimizer = optimizer
-        inner = model.module if isinstance(model, DistributedModelParallel) else model
-        self._gates = [m for m in inner.modules() if isinstance(m, GradientGate)]
-        self._freeze = self._bind(start_step)
+        self.source = PolicySource(self.policy)
+        self.freeze = FreezeScheduleWrapper(
+            model, self.source, steps_per_epoch, num_epochs, optimizer=optimizer, start_step=start_step
+        )
 
-    # ----- the realised schedule -----
+    @property
+    def decisions(self) -> List[Decision]:
+        """Every decision so far, in order."""
+        return self.source.decisions
 
     def schedule(self) -> FreezeSchedule:
         """The decisions so far as a fixed schedule in steps; the current state holds to the end."""
@@ -96,45 +149,26 @@ class AutoFreezeSchedule:
             groups[f"gate:{gate}"] = _windows([(0, True)] + changes, total)
         return FreezeSchedule(groups)
 
-    def _bind(self, step: int) -> FreezeScheduleWrapper:
-        return FreezeScheduleWrapper(
-            self._model,
-            self.schedule(),
-            self.steps_per_epoch,
-            self.num_epochs,
-            optimizer=self._optimizer,
-            start_step=step,
-        )
-
-    def _rebind(self) -> None:
-        step = self._freeze.global_step
-        # remove() opens every gate of the model; gates the schedule does not own keep their state.
-        others = {id(g): g.open for g in self._gates if g.name != self.config.auto_gate}
-        self._freeze.remove()
-        for g in self._gates:
-            if id(g) in others:
-                g.open = others[id(g)]
-        self._freeze = self._bind(step)
-
     # ----- training -----
 
     @property
     def global_step(self) -> int:
-        return self._freeze.global_step
+        return self.freeze.global_step
 
     @property
     def stopped(self) -> bool:
         """Whether the schedule ended the run (the best weights still have to be restored)."""
-        return self.policy.phase == "done"
+        return self.policy.phase == DONE
 
     def step(self) -> None:
         """Advance one optimizer step; call after each ``optimizer.step()``/``pipeline.progress()``."""
-        self._freeze.step()
+        self.freeze.step()
 
     def evaluation_due(self, step: Optional[int] = None) -> bool:
-        """Whether a validation evaluation is due after ``step`` steps (default: now)."""
+        """Whether a validation evaluation is due after ``step`` steps (default: now): every
+        ``eval_every_n_steps`` and at every epoch end (where the tables may start training)."""
         step = self.global_step if step is None else step
-        return step > 0 and step % self.eval_every_n_steps == 0
+        return step > 0 and (step % self.eval_every_n_steps == 0 or step % self.steps_per_epoch == 0)
 
     def observe(self, val: TaskMetrics, train: Optional[TaskMetrics] = None) -> Decision:
         """Decide on the validation metrics evaluated now; applies freezes and gates itself.
@@ -144,42 +178,32 @@ class AutoFreezeSchedule:
             train: per-task metrics of a train sample (only with ``auto_gate``).
         """
         decision = self.policy.observe(self.global_step, val, train)
-        self.decisions.append(decision)
+        self.source.decisions.append(decision)
         if decision.transition or decision.gates:
-            self._rebind()
+            self.freeze.set_progress(self.global_step)  # in force from this step on
         return decision
 
     def states(self) -> Dict[str, int]:
         """Each group's state now: 1 trains (gate open), 0 frozen (closed)."""
-        return self._freeze.states()
+        return self.freeze.states()
 
     def frozen_tables(self) -> List[str]:
         """Tables frozen now (the semi-sync pipeline's hint)."""
-        return self._freeze.frozen_tables()
+        return self.freeze.frozen_tables()
 
     def remove(self) -> None:
         """Remove the hooks and open the gates: the model trains as if never wrapped."""
-        self._freeze.remove()
+        self.freeze.remove()
 
-    # ----- checkpointing -----
+    # ----- checkpointing (a torch.distributed.checkpoint Stateful, like FreezeScheduleWrapper) -----
 
     def state_dict(self) -> Dict[str, Any]:
-        """JSON-able: the step, the policy's state and the decisions taken so far."""
-        return {
-            "schedule": AUTO,
-            "global_step": self.global_step,
-            "policy": self.policy.state_dict(),
-            "decisions": [d.to_dict() for d in self.decisions],
-        }
+        """JSON-able: the step, ``"schedule": "auto"``, the policy's state and the decisions so far."""
+        return self.freeze.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the same policy state and step, hence the same decisions from here on."""
-        if state.get("schedule") != AUTO:
-            raise ValueError(f"checkpoint holds freeze schedule {state.get('schedule')!r}, not the auto schedule")
-        self.policy.load_state_dict(state["policy"])
-        self.decisions = [Decision.from_dict(d) for d in state["decisions"]]
-        self._freeze.set_progress(int(state["global_step"]))
-        self._rebind()
+        self.freeze.load_state_dict(state)
 
     def __repr__(self) -> str:
         return f"AutoFreezeSchedule(phase={self.policy.phase!r}, step={self.global_step}, schedule={str(self.schedule())!r})"

@@ -7,6 +7,7 @@ that triggered a transition, scalars ``auto/phase`` and ``auto/val_<metric>`` at
 evaluation, ``auto_decisions`` and ``best`` in ``summary.json``.
 """
 
+import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from torch import nn
@@ -22,7 +23,8 @@ from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, 
 def best_step_of(trainer_state: Mapping[str, Any]) -> Optional[int]:
     """The best-validation step a checkpoint's auto-schedule state refers to (None: none)."""
     freeze = trainer_state.get("parts", {}).get("freeze") or {}
-    step = freeze.get("policy", {}).get("best_step", -1) if freeze.get("schedule") == AUTO else -1
+    policy = freeze.get("source", {}).get("policy", {}) if freeze.get("schedule") == AUTO else {}
+    step = policy.get("best_step", -1)
     return step if step >= 0 else None
 
 
@@ -57,6 +59,7 @@ class AutoRun:
         self.model = model
         self.optimizer = optimizer
         self.logger = logger
+        self.checkpoint_seconds = 0.0  # saving and restoring best checkpoints, this job
 
     @property
     def stopped(self) -> bool:
@@ -79,10 +82,12 @@ class AutoRun:
 
     def act(self, decision: Decision, step: int, checkpoint_state: Mapping[str, Any]) -> None:
         """Checkpoint a new best, restore the best, log (collective when it saves or restores)."""
+        start = time.perf_counter()
         if decision.save_best:
             self.best.save(step, self.model, self.optimizer, {**checkpoint_state, "val_objective": decision.objective})
         if decision.restore_best:
             self.best.restore(decision.best_step, self.model, self.optimizer)
+        self.checkpoint_seconds += time.perf_counter() - start
         metric, policy = self.auto.config.auto_metric, self.auto.policy
         self.logger.scalars(
             {
@@ -116,12 +121,15 @@ class AutoRun:
         if best < 0:  # no validation evaluation ran
             return
         if best != step:
+            start = time.perf_counter()
             self.best.restore(best, self.model, self.optimizer)
+            self.checkpoint_seconds += time.perf_counter() - start
         results = evaluate()
         self.logger.scalars({f"best/{k}": v for k, v in metric_scalars(results).items()}, step)
         epoch = best / steps_per_epoch
         schedule = str(self.auto.schedule())
         self.logger.record("best", {"step": best, "epoch": epoch, "schedule": schedule, **results})
+        self.logger.record("best_checkpoint_time_s", self.checkpoint_seconds)
         self.logger.info(
             format_metrics(f"best-validation weights (epoch {epoch:g}, step {best}) restored:", results)
             + f"\n  realised schedule: {schedule}"

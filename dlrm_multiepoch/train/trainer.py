@@ -149,6 +149,7 @@ class Trainer:
         self.last_checkpoint: Optional[str] = None
         self._warned: Set[Tuple[str, str]] = set()
         self._wall_time_before = 0.0  # of the launches this one resumes
+        self._eval_seconds = 0.0  # of this job, in evaluation passes
         self._train_start = time.perf_counter()
         self._log_build()
         if self.resume_from is not None:
@@ -185,6 +186,7 @@ class Trainer:
             self.run_epoch(self.progress.epoch)
         if self.auto_run is not None:
             self.auto_run.end_on_best(self.step, self.steps_per_epoch, lambda: self._eval_pass(list(self.eval_loaders)))
+        self.logger.record("eval_time_s", self._eval_seconds)  # part of the wall time (this job's)
         self.logger.record("wall_time_s", self._wall_time())
         self.logger.close()
         return self.logger.summary
@@ -398,6 +400,7 @@ class Trainer:
 
     def _eval_pass(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
         """Metrics per split, and per row slice of it (``test.unseen_user``, ...)."""
+        start = time.perf_counter()
         self.model.eval()
         results: Dict[str, TaskMetrics] = {}
         for split in splits:
@@ -409,6 +412,7 @@ class Trainer:
             for name, metrics in per_slice.items():
                 results[split if name == ALL_ROWS else f"{split}.{name}"] = metrics
         self.model.train()
+        self._eval_seconds += time.perf_counter() - start
         return results
 
     @property

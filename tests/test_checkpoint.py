@@ -70,6 +70,12 @@ def _final_metrics(summary: Dict[str, Any]) -> Dict[str, float]:
     return {f"{s}/{t}/{m}": last[s][t][m] for s in ("test", "train_sample") for t in ("like", "love") for m in ("auc", "logloss")}
 
 
+def _saved_state(trainer: Trainer, full: Dict[str, Any]) -> Dict[str, Any]:
+    """The trainer's state as a checkpoint saves it: model, optimizer and tensor parts (e.g. the table LR step)."""
+    state = {"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict()}
+    return state | {name: part.state_dict() for name, part in trainer.checkpointed.items() if name in full}
+
+
 def _two_rank_checks(rank: int, world_size: int, tmp: str, ref: str) -> None:
     env = init_distributed()
     steps = STEPS_PER_EPOCH
@@ -90,8 +96,8 @@ def _two_rank_checks(rank: int, world_size: int, tmp: str, ref: str) -> None:
     summary_b = b2.train()
 
     # Every tensor of B's model and optimizer equals A's final checkpoint, bitwise.
-    state_b = {"model": b2.model.state_dict(), "optimizer": b2.optimizer.state_dict()}
     full_a = torch.load(f"{tmp}/a_step_20.pt", weights_only=False)
+    state_b = _saved_state(b2, full_a)
     seen = set().union(*all_gather_object(assert_matches_full(state_b, full_a, "resumed B vs A")))
     assert seen == set(local_tensors(full_a))
     # Every kind of optimizer state is covered: fused table momentum (non-zero: tables
@@ -107,7 +113,7 @@ def _two_rank_checks(rank: int, world_size: int, tmp: str, ref: str) -> None:
     # 1 -> 2 ranks: S's single-rank end-of-epoch checkpoint lands bitwise in D's shards, then D trains on.
     d = Trainer(resume_config(tmp, "d", resume=f"{tmp}/s/checkpoints/step_10"), env)
     full = torch.load(f"{tmp}/s_step_10.pt", weights_only=False)
-    both = {"model": d.model.state_dict(), "optimizer": d.optimizer.state_dict()}
+    both = _saved_state(d, full)
     seen = set().union(*all_gather_object(assert_matches_full(both, full, "1 -> 2 ranks")))
     assert seen == set(local_tensors(full))  # the ranks hold every saved value between them
     assert (d.progress.epoch, d.progress.batch_in_epoch) == (1, 0)
@@ -194,7 +200,7 @@ def test_resume_mid_epoch_after_damage_and_on_other_world_sizes(tmp_path: Path, 
             Trainer(resume_config(tmp, "w", resume=f"{ref}/a/checkpoints/step_12"), env)
         w = Trainer(resume_config(tmp, "w", resume=f"{ref}/a/checkpoints/step_10"), env)
         full = torch.load(f"{tmp}/a_step_10.pt", weights_only=False)
-        state = {"model": w.model.state_dict(), "optimizer": w.optimizer.state_dict()}
+        state = _saved_state(w, full)
         assert assert_matches_full(state, full, "2 -> 1 ranks") == set(local_tensors(full))
         _check_continued(w.train(), w)
 

@@ -52,8 +52,8 @@ class FALRConfig:
             raise ValueError(f"--falr must be one of {', '.join(FALR_KINDS)} (or empty to disable), got {self.kind!r}")
         if not 0.0 <= self.floor <= 1.0:
             raise ValueError(f"--falr_floor must be in [0, 1], got {self.floor}")
-        if not self.power > 0.0:
-            raise ValueError(f"--falr_power must be positive, got {self.power}")
+        if not (math.isfinite(self.power) and self.power > 0.0):
+            raise ValueError(f"--falr_power must be a finite number > 0, got {self.power}")
         if self.ref is not None and self.ref < 1:
             raise ValueError(f"--falr_ref must be 'max' or a count >= 1, got {self.ref}")
 

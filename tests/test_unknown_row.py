@@ -160,7 +160,7 @@ def test_slice_metrics_follow_each_batch_through_a_read_ahead_pipeline():
         (["--id_dropout", "1.0"], "--id_dropout: '1.0' must be in [0, 1)"),
         (["--min_count", "t_user=0"], "--min_count: 't_user=0' must be >= 1"),
         (["--id_maps", "everything"], "--id_maps must be one of"),
-        (["--table_lr", "t_user=-0.1"], "--table_lr: 't_user=-0.1' must be >= 0"),
+        (["--table_lr", "t_user=-0.1"], "--table_lr: 't_user=-0.1' must be a finite number >= 0"),
         (["--embedding_learning_rate", "-1"], "--embedding_learning_rate must be a finite number > 0"),
         (["--grad_accum_steps", "0"], "--grad_accum_steps must be >= 1"),
         (["--grad_accum_lr_rule", "sqrt"], "--grad_accum_lr_rule must be one of"),

@@ -71,6 +71,9 @@ def test_per_table_min_count_folds_and_reports(tmp_path: Path):
         min_counts(DataConfig(min_count="t_usr=2"), ["user"])
     with pytest.raises(ValueError, match="--min_count"):
         min_counts(DataConfig(min_count="0"), ["user"])
+    DataConfig(min_count="1,t_user=3").validate()  # the per-table form passes the config check
+    with pytest.raises(ValueError, match="--min_count"):
+        DataConfig(min_count="0").validate()
 
 
 def test_unseen_slices_and_id_maps_from_pretrain(tmp_path: Path):
@@ -161,7 +164,7 @@ def test_slice_metrics_follow_each_batch_through_a_read_ahead_pipeline():
         (["--min_count", "t_user=0"], "--min_count: 't_user=0' must be >= 1"),
         (["--id_maps", "everything"], "--id_maps must be one of"),
         (["--table_lr", "t_user=-0.1"], "--table_lr: 't_user=-0.1' must be >= 0"),
-        (["--embedding_learning_rate", "-1"], "--embedding_learning_rate must be >= 0"),
+        (["--embedding_learning_rate", "-1"], "--embedding_learning_rate must be a finite number > 0"),
         (["--grad_accum_steps", "0"], "--grad_accum_steps must be >= 1"),
         (["--grad_accum_lr_rule", "sqrt"], "--grad_accum_lr_rule must be one of"),
         (["--falr", "log", "--falr_ref", "most"], "--falr_ref must be 'max' or a positive integer"),

@@ -180,8 +180,8 @@ class DataConfig:
             raise ValueError(f"--test_fraction must be in (0, 1), got {self.test_fraction}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"--val_fraction must be in [0, 1), got {self.val_fraction}")
-        if self.min_count < 1:
-            raise ValueError(f"--min_count must be >= 1, got {self.min_count}")
+        parse_min_count(self.min_count)
+        id_fit_splits(self)
         if self.max_rows is not None and self.max_rows <= 0:
             raise ValueError(f"--max_rows must be a positive integer (unset: all rows), got {self.max_rows}")
         if self.criteo_hash_size < 2:

@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
 from dlrm_multiepoch.auto.policy import AUTO, AutoScheduleConfig
-from dlrm_multiepoch.data.config import DataConfig, id_fit_splits, parse_min_count
+from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.optim.options import FALRConfig, ReinitSchedule, TableLRSchedule, check_accumulation, parse_falr_ref
 from dlrm_multiepoch.schedule import FreezeSchedule
@@ -83,9 +83,17 @@ class OptimConfig:
 
     def validate(self, epochs: int) -> None:
         """Syntax and range checks of every optimizer flag (tables are checked once the model exists)."""
-        for name in ("learning_rate", "embedding_learning_rate", "embedding_lr_scale"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("learning_rate", "embedding_learning_rate"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name} must be a finite number > 0, got {value}")
+        if not (math.isfinite(self.embedding_lr_scale) and self.embedding_lr_scale >= 0):
+            raise ValueError(f"--embedding_lr_scale must be a finite number >= 0, got {self.embedding_lr_scale}")
+        if self.embedding_optimizer not in EMBEDDING_OPTIMIZER_NAMES:
+            raise ValueError(
+                f"--embedding_optimizer must be one of {', '.join(EMBEDDING_OPTIMIZER_NAMES)}; "
+                f"got {self.embedding_optimizer!r}"
+            )
         self.table_lr_values()
         self.lr_schedule()
         self.falr_config()
@@ -116,17 +124,6 @@ class OptimConfig:
 
     def reinit_schedule(self, epochs: int) -> ReinitSchedule:
         return ReinitSchedule.parse(self.reinit, epochs)
-
-    def validate(self) -> None:
-        for name in ("learning_rate", "embedding_learning_rate"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"--{name} must be a finite number > 0, got {value}")
-        if self.embedding_optimizer not in EMBEDDING_OPTIMIZER_NAMES:
-            raise ValueError(
-                f"--embedding_optimizer must be one of {', '.join(EMBEDDING_OPTIMIZER_NAMES)}; "
-                f"got {self.embedding_optimizer!r}"
-            )
 
 
 @dataclass
@@ -249,7 +246,6 @@ class TrainConfig:
         """
         self.data.validate()
         self.model.validate()
-        self.optim.validate()
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps", "shuffle_block_rows",
                      "shuffle_buffer_rows"):
             if getattr(self, name) <= 0:
@@ -284,8 +280,6 @@ class TrainConfig:
                 "(use per-epoch checkpoints: --checkpoint_every_n_steps 0)"
             )
         self.id_dropout_values()
-        parse_min_count(self.data.min_count)
-        id_fit_splits(self.data)
         if self.resume == "auto" and not self.run_name:
             raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
         if self.model.model == "multipath" and self.data.history_length <= 0:

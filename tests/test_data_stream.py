@@ -231,7 +231,7 @@ def _two_ranks(rank: int, world_size: int, tmp: str) -> None:
     np.testing.assert_array_equal(test.read(0, 200).sparse["cat_3"], day[:, 3] % 500)
     # An epoch cut short (--limit_train_batches, an early stop) leaves the prefetch thread
     # inside torch's C++ code; the rank must still exit with 0 (run_on_ranks checks).
-    Prefetcher(_slow_torch_batches(), depth=1).__next__()
+    next(Prefetcher(_slow_torch_batches(), depth=1))
 
 
 def _slow_torch_batches():

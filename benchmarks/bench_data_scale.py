@@ -20,7 +20,8 @@ afterwards). The machine it ran on is noted in docs/BENCHMARKS.md.
 
 Usage::
 
-    python benchmarks/bench_data_scale.py --sizes 10000000,50000000 --work /work/tmp13/scale
+    OMP_NUM_THREADS=1 python benchmarks/bench_data_scale.py --sizes 10000000,50000000 \\
+        --work /work/tmp13/scale --loader_steps 500 --train_steps 100
 
 Without flags (as ``make bench`` runs it): 500k and 2M rows under ``.cache/``, 200 loader
 and 50 training steps.

@@ -19,6 +19,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 import dlrm_multiepoch.data.preprocess as preprocess_module
 from dlrm_multiepoch.data import DataConfig, InteractionData, Ragged, Split, TableSpec, load_dataset, prepare_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
+from dlrm_multiepoch.data.prefetch import Prefetcher
 from dlrm_multiepoch.data.registry import SOURCES, Source, register_source
 from dlrm_multiepoch.data.shuffle import rank_rows
 from dlrm_multiepoch.data.store import open_dataset, write_dataset
@@ -228,6 +229,17 @@ def _two_ranks(rank: int, world_size: int, tmp: str) -> None:
     # The test rows are TorchRec's own arrays, ids modulo the table size.
     day = np.load(os.path.join(tmp, "days", "day_2_sparse.npy"))[200:]
     np.testing.assert_array_equal(test.read(0, 200).sparse["cat_3"], day[:, 3] % 500)
+    # An epoch cut short (--limit_train_batches, an early stop) leaves the prefetch thread
+    # inside torch's C++ code; the rank must still exit with 0 (run_on_ranks checks).
+    next(Prefetcher(_slow_torch_batches(), depth=1))
+
+
+def _slow_torch_batches():
+    x = torch.randn(400, 400)
+    while True:
+        for _ in range(10):
+            x = torch.tanh(x @ x)
+        yield x
 
 
 def test_two_gloo_ranks_stream_every_row_once_and_train_on_torchrec_criteo_days(tmp_path: Path) -> None:
@@ -288,8 +300,6 @@ def test_prefetcher_stops_when_dropped_and_passes_errors_on() -> None:
     import gc
     import itertools
     import threading
-
-    from dlrm_multiepoch.data.prefetch import Prefetcher
 
     before = threading.active_count()
     ahead = Prefetcher(itertools.count(), depth=2)

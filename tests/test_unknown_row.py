@@ -71,6 +71,9 @@ def test_per_table_min_count_folds_and_reports(tmp_path: Path):
         min_counts(DataConfig(min_count="t_usr=2"), ["user"])
     with pytest.raises(ValueError, match="--min_count"):
         min_counts(DataConfig(min_count="0"), ["user"])
+    DataConfig(min_count="1,t_user=3").validate()  # the per-table form passes the config check
+    with pytest.raises(ValueError, match="--min_count"):
+        DataConfig(min_count="0").validate()
 
 
 def test_unseen_slices_and_id_maps_from_pretrain(tmp_path: Path):

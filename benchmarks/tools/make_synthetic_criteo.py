@@ -4,7 +4,8 @@ Shaped like the Criteo click logs: a 25% positive label; integer features drawn 
 a log-normal (some -1, 20% empty); categorical ids drawn from a Zipf law (exponent 1) over
 per-feature vocabularies of 10 to 10 million ids, written as 8 hex digits of a
 scrambled 32-bit value (10% empty). Lines are assembled with numpy byte arrays (no
-Python loop per value): about a million rows a second.
+Python loop per value): about 130,000 rows per CPU-second; 10M rows took 375 s of wall
+time on the shared 2-core machine of docs/BENCHMARKS.md.
 
 Usage::
 

@@ -5,12 +5,15 @@ outside the GIL, so a thread overlaps it with the training step without the memo
 and pickling cost of a worker process.
 """
 
+import atexit
 import queue
 import threading
-from typing import Any, Iterator, Optional, TypeVar
+from typing import Any, Dict, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
 _DONE = object()
+# Threads still producing, with their stop events: stopped at interpreter exit.
+_RUNNING: Dict[threading.Thread, threading.Event] = {}
 
 
 def _put(q: "queue.Queue[Any]", stop: threading.Event, item: Any) -> bool:
@@ -35,6 +38,22 @@ def _produce(source: Iterator[Any], q: "queue.Queue[Any]", stop: threading.Event
         close = getattr(source, "close", None)
         if close is not None:
             close()
+        _RUNNING.pop(threading.current_thread(), None)
+
+
+@atexit.register
+def _stop_running(timeout: float = 5.0) -> None:
+    """Stop and join every prefetch thread before the interpreter finalises.
+
+    A daemon thread still inside torch's C++ code when the interpreter shuts down is
+    killed on its way back into Python, which aborts the whole process ("terminate called
+    without an active exception"): an epoch cut short (``--limit_train_batches``, an
+    early stop) would turn a finished run into a failed exit code."""
+    running = list(_RUNNING.items())
+    for _, stop in running:
+        stop.set()
+    for thread, _ in running:
+        thread.join(timeout)
 
 
 class Prefetcher(Iterator[T]):
@@ -61,6 +80,7 @@ class Prefetcher(Iterator[T]):
         self._thread = threading.Thread(
             target=_produce, args=(source, self._queue, self._stop), name="batch-prefetch", daemon=True
         )
+        _RUNNING[self._thread] = self._stop
         self._thread.start()
         self._finished = False
 

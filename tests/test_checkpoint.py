@@ -78,7 +78,6 @@ def _saved_state(trainer: Trainer, full: Dict[str, Any]) -> Dict[str, Any]:
 
 def _two_rank_checks(rank: int, world_size: int, tmp: str, ref: str) -> None:
     env = init_distributed()
-    steps = STEPS_PER_EPOCH
     b1 = Trainer(resume_config(tmp, "b"), env)
     b1.train_epoch(0)  # saves step_4 and step_8, trains steps 9-10, then "dies" before the epoch's evaluation
     b1.logger.close()

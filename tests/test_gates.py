@@ -1,6 +1,5 @@
 """GradientGate on a small two-path model over shared tables: forward unchanged, one path's gradient cut."""
 
-import copy
 from typing import Dict
 
 import pytest

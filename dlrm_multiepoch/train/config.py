@@ -8,7 +8,6 @@ loaded, and still run before the first training step.
 
 import argparse
 import dataclasses
-import math
 import os
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -17,114 +16,11 @@ from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 from dlrm_multiepoch.auto.policy import AUTO, AutoScheduleConfig
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
-from dlrm_multiepoch.optim.options import FALRConfig, ReinitSchedule, TableLRSchedule, check_accumulation, parse_falr_ref
+from dlrm_multiepoch.optim.config import OptimConfig
 from dlrm_multiepoch.schedule import FreezeSchedule
 from dlrm_multiepoch.table_values import TableValues
 
-EMBEDDING_OPTIMIZER_NAMES = ("rowwise_adagrad", "adagrad", "sgd")
 SHARDING_TYPE_NAMES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise", "table_column_wise")
-
-
-@dataclass
-class OptimConfig:
-    """Optimizers: fused in-backward for tables, Adam for dense weights; the table-LR remedies."""
-
-    learning_rate: float = field(default=1e-3, metadata={"help": "Adam learning rate of the dense weights"})
-    embedding_optimizer: str = field(
-        default="rowwise_adagrad", metadata={"help": "fused table optimizer: rowwise_adagrad, adagrad or sgd"}
-    )
-    embedding_learning_rate: float = field(default=0.05, metadata={"help": "learning rate of the embedding tables"})
-    embedding_lr_scale: float = field(
-        default=0.0,
-        metadata={"help": "> 0: the table LR is this times --learning_rate (replaces --embedding_learning_rate)"},
-    )
-    table_lr: str = field(
-        default="", metadata={"help": "per-table base LR overrides, e.g. 't_user=0.02,t_item=0.05'"}
-    )
-    table_lr_warmup: str = field(
-        default="0",
-        metadata={"help": "linear warm-up of the table LR: epochs (0.5), steps (300step) or percent of the run (10%%)"},
-    )
-    table_lr_decay: str = field(
-        default="constant", metadata={"help": "table LR after the warm-up: constant, linear or cosine (to the run's end)"}
-    )
-    table_lr_final: float = field(
-        default=0.0, metadata={"help": "linear/cosine decay: final table LR as a fraction of the peak"}
-    )
-    falr: str = field(
-        default="",
-        metadata={
-            "help": "frequency-adaptive per-row table LR: lr * f(count), count = the row's lookups so far; "
-            "'log' (log(1+c)/log(1+ref)), 'power' ((c/ref)^--falr_power) or empty (off)"
-        },
-    )
-    falr_power: float = field(default=0.5, metadata={"help": "exponent of --falr power"})
-    falr_floor: float = field(default=0.0, metadata={"help": "smallest FALR multiplier"})
-    falr_ref: str = field(
-        default="max", metadata={"help": "count with the full LR: 'max' (the table's largest count so far) or a number"}
-    )
-    falr_tables: str = field(
-        default="", metadata={"help": "comma-separated tables FALR applies to (empty: every fused table)"}
-    )
-    reinit: str = field(
-        default="",
-        metadata={
-            "help": "re-initialise tables (seeded, optimizer state zeroed) before epochs: 'tables@each', "
-            "'tables@1,2' (after 1 and 2 epochs), 'table:t_user@1; table:t_item@2'"
-        },
-    )
-    grad_accum_steps: int = field(
-        default=1,
-        metadata={"help": "micro-batches per dense optimizer step (DDP all-reduces only at that step)"},
-    )
-    grad_accum_lr_rule: str = field(
-        default="1/N", metadata={"help": "fused table LR under accumulation: '1/N' (rescaled) or 'none'"}
-    )
-
-    def validate(self, epochs: int) -> None:
-        """Syntax and range checks of every optimizer flag (tables are checked once the model exists)."""
-        for name in ("learning_rate", "embedding_learning_rate"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"--{name} must be a finite number > 0, got {value}")
-        if not (math.isfinite(self.embedding_lr_scale) and self.embedding_lr_scale >= 0):
-            raise ValueError(f"--embedding_lr_scale must be a finite number >= 0 (0: off), got {self.embedding_lr_scale}")
-        if self.embedding_optimizer not in EMBEDDING_OPTIMIZER_NAMES:
-            raise ValueError(
-                f"--embedding_optimizer must be one of {', '.join(EMBEDDING_OPTIMIZER_NAMES)}; "
-                f"got {self.embedding_optimizer!r}"
-            )
-        self.table_lr_values()
-        self.lr_schedule()
-        self.falr_config()
-        self.reinit_schedule(epochs)
-        check_accumulation(self.grad_accum_steps, self.grad_accum_lr_rule)
-
-    def base_table_lr(self) -> float:
-        """The table LR before per-table overrides and schedules."""
-        return self.embedding_lr_scale * self.learning_rate if self.embedding_lr_scale > 0 else self.embedding_learning_rate
-
-    def table_lr_values(self) -> TableValues[float]:
-        return TableValues.parse(
-            self.table_lr, "--table_lr", float, default=self.base_table_lr(),
-            check=lambda v: math.isfinite(v) and v >= 0, expected="must be a finite number >= 0",
-        )  # fmt: skip
-
-    def lr_schedule(self) -> TableLRSchedule:
-        return TableLRSchedule.parse(self.table_lr_warmup, self.table_lr_decay, self.table_lr_final)
-
-    def falr_config(self) -> Optional[FALRConfig]:
-        if not self.falr:
-            return None
-        return FALRConfig(self.falr, power=self.falr_power, floor=self.falr_floor, ref=parse_falr_ref(self.falr_ref))
-
-    def falr_table_list(self) -> Optional[List[str]]:
-        names = [t.strip() for t in self.falr_tables.split(",") if t.strip()]
-        return names or None
-
-    def reinit_schedule(self, epochs: int) -> ReinitSchedule:
-        return ReinitSchedule.parse(self.reinit, epochs)
-
 
 
 @dataclass

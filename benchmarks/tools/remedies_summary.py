@@ -16,6 +16,7 @@ Usage::
 import argparse
 import json
 import re
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List
@@ -39,8 +40,14 @@ def load_runs(folder: Path, variants: List[str]) -> Dict[str, List[dict]]:
     runs: Dict[str, List[dict]] = defaultdict(list)
     for summary in sorted(folder.glob("*/summary.json")):
         m = re.fullmatch(r"(.+)-s(\d+)", summary.parent.name)
-        if m:
-            runs[m.group(1)].append(json.loads(summary.read_text()))
+        if not m:
+            continue
+        run = json.loads(summary.read_text())
+        done = sum(float(e["epoch"]).is_integer() for e in run["evaluations"])
+        if done < run["config"]["epochs"]:  # unfinished: would mix shorter runs into the epoch columns
+            print(f"left out {summary.parent.name}: {done} of {run['config']['epochs']} epochs", file=sys.stderr)
+            continue
+        runs[m.group(1)].append(run)
     names = variants or sorted(runs)
     missing = [n for n in names if n not in runs]
     if missing:

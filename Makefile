@@ -101,19 +101,22 @@ DEMO_DIR ?= runs/demo-$(DEMO_STAMP)
 DEMO_EPOCHS ?= 2
 DEMO_STRATEGIES ?=
 DEMO_MODEL_ARGS := --history_length 10
-DEMO_PRETRAINED ?= .cache/dlrm_multiepoch/pretrained/bookcrossing-multipath-d16-h10
+# The data flags decide the id maps, hence the tables' rows: pre-training and every run of
+# the sweep get the same ones (the sweep's auto strategies need a validation split).
+DEMO_DATA_ARGS := --val_fraction 0.1
+DEMO_PRETRAINED ?= .cache/dlrm_multiepoch/pretrained/bookcrossing-multipath-d16-h10-val0.1
 CLI := $(RUN) $(VENV)/bin/dlrm-multiepoch
 
 $(DEMO_PRETRAINED)/pretrain.json: | $(STAMP)
 	@mkdir -p '$(dir $(DEMO_PRETRAINED))'
 	@echo "pre-training the tables on Book-Crossing's implicit ratings (once; 2 ranks under TorchX; log: $(DEMO_PRETRAINED).log)"
-	@$(RUN) $(VENV)/bin/torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 --script apps/pretrain.py $(DEMO_MODEL_ARGS) \
+	@$(RUN) $(VENV)/bin/torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 --script apps/pretrain.py $(DEMO_MODEL_ARGS) $(DEMO_DATA_ARGS) \
 		-- --pretrain_output $(DEMO_PRETRAINED) --no-progress_bar > '$(DEMO_PRETRAINED).log' 2>&1 \
 		|| { tail -n 40 '$(DEMO_PRETRAINED).log'; exit 1; }
 
 demo: $(STAMP) $(DEMO_PRETRAINED)/pretrain.json
 	@$(CLI) sweep $(DEMO_DIR) $(DEMO_STRATEGIES) --epochs $(DEMO_EPOCHS) -j 1x2 $(DEMO_ARGS) \
-		-- --model multipath $(DEMO_MODEL_ARGS) --pretrained_tables $(DEMO_PRETRAINED) --no-progress_bar
+		-- --model multipath $(DEMO_MODEL_ARGS) $(DEMO_DATA_ARGS) --pretrained_tables $(DEMO_PRETRAINED) --no-progress_bar
 	@$(CLI) compare $(DEMO_DIR)
 
 test: $(STAMP)

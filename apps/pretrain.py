@@ -82,7 +82,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         data = load_data(cfg, env)
         log(f"model config for the tables: {dataclasses.asdict(cfg.model)}")
-        TablePretrainer(data, cfg.model, pretrain, env, log).train()
+        TablePretrainer(data, cfg.model, pretrain, env, log, data_options=cfg.data.cache_options()).train()
         dist.barrier()  # no rank tears the group down while a peer's collective is in flight
     finally:
         dist.destroy_process_group()

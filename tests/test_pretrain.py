@@ -82,9 +82,9 @@ def _pretrain_on_2_ranks(rank: int, world_size: int, tmp: str) -> None:
     env = init_distributed()
     cfg = PretrainConfig(output=f"{tmp}/pretrained", batch_size=256, sharding_types=["column_wise"],
                          log_every_n_steps=2, limit_batches=4, train_fraction=0.75)
-    pretrainer = TablePretrainer(_data(), MODEL, cfg, env, log=lambda _: None)
+    pretrainer = TablePretrainer(_data(), MODEL, cfg, env, log=lambda _: None, data_options={"val_fraction": 0.0})
     summary = pretrainer.train()
-    assert summary["tables"] == ["age", "item", "user"]
+    assert summary["tables"] == ["age", "item", "user"] and summary["data"] == {"val_fraction": 0.0}
     assert summary["rows"] == 1152  # 0.75 of the 1536 train rows: 5 batches, limited to 4
     assert summary["steps"] == 4
     losses = [e["loss"] for e in summary["loss"]]
@@ -186,6 +186,10 @@ def test_mismatched_table_names_the_table(tmp_path):
     _save_unsharded(tables, str(tmp_path / "rows"))
     with pytest.raises(ValueError, match=r"table 'item' is 501 rows x 8 dims in the checkpoint but 500 x 8"):
         load_pretrained_tables(model, str(tmp_path / "rows"))
+    # Pre-trained with other data flags (pretrain.json records them): the message names them.
+    (tmp_path / "rows" / "pretrain.json").write_text(json.dumps({"data": {"val_fraction": 0.0, "min_count": "1"}}))
+    with pytest.raises(ValueError, match=r"500 x 8 .*the data flags differ: --val_fraction 0.0 in pre-training, 0.1 here$"):
+        load_pretrained_tables(model, str(tmp_path / "rows"), data_options={"val_fraction": 0.1, "min_count": "1"})
     tables["item"] = torch.zeros(TABLES["item"], 8, dtype=torch.float64)
     _save_unsharded(tables, str(tmp_path / "dtype"))
     with pytest.raises(ValueError, match=r"table 'item' is torch.float64 in the checkpoint but torch.float32"):

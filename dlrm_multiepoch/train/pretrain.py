@@ -11,7 +11,7 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -101,6 +101,8 @@ class TablePretrainer:
         cfg: the loop's settings.
         env: from :func:`~dlrm_multiepoch.distributed.init_distributed`.
         log: progress messages (pass a no-op on non-zero ranks).
+        data_options: the data flags that decided the encoding (``DataConfig.cache_options()``),
+            recorded in ``pretrain.json`` so that a fine-tuning run with other ones is told which.
 
     Example::
 
@@ -119,9 +121,11 @@ class TablePretrainer:
         cfg: PretrainConfig,
         env: DistEnv,
         log: Callable[[str], None] = print,
+        data_options: Optional[Dict[str, Any]] = None,
     ) -> None:
         cfg.validate()
         self.data, self.model_cfg, self.cfg, self.env, self.log = data, model_cfg, cfg, env, log
+        self.data_options = data_options or {}
         self.split = pretrain_split(data, cfg.train_fraction, cfg.seed)
         torch.manual_seed(cfg.seed)
         model = build_pretrain_model(data, model_cfg, env.device)
@@ -181,6 +185,7 @@ class TablePretrainer:
             "loss": history,
             "config": asdict(cfg),
             "model": asdict(self.model_cfg),
+            "data": self.data_options,
             "world_size": self.env.world_size,
         }
         if self.env.is_main:

@@ -7,9 +7,10 @@ module layout. ``torch.distributed.checkpoint`` stores each rank's shards and re
 on load, so the fine-tuning run may use another sharding plan or world size.
 """
 
+import json
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -76,7 +77,11 @@ class PretrainedTablesReport:
 
 
 def load_pretrained_tables(
-    model: nn.Module, path: str, log: Callable[[str], None] = print, strict: bool = False
+    model: nn.Module,
+    path: str,
+    log: Callable[[str], None] = print,
+    strict: bool = False,
+    data_options: Optional[Mapping[str, Any]] = None,
 ) -> PretrainedTablesReport:
     """Load the tables saved by :func:`save_tables` into ``model``, by table name, in place.
 
@@ -89,6 +94,8 @@ def load_pretrained_tables(
         path: checkpoint folder (``--pretrained_tables``).
         log: receives the report.
         strict: raise instead of leaving any model table fresh.
+        data_options: this run's data flags (``DataConfig.cache_options()``): a table of
+            another size is then explained by the flags that differ from pre-training's.
 
     Raises:
         FileNotFoundError: ``path`` holds no checkpoint.
@@ -119,7 +126,7 @@ def load_pretrained_tables(
             raise ValueError(
                 f"--pretrained_tables {path!r}: table {name!r} is {have[0]} rows x {have[1]} dims in the checkpoint "
                 f"but {want[0]} x {want[1]} in the model (pre-train with the same dataset encoding and "
-                f"--embedding_dim)"
+                f"--embedding_dim){_encoding_changes(path, data_options)}"
             )
         if saved[name].properties.dtype != tensor.dtype:
             raise ValueError(
@@ -142,3 +149,18 @@ def load_pretrained_tables(
     dcp.load({name: tables[name] for name in report.loaded}, checkpoint_id=path)
     log(str(report))
     return report
+
+
+def _encoding_changes(path: str, data_options: Optional[Mapping[str, Any]]) -> str:
+    """``: pre-trained with --val_fraction 0.0, this run has 0.1`` from ``pretrain.json``; '' if unknown."""
+    try:
+        with open(os.path.join(path, "pretrain.json")) as f:
+            saved = json.load(f).get("data") or {}
+    except (OSError, ValueError):
+        return ""
+    changed = [
+        f"--{k} {saved[k]!r} in pre-training, {v!r} here"
+        for k, v in (data_options or {}).items()
+        if k in saved and saved[k] != v
+    ]
+    return f"; the data flags differ: {'; '.join(changed)}" if changed else ""

@@ -120,7 +120,8 @@ class Trainer:
         apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.base_table_lr(), base_lrs)
         self.model = shard_model(model, env, cfg.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
         if cfg.pretrained_tables and self.resume_from is None:  # on resume the checkpoint has the tables
-            load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info)
+            options = cfg.data.cache_options()
+            load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info, data_options=options)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
         self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch, self.data.tasks)
         self.auto_run = (

@@ -110,8 +110,8 @@ CLI := $(RUN) $(VENV)/bin/dlrm-multiepoch
 $(DEMO_PRETRAINED)/pretrain.json: | $(STAMP)
 	@mkdir -p '$(dir $(DEMO_PRETRAINED))'
 	@echo "pre-training the tables on Book-Crossing's implicit ratings (once; 2 ranks under TorchX; log: $(DEMO_PRETRAINED).log)"
-	@$(RUN) $(VENV)/bin/torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 --script apps/pretrain.py $(DEMO_MODEL_ARGS) $(DEMO_DATA_ARGS) \
-		-- --pretrain_output $(DEMO_PRETRAINED) --no-progress_bar > '$(DEMO_PRETRAINED).log' 2>&1 \
+	@$(RUN) $(VENV)/bin/torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 --script apps/pretrain.py $(DEMO_MODEL_ARGS) \
+		-- $(DEMO_DATA_ARGS) --pretrain_output $(DEMO_PRETRAINED) --no-progress_bar > '$(DEMO_PRETRAINED).log' 2>&1 \
 		|| { tail -n 40 '$(DEMO_PRETRAINED).log'; exit 1; }
 
 demo: $(STAMP) $(DEMO_PRETRAINED)/pretrain.json

@@ -54,6 +54,7 @@ from dlrm_multiepoch.train.remedies import Remedies, table_base_lrs
 from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 
+
 class Trainer:
     """Builds every part of a run from a :class:`TrainConfig` and trains it.
 

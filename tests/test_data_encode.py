@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import dlrm_multiepoch.data.preprocess as preprocess_module
+import dlrm_multiepoch.data.recipe as recipe_module
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID
 from dlrm_multiepoch.data.encode import age_bucket, random_split, subsample, time_split, validation_split
-from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess
+from dlrm_multiepoch.data.preprocess import preprocess
+from dlrm_multiepoch.data.recipe import Recipe, SplitPlan, Standardize, frame_chunk
 from dlrm_multiepoch.data.store import open_dataset
 from dlrm_multiepoch.data.vocab import read_vocab
 
@@ -138,7 +139,7 @@ def test_standardize_equals_numpy_bitwise_and_ignores_blocking(monkeypatch: pyte
     train = train[~np.isnan(train)]
     stats = []
     for block in (1 << 22, 999):  # one block: numpy's own pairwise sums; many: exactly combined
-        monkeypatch.setattr(preprocess_module, "STAT_BLOCK", block)
+        monkeypatch.setattr(recipe_module, "STAT_BLOCK", block)
         transform = Standardize(["v"])
         transform.fit(lambda: iter([({"v": values[i : i + 700]}, codes[i : i + 700]) for i in range(0, 5000, 700)]), 0)
         stats.append(transform.stats["v"])

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
 import dlrm_multiepoch.data.preprocess as preprocess_module
+import dlrm_multiepoch.data.recipe as recipe_module
 from dlrm_multiepoch.data import DataConfig, InteractionData, Ragged, Split, TableSpec, load_dataset, prepare_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.prefetch import Prefetcher
@@ -87,7 +88,7 @@ def test_preprocessing_in_chunks_is_bitwise_encoding_at_once(tmp_path: Path, mon
         encoded = []
         for chunk_mb, block, stat in ((64.0, 1 << 17, 1 << 22), (0.004, 97, 61)):  # one chunk vs ~4 KB chunks
             monkeypatch.setattr(preprocess_module, "BLOCK_ROWS", block)
-            monkeypatch.setattr(preprocess_module, "STAT_BLOCK", stat)
+            monkeypatch.setattr(recipe_module, "STAT_BLOCK", stat)
             cache = str(tmp_path / f"cache-{chunk_mb}")
             chunked = replace(cfg, cache_dir=cache, preprocess_chunk_mb=chunk_mb)
             encoded.append(arrays(load_dataset(chunked, lambda s: None)))

@@ -16,7 +16,8 @@ from dlrm_multiepoch.data.config import DataConfig, min_counts
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID, TableSpec
 from dlrm_multiepoch.data.id_dropout import IdDropout
 from dlrm_multiepoch.data.loader import BatchLoader
-from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess
+from dlrm_multiepoch.data.preprocess import preprocess
+from dlrm_multiepoch.data.recipe import Recipe, SplitPlan, Standardize, frame_chunk
 from dlrm_multiepoch.data.store import open_dataset
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.table_values import TableValues

@@ -29,7 +29,8 @@ import pandas as pd
 from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.encode import check_fraction, last_share, nth_true, subsample
 from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
-from dlrm_multiepoch.data.preprocess import Chunk, CriteoLog, Recipe, SplitPlan, preprocess
+from dlrm_multiepoch.data.preprocess import preprocess
+from dlrm_multiepoch.data.recipe import Chunk, CriteoLog, Recipe, SplitPlan
 from dlrm_multiepoch.data.readers import describe_lines
 from dlrm_multiepoch.data.registry import Source, register_source, require_file
 

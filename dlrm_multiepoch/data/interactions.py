@@ -29,14 +29,14 @@ import pyarrow.parquet as pq
 from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, POOLINGS
 from dlrm_multiepoch.data.encode import check_fraction, random_split, subsample, time_split, validation_split
-from dlrm_multiepoch.data.preprocess import (
+from dlrm_multiepoch.data.preprocess import preprocess
+from dlrm_multiepoch.data.recipe import (
     ITEM_FEATURE,
     USER_FEATURE,
     Chunk,
     Recipe,
     SplitPlan,
     Standardize,
-    preprocess,
     threshold_labels,
 )
 from dlrm_multiepoch.data.readers import require_columns

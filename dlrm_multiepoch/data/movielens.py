@@ -17,7 +17,8 @@ import pandas as pd
 from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.encode import age_bucket, subsample, time_split, validation_split
 from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
-from dlrm_multiepoch.data.preprocess import Recipe, SplitPlan, Standardize, frame_chunk, preprocess, threshold_labels
+from dlrm_multiepoch.data.preprocess import preprocess
+from dlrm_multiepoch.data.recipe import Recipe, SplitPlan, Standardize, frame_chunk, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
 from dlrm_multiepoch.data.registry import Source, register_source
 

@@ -15,7 +15,7 @@ from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.losses import in_batch_info_nce
-from dlrm_multiepoch.models.multipath import EmbeddingViews, MultiPathSparseArch, TableEmbeddings, max_history_length
+from dlrm_multiepoch.models.multipath_tables import EmbeddingViews, MultiPathSparseArch, TableEmbeddings, max_history_length
 
 
 class CoOccurrenceObjective(nn.Module):

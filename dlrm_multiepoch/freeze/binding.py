@@ -281,7 +281,7 @@ def bind(inner: nn.Module, groups: List[str]) -> Binding:
                 + "; ".join(f"{n!r} in {paths}" for n, paths in sorted(duplicates.items()))
                 + ". Rename them so each table name is unique in the model"
             )
-    supported = [m for m in modules if m.kind in ("ebc", "ec", "fp_ebc")]
+    supported = [m for m in modules if m.kind in SUPPORTED_KINDS]
     tables = {m.path: _bind_tables(m) for m in supported} if table_groups else {}
     owner = {t: b for b in tables.values() for t in b.tables}
     gates: Dict[str, List[GradientGate]] = {}

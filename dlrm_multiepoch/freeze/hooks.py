@@ -62,8 +62,9 @@ def register_freeze_hook(module: nn.Module, state: FreezeState) -> torch.utils.h
     def hook(mod: nn.Module, inputs: Any, output: Any) -> Any:
         if not state.frozen_tables:
             return output
-        # Capture the state now: a sharded output is only waited on later.
-        frozen, all_frozen = set(state.frozen_keys), state.all_frozen
+        # Capture the state now: a sharded output is only waited on later. The wrapper
+        # replaces frozen_keys at a transition, never mutates it, so no copy is needed.
+        frozen, all_frozen = state.frozen_keys, state.all_frozen
         if isinstance(output, LazyAwaitable):
             # First, before the module's own callbacks: a sharded FP-EBC's then ties its feature
             # processors back into the graph with a zero, which keeps DDP's static graph stable.

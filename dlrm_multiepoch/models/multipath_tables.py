@@ -226,7 +226,7 @@ class EmbeddingViews(nn.Module):
 def max_history_length(data: InteractionData) -> int:
     """Widest history over the data's splits (the ``K`` of ``--history_length``)."""
     widths = [s.history_length for s in data.splits.values() if s.history_length]
-    if not widths or max(widths) == 0:
+    if not widths:
         raise ValueError(
             f"--model multipath needs histories (--history_length > 0); dataset {data.name!r} splits "
             f"{sorted(data.splits)} carry none"

@@ -94,7 +94,6 @@ class GradientAccumulation:
         check_accumulation(steps, rule)
         self.inner = optimizer
         self.steps = steps
-        self.rule = rule
         self.lr_factor = ACCUMULATION_RULES[rule](steps)
         self._ddp = ddp_modules(model)
         # What the optimizer steps from .grad: dense weights and data-parallel tables (whose

@@ -66,6 +66,7 @@ class _KernelCounts:
     table_max: torch.Tensor  # float64 [tables]: running max count of each local shard (exact to 2^53)
     global_max: bool  # the table maxima must be reduced over ranks (row-split tables)
     rows_view: Optional[torch.Tensor]  # [total rows, D] view of the weights when every table has width D
+    fixed_ref: Optional[torch.Tensor]  # float64 [tables] filled with --falr_ref N; None: the running max
     hooks: List[Any] = field(default_factory=list)
 
 
@@ -210,6 +211,10 @@ class FrequencyAdaptiveLR:
             table_max=torch.zeros(len(shards), dtype=torch.float64, device=device),
             global_max=self.config.ref is None and any(s.row_split and s.name in wanted for s in shards),
             rows_view=_flat_weights(shards),
+            fixed_ref=(
+                None if self.config.ref is None
+                else torch.full((len(shards),), float(self.config.ref), dtype=torch.float64, device=device)
+            ),
         )
 
     def _check_row_split_over_all_ranks(self) -> None:
@@ -250,9 +255,8 @@ class FrequencyAdaptiveLR:
             k.counts.index_add_(0, flat, torch.ones_like(flat, dtype=COUNT_DTYPE))
             counts = k.counts[flat].double()
             k.table_max.scatter_reduce_(0, table, counts, reduce="amax")
-            if self.config.ref is not None:
-                ref = torch.full_like(k.table_max, self.config.ref)
-                work = None
+            if k.fixed_ref is not None:
+                ref, work = k.fixed_ref, None
             else:
                 ref = k.table_max.clone()
                 work = dist.all_reduce(ref, op=dist.ReduceOp.MAX, group=self._pg, async_op=True) if k.global_max else None

@@ -66,7 +66,7 @@ class TableLRScheduler:
         self.schedule = schedule or TableLRSchedule()
         self.steps_per_epoch = steps_per_epoch
         self.total_steps = steps_per_epoch * num_epochs
-        self.schedule.warmup_steps(steps_per_epoch, self.total_steps)  # validates against the run length
+        self.warmup_steps = self.schedule.warmup_steps(steps_per_epoch, self.total_steps)  # validates it too
         self.factor = factor
         self._kernels: List[Any] = [k for k in kernels(model) if hasattr(k, "fused_optimizer")]
         given = dict(base_lrs or {})
@@ -90,7 +90,7 @@ class TableLRScheduler:
 
     def multiplier(self, step: Optional[int] = None) -> float:
         step = self.step if step is None else step
-        return self.schedule.multiplier(step, self.steps_per_epoch, self.total_steps) * self.factor
+        return self.schedule.multiplier(step, self.steps_per_epoch, self.total_steps, self.warmup_steps) * self.factor
 
     def set_step(self, step: int, force: bool = False) -> None:
         """Put the LR of step ``step`` (0-based) into every fused kernel (``force``: even if

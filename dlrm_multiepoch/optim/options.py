@@ -93,7 +93,7 @@ class TableLRSchedule:
     Example::
 
         s = TableLRSchedule.parse("10%", "cosine", 0.0)
-        s.multipliers(steps_per_epoch=10, num_epochs=2)[:3]
+        [s.multiplier(step, steps_per_epoch=10, total_steps=20) for step in range(3)]  # [0.5, 1.0, 1.0]
     """
 
     warmup: Bound = Bound(Fraction(0))
@@ -115,10 +115,6 @@ class TableLRSchedule:
             raise ValueError(f"--table_lr_final must be in [0, 1], got {final}")
         return TableLRSchedule(bound, decay, final)
 
-    @property
-    def is_constant(self) -> bool:
-        return self.warmup.value == 0 and self.decay == "constant"
-
     def warmup_steps(self, steps_per_epoch: int, total_steps: int) -> int:
         steps = math.ceil(self.warmup.to_step(steps_per_epoch, total_steps))
         if steps > total_steps:
@@ -127,9 +123,10 @@ class TableLRSchedule:
             )
         return steps
 
-    def multiplier(self, step: int, steps_per_epoch: int, total_steps: int) -> float:
-        """The multiplier in force during step ``step`` (0-based)."""
-        warm = self.warmup_steps(steps_per_epoch, total_steps)
+    def multiplier(self, step: int, steps_per_epoch: int, total_steps: int, warm: Optional[int] = None) -> float:
+        """The multiplier in force during step ``step`` (0-based); ``warm``: the run's
+        :meth:`warmup_steps`, when the caller has it (it is called every training step)."""
+        warm = self.warmup_steps(steps_per_epoch, total_steps) if warm is None else warm
         if step < warm:
             return (step + 1) / warm
         if self.decay == "constant" or total_steps <= warm:

@@ -119,19 +119,6 @@ def table_shards(model: nn.Module) -> List[TableShard]:
     return [TableShard(kernel, i) for kernel in kernels(model) for i in range(len(kernel.config.embedding_tables))]
 
 
-def shards_by_table(model: nn.Module) -> Dict[str, List[TableShard]]:
-    """:func:`table_shards` grouped by table name."""
-    out: Dict[str, List[TableShard]] = {}
-    for shard in table_shards(model):
-        out.setdefault(shard.name, []).append(shard)
-    return out
-
-
-def fused_optimizer_of(kernel: nn.Module):
-    """The ``EmbeddingFusedOptimizer`` of a fused kernel: its ``param_groups[0]["lr"]`` is the TBE's LR."""
-    return kernel.fused_optimizer
-
-
 def set_kernel_learning_rate(kernel: nn.Module, lr: float) -> None:
     """Set a fused kernel's learning rate where TorchRec keeps it and where FBGEMM reads it.
 

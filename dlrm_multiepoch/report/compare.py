@@ -228,7 +228,7 @@ def _one_epoch_drop(test: Dict[int, Stat], train: Dict[int, Stat]) -> Optional[T
         if e + 1 in test and e in train and e + 1 in train:
             change = test[e + 1].mean - test[e].mean
             spread = max(test[e].std or 0.0, test[e + 1].std or 0.0)
-            if change < -spread and change < 0 and train[e + 1].mean > train[e].mean:
+            if change < -spread and train[e + 1].mean > train[e].mean:
                 return e, change
     return None
 

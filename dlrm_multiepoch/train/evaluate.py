@@ -171,16 +171,6 @@ def eval_outputs(progress: Callable[[Iterator], ModelOutput], batches: Iterable)
         yield out
 
 
-def evaluate_pass(
-    progress: Callable[[Iterator], ModelOutput],
-    batches: Iterable,
-    tasks: Sequence[str],
-    device: Optional[torch.device] = None,
-) -> TaskMetrics:
-    """Per-task metrics of one pass over ``batches`` (a collective call)."""
-    return evaluate_slices(progress, batches, tasks, device)[ALL_ROWS]
-
-
 def undefined_metrics(results: Dict[str, TaskMetrics]) -> Dict[Tuple[str, str], str]:
     """A message per ``(split, task)`` whose metrics are undefined (NaN), saying why.
 

@@ -81,7 +81,8 @@ class Remedies:
         falr_config = o.falr_config()
         falr = FrequencyAdaptiveLR(model, falr_config, o.falr_table_list()) if falr_config is not None else None
         rates = cfg.id_dropout_values()
-        dropout = IdDropout.for_tables(data.tables, {t: rates.get(t) for t in names} if rates else {}, cfg.seed, rank)
+        rates.check_tables(names)
+        dropout = IdDropout.for_tables(data.tables, {t: rates.get(t) for t in names}, cfg.seed, rank)
         return Remedies(table_lr, falr, accumulation, dropout if dropout else None, reinit, cfg.seed)
 
     def pipeline_optimizer(self, optimizer: Any) -> Any:
@@ -114,10 +115,6 @@ class Remedies:
         if self.accumulation is None:
             return contextlib.nullcontext()
         return self.accumulation.micro_batch(last_of_epoch=last_of_epoch)
-
-    def resumed(self, step: int) -> None:
-        """After a checkpoint load (whose optimizer state carries the saved param-group LR)."""
-        self.table_lr.set_step(step, force=True)
 
     def scalars(self) -> Dict[str, float]:
         return {f"lr/{table}": lr for table, lr in self.table_lr.lrs().items()}

@@ -249,7 +249,6 @@ class Trainer:
             )
         changes = changes + check_sharding(info, table_sharding(self.model.plan))
         self.checkpointer.load(info)
-        self.remedies.resumed(self.step)
         if self.auto_run is not None:
             self.auto_run.check_resumable()
         self.last_checkpoint = info.path

@@ -31,7 +31,7 @@ from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.multiprocess import run_on_ranks
 from tests.test_data_batchloader import collect, make_data
-from tests.test_data_loaders import make_criteo_tsv
+from tests.data_inputs import make_criteo_tsv
 
 REPO = Path(__file__).resolve().parents[1]
 

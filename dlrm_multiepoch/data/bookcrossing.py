@@ -33,7 +33,6 @@ USERS_FILE = _DIR + "BX-Users.csv"
 BOOKS_FILE = _DIR + "BX-Books.csv"
 
 SPARSE_FEATURES = ["user", "item", "author", "publisher", "year", "country", "age"]
-DENSE_FEATURES = ["age", "age_missing", "year", "year_missing"]
 TASKS = {"like": 8, "love": 10}  # task -> minimum explicit rating
 # Ages outside this range (0, 244, ...) are data-entry noise; they count as missing.
 VALID_AGE = (5, 100)

@@ -10,13 +10,13 @@ import contextlib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Union
 
 # Bump when a source changes the arrays it produces, so stale caches are not reused.
 CACHE_VERSION = 4  # 4: per-table min_count, --id_maps, slice column, encoding report
 
 
-def file_digest(path: Path) -> str:
+def file_digest(path: Union[str, Path]) -> str:
     """sha256 of a file's content (the cache key must change when the data does)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -47,17 +47,6 @@ _FIELDS = 1 + INT_FEATURE_COUNT + CAT_FEATURE_COUNT
 _TAB, _NEWLINE, _CR = 9, 10, 13
 
 
-def _field_count_errors(raw: bytes) -> np.ndarray:
-    """0-based indices of lines whose field count is not 40 (blank lines included)."""
-    buf = np.frombuffer(raw, dtype=np.uint8)
-    newlines = np.flatnonzero(buf == _NEWLINE)
-    if len(buf) and buf[-1] != _NEWLINE:
-        newlines = np.append(newlines, len(buf))
-    tabs = np.flatnonzero(buf == _TAB)
-    per_line = np.diff(np.searchsorted(tabs, np.concatenate([[-1], newlines])))
-    return np.flatnonzero(per_line != _FIELDS - 1)
-
-
 def hash_hex_fields(
     block: TextBlock, start: np.ndarray, end: np.ndarray, hash_size: int
 ) -> Tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,6 @@ USER_FILE = _DIR + "ml-100k.user"
 ITEM_FILE = _DIR + "ml-100k.item"
 
 SPARSE_FEATURES = ["user", "item", "age", "gender", "occupation", "zip", "year", "genre"]
-DENSE_FEATURES = ["age", "age_missing", "year", "year_missing"]
 TASKS = {"like": 4, "love": 5}  # task -> minimum rating
 ZIP_PREFIX = 3  # US sectional-centre digits; coarse enough to share across users
 

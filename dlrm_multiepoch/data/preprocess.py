@@ -191,10 +191,11 @@ class _Job:
 
     def _codes(self, f: str, a: int, b: int) -> np.ndarray:
         """Global codes (raw features) or hash rows of rows ``[a, b)``; -1 = missing."""
-        stacked = self.scratch.read(f"id:{f}", a, b)
-        if f in self.r.hashed_rows:
-            return stacked
-        return _lookup(self.to_global[f], stacked)
+        return self._global(f, self.scratch.read(f"id:{f}", a, b))
+
+    def _global(self, f: str, stacked: np.ndarray) -> np.ndarray:
+        """:meth:`_codes` of already read stacked codes."""
+        return stacked if f in self.r.hashed_rows else _lookup(self.to_global[f], stacked)
 
     # -- 3. fit -----------------------------------------------------------------
 
@@ -247,12 +248,12 @@ class _Job:
         if f == ITEM_FEATURE and self.r.history_length:
             features.append(HISTORY_FEATURE)
         if f in self.r.hashed_rows:
-            self.id_of[f] = hashed_ids(counter, self.r.min_count_of(f))
+            self.id_of[f] = hashed_ids(counter, min_count)
             rows = self.r.hashed_rows[f]
             digest = hashlib.sha256(np.ascontiguousarray(self.id_of[f]).tobytes()).hexdigest()
             self.id_maps[name] = {"kind": "hashed", "sha256": digest}
         else:
-            id_of_global, kept = frequency_ids(counter, self.r.min_count_of(f))
+            id_of_global, kept = frequency_ids(counter, min_count)
             self.id_of[f] = id_of_global[self.to_global[f]] if len(self.to_global[f]) else np.zeros(0, np.int64)
             rows = len(kept) + 1
             kept_values = self.values[f].take(pa.array(kept, pa.int64()))
@@ -271,8 +272,8 @@ class _Job:
 
     # -- 4. write ---------------------------------------------------------------
 
-    def _ids(self, f: str, a: int, b: int) -> np.ndarray:
-        stacked = self.scratch.read(f"id:{f}", a, b)
+    def _ids(self, f: str, stacked: np.ndarray) -> np.ndarray:
+        """Encoded ids (rows of the table) of stacked codes."""
         if f in self.r.hashed_rows:
             return self.id_of[f][stacked]
         return _lookup(self.id_of[f], stacked, missing=UNKNOWN_ID)
@@ -317,6 +318,7 @@ class _Job:
             labels = self.r.labels(numbers)
             dense = self.r.dense.apply({n: numbers[n] for n in self.r.dense.inputs}, b - a)
             ids: Dict[str, object] = {}
+            stacked_of: Dict[str, np.ndarray] = {}  # read once: ids and unseen-id slices use them
             for f in self.r.features:
                 if f in self.r.bags:
                     lengths = self.scratch.read(f"len:{f}", a, b)
@@ -325,10 +327,11 @@ class _Job:
                     elements[f] += len(stacked)
                     ids[f] = Ragged.from_lengths(_lookup(self.id_of[f], stacked, missing=UNKNOWN_ID), lengths)
                 else:
-                    ids[f] = self._ids(f, a, b)
+                    stacked_of[f] = self.scratch.read(f"id:{f}", a, b)
+                    ids[f] = self._ids(f, stacked_of[f])
             kept = codes >= 0
             hist = None if history is None else history.read(kept_before, kept_before + int(kept.sum()))
-            raw_codes = {f: self._codes(f, a, b) for f in described}
+            raw_codes = {f: self._global(f, stacked_of[f]) for f in described}
             slice_codes = np.zeros(b - a, np.uint8)
             for bit, (f, g) in enumerate(raw_codes.items()):  # missing (-1) or never in train: unseen
                 known = self.in_train[f]

@@ -23,6 +23,7 @@ from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.schedule import TABLES
 from dlrm_multiepoch.tables import (
     MANAGED_COLLISION_KINDS,
+    SUPPORTED_KINDS,
     EmbeddingModule,
     ShardedTable,
     duplicate_table_names,

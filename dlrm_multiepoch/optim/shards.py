@@ -18,7 +18,7 @@ Example::
 """
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import List
 
 import torch
 from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen

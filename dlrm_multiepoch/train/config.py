@@ -242,10 +242,8 @@ def check_freeze_schedule(text: str, epochs: int) -> None:
         raise ValueError(f"--freeze_schedule: {e}") from None
 
     def in_epochs(bound: Any) -> Optional[Fraction]:
-        if bound.unit == "step":
-            return None
-        amount = bound.value if bound.unit == "epoch" else bound.value * epochs / 100
-        return epochs - amount if bound.from_end else amount
+        # An epoch is one "step" here; step-unit bounds wait for the real steps per epoch.
+        return None if bound.unit == "step" else bound.to_step(steps_per_epoch=1, total_steps=epochs)
 
     for group, windows in schedule.groups.items():
         for w in windows:

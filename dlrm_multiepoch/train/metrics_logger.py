@@ -7,6 +7,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 from dlrm_multiepoch.train.json_io import json_safe, write_json
 
+SUMMARY_FILE = "summary.json"
+
 
 class MetricsLogger:
     """Writes scalars to ``<run_dir>`` (TensorBoard) and a ``summary.json`` beside them.
@@ -82,7 +84,7 @@ class MetricsLogger:
 
     def _write_summary(self) -> None:
         if self.enabled:
-            write_json(os.path.join(self.run_dir, "summary.json"), self.summary)
+            write_json(os.path.join(self.run_dir, SUMMARY_FILE), self.summary)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -7,7 +7,6 @@ tables with ``--pretrained_tables``.
 """
 
 import itertools
-import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,11 +22,11 @@ from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.pretrain import build_pretrain_model
-from dlrm_multiepoch.train.pretrained import save_tables, table_state_dict
+from dlrm_multiepoch.train.json_io import write_json
+from dlrm_multiepoch.train.pretrained import SUMMARY_FILE, save_tables, table_state_dict
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 
 PRETRAIN_SPLIT = "pretrain"
-SUMMARY_FILE = "pretrain.json"
 
 
 @dataclass
@@ -189,7 +188,6 @@ class TablePretrainer:
             "world_size": self.env.world_size,
         }
         if self.env.is_main:
-            with open(os.path.join(cfg.output, SUMMARY_FILE), "w") as f:
-                json.dump(summary, f, indent=2)
+            write_json(os.path.join(cfg.output, SUMMARY_FILE), summary)
         self.log(f"saved pre-trained tables {tables} to {cfg.output} after {step} steps ({seconds:.1f}s training)")
         return summary

@@ -7,7 +7,6 @@ module layout. ``torch.distributed.checkpoint`` stores each rank's shards and re
 on load, so the fine-tuning run may use another sharding plan or world size.
 """
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional
@@ -19,6 +18,9 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from dlrm_multiepoch.tables import duplicate_table_names, embedding_modules
+from dlrm_multiepoch.train.json_io import read_json
+
+SUMMARY_FILE = "pretrain.json"  # written by apps/pretrain.py beside the tables
 
 
 def table_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
@@ -154,8 +156,7 @@ def load_pretrained_tables(
 def _encoding_changes(path: str, data_options: Optional[Mapping[str, Any]]) -> str:
     """``: pre-trained with --val_fraction 0.0, this run has 0.1`` from ``pretrain.json``; '' if unknown."""
     try:
-        with open(os.path.join(path, "pretrain.json")) as f:
-            saved = json.load(f).get("data") or {}
+        saved = read_json(os.path.join(path, SUMMARY_FILE)).get("data") or {}
     except (OSError, ValueError):
         return ""
     changed = [

@@ -9,9 +9,10 @@ class TrainProgress:
     """The training position, a ``Stateful`` saved (as JSON) in every checkpoint.
 
     The data position is ``(epoch, batch_in_epoch)``: the epoch in progress and how
-    many of its global batches are done. The order of global batches depends only on
-    the seed and the epoch, not on the world size, so a resume on any number of ranks
-    continues with the next unseen global batch.
+    many of its global batches are done. With the block shuffle each rank reads its own
+    share of an epoch's order, so a mid-epoch position continues only on the same number
+    of ranks and batch size (``check_resumable`` refuses others); an end-of-epoch
+    position continues on any.
 
     Args:
         step: optimizer steps done over the whole run.

@@ -16,8 +16,8 @@ from dlrm_multiepoch.train.checkpoint import (
     saved_work,
 )
 from dlrm_multiepoch.train.config import TrainConfig
+from dlrm_multiepoch.train.metrics_logger import SUMMARY_FILE
 
-SUMMARY_FILE = "summary.json"
 
 
 @dataclass
@@ -38,10 +38,6 @@ class RunFolder:
     resume_from: Optional[CheckpointInfo]
     purge_step: Optional[int]
     job_id: Optional[str]
-
-    @property
-    def summary_file(self) -> str:
-        return os.path.join(self.path, SUMMARY_FILE)
 
 
 def default_run_name(cfg: TrainConfig, job_id: Optional[str]) -> str:

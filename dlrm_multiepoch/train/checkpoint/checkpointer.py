@@ -1,6 +1,5 @@
 """The :class:`Checkpointer`: one run's checkpoints of model, optimizer and named ``Stateful`` parts."""
 
-import os
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import torch
@@ -10,9 +9,9 @@ from torchrec.optim.keyed import KeyedOptimizer
 
 from dlrm_multiepoch import distributed as D
 from dlrm_multiepoch.train.checkpoint.find import find_checkpoint
-from dlrm_multiepoch.train.checkpoint.layout import CheckpointInfo, checkpoint_name
+from dlrm_multiepoch.train.checkpoint.layout import CheckpointInfo
 from dlrm_multiepoch.train.checkpoint.load import load_checkpoint
-from dlrm_multiepoch.train.checkpoint.save import protect, save_checkpoint, unprotect
+from dlrm_multiepoch.train.checkpoint.save import save_checkpoint
 
 
 def holds_tensors(value: Any) -> bool:
@@ -54,7 +53,6 @@ class Checkpointer:
         if info is not None:
             ckpt.load(info)
         path = ckpt.save(step=240, state={"config": cfg.to_dict()})
-        ckpt.protect(240, "best validation AUC")        # pruning keeps it
     """
 
     def __init__(
@@ -74,9 +72,6 @@ class Checkpointer:
         self.keep = keep
         self.job_id = job_id
         self.log = log
-
-    def path_of(self, step: int) -> str:
-        return os.path.join(self.folder, checkpoint_name(step))
 
     def save(self, step: int, state: Mapping[str, Any]) -> str:
         """Save everything after ``step`` optimizer steps, with ``state`` (JSON-able) in the state file (collective)."""
@@ -108,11 +103,3 @@ class Checkpointer:
         for name, part in self.parts.items():
             part.load_state_dict(tensor_state[name] if name in tensor_state else info.parts[name])
 
-    def protect(self, step: int, reason: str) -> None:
-        """Keep the checkpoint of ``step`` from pruning (call on every rank; rank 0 writes)."""
-        if D.rank() == 0:
-            protect(self.path_of(step), reason)
-
-    def unprotect(self, step: int) -> None:
-        if D.rank() == 0:
-            unprotect(self.path_of(step))

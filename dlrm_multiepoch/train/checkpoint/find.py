@@ -6,11 +6,11 @@ collective: each rank hashes a share of the files, so a checkpoint of N files co
 about N / world_size file reads per rank.
 """
 
-import hashlib
 import os
 from typing import Callable, Dict, List, Optional
 
 from dlrm_multiepoch import distributed as D
+from dlrm_multiepoch.data.cache import file_digest
 from dlrm_multiepoch.train.checkpoint.layout import (
     FORMAT_VERSION,
     STATE_FILE,
@@ -26,21 +26,13 @@ class CheckpointError(ValueError):
     """A checkpoint folder that is incomplete, damaged or of another format; the message names the file."""
 
 
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def record_files(folder: str) -> Dict[str, Dict[str, object]]:
     """Size and sha256 of every file in ``folder`` (collective: each rank hashes a share)."""
     names = D.broadcast_object(sorted(os.listdir(folder)) if D.rank() == 0 else None)
     mine = {}
     for name in names[D.rank() :: D.world_size()]:
         path = os.path.join(folder, name)
-        mine[name] = {"bytes": os.path.getsize(path), "sha256": sha256(path)}
+        mine[name] = {"bytes": os.path.getsize(path), "sha256": file_digest(path)}
     return {name: entry for share in D.all_gather_object(mine) for name, entry in share.items()}
 
 
@@ -69,7 +61,7 @@ def _check_files(path: str, files: Dict[str, Dict[str, object]], share: int, sha
         size = os.path.getsize(file)
         if size != expected["bytes"]:
             return f"checkpoint {path}: file {name} has {size} bytes, the save wrote {expected['bytes']} (truncated?)"
-        if sha256(file) != expected["sha256"]:
+        if file_digest(file) != expected["sha256"]:
             return f"checkpoint {path}: file {name} has another sha256 than the save recorded (damaged)"
     return None
 

@@ -1,6 +1,8 @@
+import dataclasses
+
 import pytest
 
-from dlrm_multiepoch.train.config import TrainConfig, build_parser, parse_config
+from dlrm_multiepoch.train.config import _SECTIONS, TrainConfig, _leaf_fields, build_parser, config_fields, parse_config
 
 
 def test_defaults_and_overrides_land_in_their_sections():
@@ -18,8 +20,21 @@ def test_every_flag_has_help():
 
 
 def test_flag_names_are_unique_across_sections():
-    dests = [a.dest for a in build_parser()._actions]
-    assert len(dests) == len(set(dests))
+    # Count the leaf fields themselves: config_fields() keys by name, so repeats would hide there.
+    names = [f.name for cls in (TrainConfig, *_SECTIONS.values()) for f in _leaf_fields(cls)]
+    assert sorted(names) == sorted(config_fields())
+    dests = [a.dest for a in build_parser()._actions if a.dest != "help"]
+    assert sorted(dests) == sorted(names)
+
+
+def test_a_field_repeated_in_two_sections_is_refused(monkeypatch):
+    @dataclasses.dataclass
+    class Clash:
+        epochs: int = 1  # also a TrainConfig field
+
+    monkeypatch.setitem(_SECTIONS, "clash", Clash)
+    with pytest.raises(TypeError, match="--epochs is a field of both TrainConfig and Clash"):
+        config_fields()
 
 
 def test_unknown_flag_is_rejected_by_name(capsys):

@@ -288,6 +288,8 @@ def config_fields() -> Dict[str, ConfigField]:
         for f in _leaf_fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
             kind = _optional_base(hints[f.name])
+            if f.name in fields:  # one flag per field: a repeat would silently shadow the other section's
+                raise TypeError(f"--{f.name} is a field of both {fields[f.name].section} and {cls.__name__}")
             fields[f.name] = ConfigField(f.name, kind, default, f.metadata.get("help", ""), cls.__name__)
     return fields
 

@@ -9,11 +9,13 @@ and share the result.
 import contextlib
 import hashlib
 import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, Iterator, Union
+from typing import Any, Dict, Iterator, List, Sequence, Union
 
 # Bump when a source changes the arrays it produces, so stale caches are not reused.
-CACHE_VERSION = 4  # 4: per-table min_count, --id_maps, slice column, encoding report
+CACHE_VERSION = 5  # 4: per-table min_count, --id_maps, slice column, encoding report; 5: one timestamp format per file
 
 
 def file_digest(path: Union[str, Path]) -> str:
@@ -23,6 +25,20 @@ def file_digest(path: Union[str, Path]) -> str:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def file_digests(paths: Sequence[Path], workers: int = 1) -> List[str]:
+    """:func:`file_digest` of each file, ``workers`` files at a time (spawned processes).
+
+    Example::
+
+        digests = file_digests([Path("day_0"), Path("day_1")], workers=2)
+    """
+    if workers <= 1 or len(paths) <= 1:
+        return [file_digest(p) for p in paths]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=context) as pool:
+        return list(pool.map(file_digest, paths))
 
 
 def cache_key(options: Dict[str, Any]) -> str:

@@ -15,7 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from torchx.specs.finder import get_component
+
 from tests.data_inputs import make_criteo_tsv
+from tests.torchx_cli import torchx
 from dlrm_multiepoch.components import preprocess as preprocess_component
 from dlrm_multiepoch.data.command import main as preprocess_main
 from dlrm_multiepoch.data.config import DataConfig
@@ -132,6 +135,16 @@ def test_timestamps_in_two_formats_are_refused_naming_both(
             prepare_dataset(replace(cfg, preprocess_chunk_mb=mb), str(tmp_path / f"out{mb}"), log=quiet)
 
 
+def test_a_worker_refusal_names_its_file(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    write_times(a, ["2020-01-02"] * 50)
+    write_times(b, ["2020-01-02"] * 50 + ["01/03/2020"])
+    cfg = DataConfig(dataset="interactions", data_path=f"{a},{b}", timestamp_col="ts", preprocess_workers=2)
+    with pytest.raises(ValueError, match=rf"--timestamp_col 'ts' of --data_path {b} mixes formats"):
+        prepare_dataset(cfg, str(tmp_path / "out"), log=quiet)
+    assert not (tmp_path / "out").exists()
+
+
 def test_missing_timestamps_are_dropped_and_counted_not_refused(tmp_path: Path) -> None:
     csv = tmp_path / "t.csv"
     write_times(csv, ["", "2020-01-01"] + [f"2020-01-{d:02d} 10:00" for d in range(2, 29)] * 10 + ["NA"])
@@ -196,3 +209,17 @@ def test_preprocess_component_runs_the_command_with_a_worker_per_cpu() -> None:
     ]  # fmt: skip
     role = preprocess_component("--preprocess_workers=2", output="/o", cpu=4).roles[0]
     assert role.args == ["preprocess", "--output", "/o", "--preprocess_workers=2"]
+
+
+def test_preprocess_component_runs_under_torchx_and_writes_the_same_folder(tmp_path: Path) -> None:
+    assert get_component("dlrm_multiepoch.preprocess").validation_errors == []
+    days = [tmp_path / "day_0", tmp_path / "day_1"]
+    for k, day in enumerate(days):
+        make_criteo_tsv(day, rows=80, seed=k)
+    data_path = ",".join(map(str, days))
+    torchx(
+        "run", "-s", "local_cwd", "dlrm_multiepoch.preprocess", "--output", str(tmp_path / "job"), "--cpu", "2",
+        "--dataset", "criteo", "--data_path", data_path, "--", "--criteo_hash_size", "300", timeout=300,
+    )  # fmt: skip
+    cfg = DataConfig(dataset="criteo", data_path=data_path, criteo_hash_size=300)
+    assert folder_bytes(tmp_path / "job") == prepared(cfg, tmp_path / "direct")

@@ -9,10 +9,10 @@ and share the result.
 import contextlib
 import hashlib
 import json
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Sequence, Union
+
+from dlrm_multiepoch.data.workers import map_in_workers
 
 # Bump when a source changes the arrays it produces, so stale caches are not reused.
 CACHE_VERSION = 5  # 4: per-table min_count, --id_maps, slice column, encoding report; 5: one timestamp format per file
@@ -34,11 +34,7 @@ def file_digests(paths: Sequence[Path], workers: int = 1) -> List[str]:
 
         digests = file_digests([Path("day_0"), Path("day_1")], workers=2)
     """
-    if workers <= 1 or len(paths) <= 1:
-        return [file_digest(p) for p in paths]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(paths)), mp_context=context) as pool:
-        return list(pool.map(file_digest, paths))
+    return map_in_workers(file_digest, paths, workers=workers, what="input digest")
 
 
 def cache_key(options: Dict[str, Any]) -> str:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -126,9 +125,11 @@ class TableReader:
                     )
                 kind = self.types[self.columns.index(col)]
                 if col in scalar and pa.types.is_nested(kind):
-                    hint = "; list columns go in --multi_hot_cols" if pa.types.is_list(kind) or pa.types.is_large_list(
-                        kind) else ""
-                    raise ValueError(f"{flag} column {col!r} of {self.what} holds {kind} values, not one value a row{hint}")
+                    listed = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+                    raise ValueError(
+                        f"{flag} column {col!r} of {self.what} holds {kind} values, not one value a row"
+                        + ("; list columns go in --multi_hot_cols" if listed else "")
+                    )
 
     def first_value(self, column: str) -> Optional[object]:
         """The column's first present value (None: it has none); reads until it finds one."""

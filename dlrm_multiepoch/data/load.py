@@ -33,7 +33,8 @@ def cached_folder(cfg: DataConfig, log: Log = print) -> Tuple[Union[Path, List[P
     digests = file_digests(paths, cfg.preprocess_workers)
     # How the input is parsed: its suffix picks the reader (a CSV renamed .parquet is another entry).
     formats = [p.suffix.lower() for p in paths]
-    options["source_sha256"], options["source_format"] = (digests[0], formats[0]) if len(paths) == 1 else (digests, formats)
+    one = len(paths) == 1  # one file: the key it had before several were possible
+    options["source_sha256"], options["source_format"] = (digests[0], formats[0]) if one else (digests, formats)
     return located, Path(cache_dir) / "datasets" / f"{cfg.dataset}-{cache_key(options)}", options
 
 
@@ -85,11 +86,10 @@ def check_output(output: Path) -> None:
     if output.exists() and not output.is_dir():
         raise ValueError(f"--output {output} is a file; pass a folder to create")
     if output.is_dir() and not is_dataset_folder(output) and any(output.iterdir()):
-        shown = sorted(p.name for p in output.iterdir())[:5]
-        raise ValueError(
-            f"--output {output} is a folder that holds other files ({', '.join(shown)}{', ...' if len(shown) == 5 else ''}) "
-            "and no dataset; pass a new or empty folder"
-        )
+        names = sorted(p.name for p in output.iterdir())
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise ValueError(f"--output {output} is a folder that holds other files ({shown}) and no dataset; pass a new or "
+                         "empty folder")
 
 
 def load_dataset(cfg: DataConfig, log: Log = print) -> InteractionData:

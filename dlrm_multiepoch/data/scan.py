@@ -8,14 +8,12 @@ those of file 1, ..., the stacked codes of file ``k`` shifted past those of the 
 before it. Every later pass (split, id maps, writing) runs once over that view, so the
 dataset does not depend on how many workers scanned the files, nor on the chunk size.
 
-Workers are ``spawn`` ed processes (safe in a process that already runs torch threads);
-a file's reader must therefore be a picklable function (module level, or a
-``functools.partial`` of one).
+Workers are ``spawn`` ed processes (:mod:`~dlrm_multiepoch.data.workers`); a file's
+reader must therefore be a picklable function (module level, or a ``functools.partial``
+of one).
 """
 
 import hashlib
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Sequence, Tuple
@@ -27,6 +25,7 @@ import pyarrow.compute as pc
 from dlrm_multiepoch.data.npy import SpillColumn
 from dlrm_multiepoch.data.recipe import Chunk
 from dlrm_multiepoch.data.vocab import ValueCoder, global_codes
+from dlrm_multiepoch.data.workers import map_in_workers
 
 # (path, report) -> the file's chunks; fills ``report`` (JSON-able) as it reads.
 ReadFile = Callable[[Path, Dict[str, Any]], Iterator[Chunk]]
@@ -150,11 +149,7 @@ def scan_files(spec: ScanSpec, files: Sequence[FileInput], folder: Path, workers
         parts = scan_files(spec, [FileInput(p, read) for p in days], tmp / "scratch", workers=4)
     """
     folders = [folder / f"part{k}" for k in range(len(files))]
-    if workers <= 1 or len(files) <= 1:
-        return [scan_file(spec, item, part) for item, part in zip(files, folders)]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=context) as pool:
-        return list(pool.map(scan_file, [spec] * len(files), files, folders))
+    return map_in_workers(scan_file, [spec] * len(files), files, folders, workers=workers, what="preprocessing")
 
 
 class ScanView:
@@ -214,5 +209,6 @@ class ScanView:
         return sum(column.rows for _, column, _ in self._pieces.get(name, []))
 
     def global_codes(self, feature: str) -> Tuple[pa.Array, np.ndarray]:
-        """``(values, to_global)`` of a raw feature over all parts (:func:`~dlrm_multiepoch.data.vocab.global_codes`)."""
+        """``(values, to_global)`` of a raw feature over all parts
+        (:func:`~dlrm_multiepoch.data.vocab.global_codes`)."""
         return global_codes([Path(path) for path, stacked in self.coded[feature] if stacked], feature)

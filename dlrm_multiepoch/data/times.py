@@ -94,7 +94,7 @@ class TimeFormat:
             other = values[int(np.flatnonzero(bad)[0])].as_py()
             how = "a number" if self.kind == NUMBER else f"a date in the format {self.kind}"
             raise ValueError(
-                f"--timestamp_col {self.column!r} of {self.what} mixes formats: its first value {self.first!r} is {how}, "
-                f"which {other!r} is not; write the whole column in one format"
+                f"--timestamp_col {self.column!r} of {self.what} mixes formats: its first value {self.first!r} is "
+                f"{how}, which {other!r} is not; write the whole column in one format"
             )
         return parsed

@@ -113,7 +113,8 @@ def global_codes(spills: Sequence[Path], name: str) -> Tuple[pa.Array, np.ndarra
     for path in spills:
         with pa.memory_map(str(path)) as source:
             column = pa.ipc.open_file(source).read_all().column("v")
-            columns.append(pa.chunked_array([pa.concat_arrays(column.chunks)] if column.num_chunks else [], column.type))
+            owned = [pa.concat_arrays(column.chunks)] if column.num_chunks else []  # copied: the map closes
+            columns.append(pa.chunked_array(owned, column.type))
     if not columns:
         return pa.array([], pa.null()), np.zeros(0, np.int64)
     first = columns[0].type

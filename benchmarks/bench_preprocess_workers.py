@@ -5,14 +5,16 @@ Writes ``--files`` synthetic Criteo TSVs of ``--rows_per_file`` rows each
 for reruns), then runs ``dlrm-multiepoch preprocess --dataset criteo --data_path
 day_0,...`` in a child process per worker count, ``--repeats`` rounds, the worker counts
 alternating within each round (order rotated per round). Per run: wall time (rows/s =
-rows / wall), the phases the command logs (scan, which the workers share; fit and write,
-which run once in the main process; the rest: start-up, input digests, renaming), CPU
-seconds of the child and its workers, and the peak RSS of the largest of those
-processes. It prints the median of each over the rounds, the speed-up of each worker
-count over one worker, checks that every run wrote the same folder (byte for byte), and
-an extrapolation to the 1 TB Criteo click logs (24 day files, 4,373,472,329 rows) from
-the measured per-row costs: scan time divided over min(workers, 24) processes, the rest
-serial.
+rows / wall), the passes the command logs with their wall and CPU seconds (scan, which
+the workers share; fit and write, which run once in the main process; the rest:
+start-up, input digests, renaming), CPU seconds of the child and its workers, and the
+peak RSS of the largest of those processes. It prints the median of each over the
+rounds and the speed-up over the first worker count, checks that every run wrote the
+same folder (byte for byte), and a model of an idle machine with a core per worker
+(the scan's CPU seconds divided over min(workers, files), the other CPU seconds
+serial): on a shared machine wall times measure the load, CPU seconds the work. From
+one worker's CPU seconds per row it extrapolates to the 1 TB Criteo click logs (24 day
+files, 4,373,472,329 rows).
 
 Usage::
 
@@ -34,10 +36,10 @@ from typing import Dict, List
 REPO = Path(__file__).resolve().parents[1]
 CRITEO_1TB_ROWS = 4_373_472_329
 CRITEO_1TB_FILES = 24
-_PHASES = {
-    "scan": re.compile(r"scanned [\d,]+ rows in ([\d.]+)s"),
-    "fit": re.compile(r"fitted id maps and dense statistics in ([\d.]+)s"),
-    "write": re.compile(r"wrote [\d,]+ rows in ([\d.]+)s"),
+_PHASES = {  # the command's log lines: wall and CPU seconds of each pass
+    "scan": re.compile(r"scanned [\d,]+ rows in ([\d.]+)s \(([\d.]+) CPU s\)"),
+    "fit": re.compile(r"fitted id maps and dense statistics in ([\d.]+)s \(([\d.]+) CPU s\)"),
+    "write": re.compile(r"wrote [\d,]+ rows in ([\d.]+)s \(([\d.]+) CPU s\)"),
 }
 
 
@@ -66,8 +68,13 @@ def run(files: List[Path], workers: int, output: Path, chunk_mb: float) -> Dict[
         raise SystemExit(f"failed ({status}): {' '.join(cmd)}\n{out}")
     result = {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
     for phase, pattern in _PHASES.items():
-        result[phase] = float(pattern.search(out).group(1))
+        found = pattern.search(out)
+        result[phase], result[f"{phase}_cpu"] = float(found.group(1)), float(found.group(2))
     result["other"] = wall - result["scan"] - result["fit"] - result["write"]
+    # CPU-bound passes on an idle machine with a core per worker: the scan's CPU shared by the
+    # workers (files of equal size), everything else in one process (start-up, digests, fit, write).
+    result["serial_cpu"] = result["cpu"] - result["scan_cpu"]
+    result["model"] = result["scan_cpu"] / min(workers, len(files)) + result["serial_cpu"]
     result["digest"] = folder_digest(output)
     return result
 
@@ -105,20 +112,24 @@ def main() -> None:
             print(f"round {r} workers {w}: {res['wall']:.1f}s ({rows / res['wall']:,.0f} rows/s), scan {res['scan']:.1f}s, "
                   f"fit {res['fit']:.1f}s, write {res['write']:.1f}s, load average {load:.1f}", flush=True)  # fmt: skip
     digests = {res["digest"] for runs in results.values() for res in runs}
-    med = {w: {k: statistics.median(res[k] for res in runs) for k in runs[0] if k != "digest"} for w, runs in results.items()}
-    base = med[counts[0]]["wall"]
-    print(f"\n{args.files} files x {args.rows_per_file:,} rows = {rows:,} rows; medians of {args.repeats} rounds")
-    print("| workers | wall s | rows/s | speed-up | scan s | fit s | write s | other s | CPU s | peak RSS MB (largest process) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    med = {w: {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "digest"} for w, runs in results.items()}
+    base, model_base = med[counts[0]]["wall"], med[counts[0]]["model"]
+    print(f"\n{args.files} files x {args.rows_per_file:,} rows = {rows:,} rows; medians of {args.repeats} rounds; "
+          f"load average (1 min) at the end {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print("| workers | wall s | rows/s | speed-up | scan s (CPU s) | fit s (CPU s) | write s (CPU s) | other s | "
+          "CPU s, all processes | peak RSS MB, largest process | idle-machine model s | model rows/s | model speed-up |")
+    print("|---" * 13 + "|")
     for w, m in med.items():
-        print(f"| {w} | {m['wall']:.1f} | {rows / m['wall']:,.0f} | {base / m['wall']:.2f}x | {m['scan']:.1f} | "
-              f"{m['fit']:.1f} | {m['write']:.1f} | {m['other']:.1f} | {m['cpu']:.1f} | {m['peak_rss_mb']:.0f} |")  # fmt: skip
+        print(f"| {w} | {m['wall']:.1f} | {rows / m['wall']:,.0f} | {base / m['wall']:.2f}x | "
+              f"{m['scan']:.1f} ({m['scan_cpu']:.1f}) | {m['fit']:.1f} ({m['fit_cpu']:.1f}) | "
+              f"{m['write']:.1f} ({m['write_cpu']:.1f}) | {m['other']:.1f} | {m['cpu']:.1f} | {m['peak_rss_mb']:.0f} | "
+              f"{m['model']:.1f} | {rows / m['model']:,.0f} | {model_base / m['model']:.2f}x |")  # fmt: skip
     print(f"every run wrote the same folder: {len(digests) == 1} ({sorted(digests)})")
     one = med[1] if 1 in med else med[counts[0]]
-    scan_per_row = one["scan"] / rows  # one worker's seconds per row
-    serial_per_row = (one["fit"] + one["write"] + one["other"]) / rows
-    print(f"\nextrapolation to the 1 TB Criteo logs ({CRITEO_1TB_ROWS:,} rows, {CRITEO_1TB_FILES} files), "
-          f"per-row costs of 1 worker here (scan {scan_per_row * 1e6:.2f} us, rest {serial_per_row * 1e6:.2f} us):")  # fmt: skip
+    scan_per_row, serial_per_row = one["scan_cpu"] / rows, one["serial_cpu"] / rows  # CPU seconds per row
+    print(f"\nextrapolation to the 1 TB Criteo logs ({CRITEO_1TB_ROWS:,} rows, {CRITEO_1TB_FILES} files) from the "
+          f"CPU seconds per row of 1 worker (scan {scan_per_row * 1e6:.2f} us, the rest {serial_per_row * 1e6:.2f} us), "
+          "a core per worker, disks that keep up:")  # fmt: skip
     for w in sorted({1, 2, 8, 24, *counts}):
         hours = CRITEO_1TB_ROWS * (scan_per_row / min(w, CRITEO_1TB_FILES) + serial_per_row) / 3600
         print(f"  {w:>2} workers: {hours:5.1f} h")

@@ -162,6 +162,10 @@ def test_files_with_numbers_and_dates_as_timestamps_are_refused_naming_both(tmp_
     cfg = DataConfig(dataset="interactions", data_path=f"{a},{b}", timestamp_col="ts", preprocess_workers=2)
     with pytest.raises(ValueError, match=r"numbers in a.csv \(e.g. '1577836800'\), dates in b.csv \(e.g. '2020-01-03'\)"):
         prepare_dataset(cfg, str(tmp_path / "out"), log=quiet)
+    c = tmp_path / "c.csv"
+    write_times(c, [""] * 50)
+    with pytest.raises(ValueError, match=r"--timestamp_col 'ts': \['c.csv'\] hold no timestamps"):
+        prepare_dataset(replace(cfg, data_path=f"{b},{c}"), str(tmp_path / "out"), log=quiet)
 
 
 def test_a_column_named_twice_is_refused_by_name(tmp_path: Path) -> None:

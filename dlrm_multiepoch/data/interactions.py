@@ -11,7 +11,9 @@ missing the user, item, label or timestamp are dropped and counted in the log.
 
 The file is read in chunks (pyarrow's streaming CSV reader, Parquet record batches), so
 memory does not grow with it. Id columns of a text file are read as text: ``007`` and
-``7`` are two ids.
+``7`` are two ids. Timestamps are read in one format per file
+(:mod:`~dlrm_multiepoch.data.times`). Several files (``--data_path a.csv,b.parquet``)
+are one table, rows in that order; every file's columns are checked before any is read.
 """
 
 from __future__ import annotations
@@ -260,6 +262,9 @@ def _scan_notes(cfg: "DataConfig", readers: List[TableReader], reports: List[Dic
                 f"{f' in {reader.path.name}' if len(readers) > 1 else ''}, e.g. {r['bad_examples']}"
             )
     if cfg.timestamp_col:
+        empty = [reader.path.name for reader, r in zip(readers, reports) if r["time"]["first"] is None]
+        if empty and len(readers) > 1:
+            raise ValueError(f"--timestamp_col {cfg.timestamp_col!r}: {empty} hold no timestamps (every row missing)")
         times = [(reader.path.name, r["time"]) for reader, r in zip(readers, reports) if r["time"]["first"] is not None]
         numbers = [t for t in times if t[1]["kind"] == NUMBER]
         dates = [t for t in times if t[1]["kind"] != NUMBER]

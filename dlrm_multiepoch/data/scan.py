@@ -166,7 +166,6 @@ class ScanView:
     """
 
     def __init__(self, parts: Sequence[Part], raw: Sequence[str]) -> None:
-        self.parts = list(parts)
         self.rows = sum(p.rows for p in parts)
         self.names = sorted({name for p in parts for name in p.columns})
         self.coded = {f: [p.coders[f] for p in parts] for f in raw}
@@ -184,6 +183,11 @@ class ScanView:
             dtypes = {column.dtype for _, column, _ in pieces}
             if len(dtypes) > 1:
                 raise ValueError(f"scanned column {name!r}: {sorted(map(str, dtypes))} in different input files")
+            # A column a source gave for some files only would shift every later row (a source bug).
+            uneven = [k for k, p in enumerate(parts) if not name.startswith("bag:") and p.rows and
+                      (name not in p.columns or p.columns[name][3] != p.rows)]  # fmt: skip
+            if uneven:
+                raise ValueError(f"scanned column {name!r} does not cover every row of input files {uneven}")
             self._pieces[name] = pieces
 
     def read(self, name: str, start: int, stop: int) -> np.ndarray:

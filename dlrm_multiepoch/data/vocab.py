@@ -14,6 +14,7 @@ The result equals fitting a dict on the train rows and looking every row up, wha
 the chunking.
 """
 
+import contextlib
 import hashlib
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
@@ -53,7 +54,8 @@ class ValueCoder:
 
         coder = ValueCoder(tmp, "item")
         stacked = [coder.encode(chunk["item"]) for chunk in chunks]   # int64, -1 = missing
-        values, to_global = coder.finish()
+        coder.close()
+        values, to_global = global_codes([coder.path], "item")
         global_codes = to_global[stacked[0][stacked[0] >= 0]]
     """
 
@@ -86,17 +88,9 @@ class ValueCoder:
         return codes
 
     def close(self) -> None:
-        """Finish the spill file (for :func:`global_codes`, maybe in another process)."""
+        """Finish the spill file (read by :func:`global_codes`, maybe in another process)."""
         if self._writer is not None:
             self._writer.close()
-
-    def finish(self) -> Tuple[pa.Array, np.ndarray]:
-        """``(values, to_global)``: every distinct value in first-appearance order, and
-        the global code of each stacked code."""
-        self.close()
-        out = global_codes([self.path] if self._writer is not None else [], self.name)
-        self.path.unlink(missing_ok=True)
-        return out
 
 
 def global_codes(spills: Sequence[Path], name: str) -> Tuple[pa.Array, np.ndarray]:
@@ -109,28 +103,24 @@ def global_codes(spills: Sequence[Path], name: str) -> Tuple[pa.Array, np.ndarra
 
         values, to_global = global_codes([part0 / "coder0.uniques.arrow", part1 / "coder0.uniques.arrow"], "item")
     """
-    columns = []
-    for path in spills:
-        with pa.memory_map(str(path)) as source:
-            column = pa.ipc.open_file(source).read_all().column("v")
-            owned = [pa.concat_arrays(column.chunks)] if column.num_chunks else []  # copied: the map closes
-            columns.append(pa.chunked_array(owned, column.type))
-    if not columns:
-        return pa.array([], pa.null()), np.zeros(0, np.int64)
-    first = columns[0].type
-    for k, column in enumerate(columns[1:], 1):
-        if column.type != first:
-            try:
-                columns[k] = column.cast(first)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise ValueError(f"column {name!r}: values of type {column.type} in one input file, {first} in an "
-                                 "earlier one") from e
-    uniques = pa.chunked_array([c for column in columns for c in column.chunks], first)
-    encoded = pc.dictionary_encode(uniques)
-    if not encoded.num_chunks:
-        return pa.array([], first), np.zeros(0, np.int64)
-    to_global = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64) for c in encoded.chunks])
-    return pa.concat_arrays([encoded.chunk(0).dictionary]), to_global
+    with contextlib.ExitStack() as maps:  # read in place: only the distinct values are copied out
+        columns = [pa.ipc.open_file(maps.enter_context(pa.memory_map(str(p)))).read_all().column("v") for p in spills]
+        if not columns:
+            return pa.array([], pa.null()), np.zeros(0, np.int64)
+        first = columns[0].type
+        for k, column in enumerate(columns[1:], 1):
+            if column.type != first:
+                try:
+                    columns[k] = column.cast(first)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise ValueError(
+                        f"column {name!r}: values of type {column.type} in one input file, {first} in an earlier one"
+                    ) from e
+        encoded = pc.dictionary_encode(pa.chunked_array([c for column in columns for c in column.chunks], first))
+        if not encoded.num_chunks:
+            return pa.array([], first), np.zeros(0, np.int64)
+        to_global = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64) for c in encoded.chunks])
+        return pa.concat_arrays([encoded.chunk(0).dictionary]), to_global  # own the buffers: the maps close
 
 
 class IdCounter:

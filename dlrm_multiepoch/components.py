@@ -1,4 +1,5 @@
-"""TorchX components of dlrm-multiepoch: ``train`` (one training run) and ``sweep`` (a strategy comparison).
+"""TorchX components of dlrm-multiepoch: ``train`` (one training run), ``sweep`` (a strategy comparison)
+and ``preprocess`` (input files encoded into a dataset folder, several files at once).
 
 This module is the single definition of the components. It is reachable two ways:
 
@@ -206,3 +207,72 @@ def sweep(
 
 
 add_config_params(sweep, SWEEP_PARAMS)
+
+
+# Data flags offered as typed parameters of the preprocessing job; the rest go after "--".
+PREPROCESS_PARAMS = (
+    "dataset", "data_path", "criteo_hash_size", "max_rows", "min_count", "test_fraction", "val_fraction",
+    "preprocess_workers", "preprocess_chunk_mb",
+)  # fmt: skip
+
+
+def preprocess(
+    *preprocess_args: str,
+    output: str,
+    cpu: int = 8,
+    memMB: int = 16384,
+    h: Optional[str] = None,
+    image: str = torchx.IMAGE,
+    name: str = "dlrm_multiepoch/preprocess",
+    env: Optional[Dict[str, str]] = None,
+    max_retries: int = 0,
+    mounts: Optional[List[str]] = None,
+    **config: object,
+) -> specs.AppDef:
+    """``dlrm-multiepoch preprocess`` as one job: input files encoded into the dataset folder ``output``.
+
+    The job parses up to ``preprocess_workers`` input files at once (default: ``cpu``),
+    one worker process each, e.g. Criteo's 24 days given as ``--data_path
+    day_0,day_1,...,day_23``; id maps and statistics are then fitted over all files and
+    the rows written in file order. The folder is the same whatever the worker count,
+    and appears whole or not at all. Train on it with ``--data_path <output>``.
+
+    Example::
+
+        torchx run -s slurm dlrm_multiepoch.preprocess --output /data/criteo_1tb --cpu 32 \\
+            --dataset criteo --data_path /data/day_0,/data/day_1 --criteo_hash_size 10000000
+
+    Args:
+        preprocess_args: further data flags for ``dlrm-multiepoch preprocess``, passed through verbatim
+        output: dataset folder to write (new, or empty)
+        cpu: CPUs of the node (and the default worker count)
+        memMB: host memory, in MB (each worker holds one chunk: see --preprocess_chunk_mb)
+        h: a registered named resource; overrides cpu and memMB
+        image: container image (kubernetes, docker); ignored by local_cwd and slurm
+        name: job name, {experimentname}/{runname}
+        env: environment variables for the job
+        max_retries: how many times the scheduler may restart the job after a failure (it starts over)
+        mounts: mounts into the job's container, e.g. type=bind,src=/data,dst=/data
+    """
+    passed = any(a == "--preprocess_workers" or a.startswith("--preprocess_workers=") for a in preprocess_args)
+    if config.get("preprocess_workers") is None and not passed:
+        config["preprocess_workers"] = cpu
+    args = ["preprocess", "--output", output, *config_flags(preprocess, config, preprocess_args), *preprocess_args]
+    return specs.AppDef(
+        name=name.split("/")[-1],
+        roles=[
+            specs.Role(
+                name="preprocess",
+                image=image,
+                entrypoint="dlrm-multiepoch",
+                args=args,
+                env={"PYTHONUNBUFFERED": "1", **(env or {})},
+                resource=specs.resource(cpu=cpu, gpu=0, memMB=memMB, h=h),
+                max_retries=max_retries,
+                mounts=specs.parse_mounts(mounts) if mounts else [],
+            )
+        ],
+    )
+
+
+add_config_params(preprocess, PREPROCESS_PARAMS)

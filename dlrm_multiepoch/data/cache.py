@@ -10,10 +10,12 @@ import contextlib
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterator, Union
+from typing import Any, Dict, Iterator, List, Sequence, Union
+
+from dlrm_multiepoch.data.workers import map_in_workers
 
 # Bump when a source changes the arrays it produces, so stale caches are not reused.
-CACHE_VERSION = 4  # 4: per-table min_count, --id_maps, slice column, encoding report
+CACHE_VERSION = 5  # 4: per-table min_count, --id_maps, slice column, encoding report; 5: one timestamp format per file
 
 
 def file_digest(path: Union[str, Path]) -> str:
@@ -23,6 +25,16 @@ def file_digest(path: Union[str, Path]) -> str:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def file_digests(paths: Sequence[Path], workers: int = 1) -> List[str]:
+    """:func:`file_digest` of each file, ``workers`` files at a time (spawned processes).
+
+    Example::
+
+        digests = file_digests([Path("day_0"), Path("day_1")], workers=2)
+    """
+    return map_in_workers(file_digest, paths, workers=workers, what="input digest")
 
 
 def cache_key(options: Dict[str, Any]) -> str:

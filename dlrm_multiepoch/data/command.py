@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: List[str]) -> int:
     from dlrm_multiepoch.data.load import prepare_dataset
+    from dlrm_multiepoch.data.workers import WorkerDied
     from dlrm_multiepoch.data.store import open_dataset
 
     parser = build_parser()
@@ -47,8 +48,10 @@ def main(argv: List[str]) -> int:
     try:
         folder = prepare_dataset(cfg, ns.output)
         data, meta = open_dataset(folder)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, WorkerDied) as e:
         parser.exit(2, f"dlrm-multiepoch preprocess: error: {e}\n")
+    except KeyboardInterrupt:  # the workers stop too; the output folder appears only complete
+        parser.exit(130, "dlrm-multiepoch preprocess: interrupted; nothing written\n")
     for note in meta["notes"]:
         print(note)
     print(data.summary())

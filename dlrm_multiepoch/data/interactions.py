@@ -11,16 +11,18 @@ missing the user, item, label or timestamp are dropped and counted in the log.
 
 The file is read in chunks (pyarrow's streaming CSV reader, Parquet record batches), so
 memory does not grow with it. Id columns of a text file are read as text: ``007`` and
-``7`` are two ids.
+``7`` are two ids. Timestamps are read in one format per file
+(:mod:`~dlrm_multiepoch.data.times`). Several files (``--data_path a.csv,b.parquet``)
+are one table, rows in that order; every file's columns are checked before any is read.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -40,7 +42,9 @@ from dlrm_multiepoch.data.recipe import (
     threshold_labels,
 )
 from dlrm_multiepoch.data.readers import require_columns
-from dlrm_multiepoch.data.registry import Source, register_source, require_file
+from dlrm_multiepoch.data.registry import Source, register_source, require_files
+from dlrm_multiepoch.data.scan import FileInput
+from dlrm_multiepoch.data.times import MISSING_TIME, NUMBER, TimeFormat, to_float
 from dlrm_multiepoch.data.vocab import normalize_values
 
 from dlrm_multiepoch.data.config import DataConfig, parse_thresholds, split_list
@@ -79,9 +83,11 @@ class TableReader:
         try:
             if self.parquet:
                 self._file = pq.ParquetFile(path)
-                self.columns = list(self._file.schema_arrow.names)
+                schema = self._file.schema_arrow
             else:
-                self.columns = list(self._open_csv(None).schema.names)
+                schema = pa.schema([(name, pa.string()) for name in self._open_csv(None).schema.names])  # read as text
+            self.columns = list(schema.names)
+            self.types = list(schema.types)
         except (pa.ArrowException, OSError, UnicodeDecodeError) as e:  # text that is not UTF-8, too
             raise ValueError(f"cannot read {self.what}: {e}") from e
 
@@ -104,6 +110,41 @@ class TableReader:
             convert_options=convert,
         )
 
+    def check_columns(self, used: Dict[str, List[str]], scalar: List[str]) -> None:
+        """Refuse, naming the flag: a used column absent, named twice in the file, or
+        (among ``scalar``, the columns read as one value per row) a list or struct.
+
+        Args:
+            used: flag -> the columns it names.
+            scalar: the columns that must hold one value per row.
+        """
+        for flag, columns in used.items():
+            require_columns(self.columns, columns, self.what, flag)
+            for col in columns:
+                if self.columns.count(col) > 1:
+                    raise ValueError(
+                        f"{self.what} has {self.columns.count(col)} columns named {col!r} ({flag}); rename them apart"
+                    )
+                kind = self.types[self.columns.index(col)]
+                if col in scalar and pa.types.is_nested(kind):
+                    listed = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+                    raise ValueError(
+                        f"{flag} column {col!r} of {self.what} holds {kind} values, not one value a row"
+                        + ("; list columns go in --multi_hot_cols" if listed else "")
+                    )
+
+    def first_value(self, column: str) -> Optional[object]:
+        """The column's first present value (None: it has none); reads until it finds one."""
+        counted = self.bad_lines, list(self.bad_examples)  # malformed lines are counted by the full read
+        try:
+            for table in self.chunks([column]):
+                present = pc.drop_null(table[column])
+                if len(present):
+                    return present[0].as_py()
+            return None
+        finally:
+            self.bad_lines, self.bad_examples = counted
+
     def chunks(self, columns: List[str]) -> Iterator[pa.Table]:
         """The file's ``columns``, chunk by chunk (text columns as strings)."""
         try:
@@ -119,30 +160,6 @@ class TableReader:
             raise ValueError(f"cannot read {self.what}: {e}") from e
 
 
-def to_float(values: pa.ChunkedArray) -> np.ndarray:
-    """Numbers as float64, NaN for missing or non-numeric text (``pandas.to_numeric``)."""
-    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-        return pd.to_numeric(values.to_pandas(), errors="coerce").to_numpy(dtype=np.float64)
-    return pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
-
-
-def _is_numeric_text(values: pa.ChunkedArray) -> bool:
-    present = pc.drop_null(values)
-    return bool(np.isfinite(to_float(present)).all()) if len(present) else True
-
-
-def to_times(values: pa.ChunkedArray, numeric: bool) -> np.ndarray:
-    """Timestamps: numbers as float64 (NaN = missing), or datetimes as int64 ns ticks
-    (``np.iinfo(np.int64).min`` = missing). Only their order matters."""
-    if numeric:
-        return to_float(values)
-    if pa.types.is_timestamp(values.type) or pa.types.is_date(values.type):
-        series = pd.to_datetime(values.to_pandas(), utc=True)
-    else:
-        series = pd.to_datetime(values.to_pandas(), errors="coerce", utc=True)
-    return series.to_numpy(dtype="datetime64[ns]").view(np.int64)
-
-
 def to_bags(values: pa.ChunkedArray, sep: str) -> pa.Array:
     """A list column as a list array; text is split at ``sep`` (empty items dropped)."""
     values = values.combine_chunks()
@@ -154,18 +171,16 @@ def to_bags(values: pa.ChunkedArray, sep: str) -> pa.Array:
     return pa.ListArray.from_arrays(lists.offsets, items, mask=lists.is_null())
 
 
-def interactions_recipe(cfg: "DataConfig", path: Path, reader: TableReader) -> Recipe:
-    """Check the columns and flags, and describe how rows become the dataset."""
-    what = reader.what
+def interactions_recipe(cfg: "DataConfig", readers: List[TableReader]) -> Recipe:
+    """Check every file's columns and the flags, and describe how rows become the dataset."""
     categorical, dense_cols = split_list(cfg.categorical_cols), split_list(cfg.dense_cols)
     multi_hot = split_list(cfg.multi_hot_cols)
-    for flag, col in [("--user_col", cfg.user_col), ("--item_col", cfg.item_col), ("--label_col", cfg.label_col)]:
-        require_columns(reader.columns, [col], what, flag)
-    if cfg.timestamp_col:
-        require_columns(reader.columns, [cfg.timestamp_col], what, "--timestamp_col")
-    require_columns(reader.columns, categorical, what, "--categorical_cols")
-    require_columns(reader.columns, dense_cols, what, "--dense_cols")
-    require_columns(reader.columns, multi_hot, what, "--multi_hot_cols")
+    what = readers[0].what if len(readers) == 1 else f"--data_path {cfg.data_path}"
+    used = {"--user_col": [cfg.user_col], "--item_col": [cfg.item_col], "--label_col": [cfg.label_col]}
+    used.update({"--timestamp_col": [cfg.timestamp_col]} if cfg.timestamp_col else {})
+    used.update({"--categorical_cols": categorical, "--dense_cols": dense_cols, "--multi_hot_cols": multi_hot})
+    for reader in readers:  # every file, before any is read
+        reader.check_columns(used, [c for flag, cols in used.items() if flag != "--multi_hot_cols" for c in cols])
     for flag, cols in (("--categorical_cols", categorical), ("--multi_hot_cols", multi_hot)):
         reserved = {USER_FEATURE, ITEM_FEATURE, HISTORY_FEATURE} & set(cols)
         if reserved:
@@ -187,11 +202,6 @@ def interactions_recipe(cfg: "DataConfig", path: Path, reader: TableReader) -> R
         rows = subsample(n_read, cfg.max_rows, cfg.split_seed) if cfg.max_rows is not None else np.arange(n_read)
         usable = rows[~bad[rows]]
         notes = [f"interactions: {n_read} rows read, {len(usable)} kept"]  # cached: load_dataset names the file
-        if reader.bad_lines:
-            notes.append(
-                f"interactions: skipped {reader.bad_lines} malformed lines (a wrong number of fields), "
-                f"e.g. {reader.bad_examples}"
-            )
         if len(usable) == 0:  # before any other column is read: an empty file has none
             raise ValueError(f"{what}: no usable rows: {_why_unusable(load, rows, n_read, cfg)}")
         if len(usable) < len(rows):
@@ -238,7 +248,32 @@ def interactions_recipe(cfg: "DataConfig", path: Path, reader: TableReader) -> R
         history_length=cfg.history_length,
         history_time="time" if cfg.timestamp_col else None,
         seed=cfg.split_seed,
+        after_scan=lambda reports: _scan_notes(cfg, readers, reports),
     )
+
+
+def _scan_notes(cfg: "DataConfig", readers: List[TableReader], reports: List[Dict[str, Any]]) -> List[str]:
+    """Malformed lines skipped per file; timestamps that are numbers in one file and dates in another refused."""
+    notes = []
+    for reader, r in zip(readers, reports):
+        if r["bad_lines"]:
+            notes.append(
+                f"interactions: skipped {r['bad_lines']} malformed lines (a wrong number of fields)"
+                f"{f' in {reader.path.name}' if len(readers) > 1 else ''}, e.g. {r['bad_examples']}"
+            )
+    if cfg.timestamp_col:
+        empty = [reader.path.name for reader, r in zip(readers, reports) if r["time"]["first"] is None]
+        if empty and len(readers) > 1:
+            raise ValueError(f"--timestamp_col {cfg.timestamp_col!r}: {empty} hold no timestamps (every row missing)")
+        times = [(reader.path.name, r["time"]) for reader, r in zip(readers, reports) if r["time"]["first"] is not None]
+        numbers = [t for t in times if t[1]["kind"] == NUMBER]
+        dates = [t for t in times if t[1]["kind"] != NUMBER]
+        if numbers and dates:
+            raise ValueError(
+                f"--timestamp_col {cfg.timestamp_col!r}: numbers in {numbers[0][0]} (e.g. {numbers[0][1]['first']!r}), "
+                f"dates in {dates[0][0]} (e.g. {dates[0][1]['first']!r}); write the files' timestamps alike"
+            )
+    return notes
 
 
 def _why_unusable(load: Callable[[str], np.ndarray], rows: np.ndarray, n_read: int, cfg: "DataConfig") -> str:
@@ -252,29 +287,29 @@ def _why_unusable(load: Callable[[str], np.ndarray], rows: np.ndarray, n_read: i
     )
 
 
-def interaction_chunks(cfg: "DataConfig", reader: TableReader) -> Iterator[Chunk]:
-    """Parsed chunks of the table: ids, bags, label/time/dense numbers, rows to drop."""
+def interaction_file_chunks(cfg: "DataConfig", path: Path, report: Dict[str, Any]) -> Iterator[Chunk]:
+    """A :class:`~dlrm_multiepoch.data.scan.FileInput` reader: one file's chunks (ids,
+    bags, label/time/dense numbers, rows to drop); then ``report`` holds its malformed
+    lines and how its timestamps read (one format for the whole file)."""
+    reader = TableReader(path, cfg.preprocess_chunk_bytes)
     categorical, dense_cols = split_list(cfg.categorical_cols), split_list(cfg.dense_cols)
     multi_hot = split_list(cfg.multi_hot_cols)
     columns = list(dict.fromkeys([cfg.user_col, cfg.item_col, cfg.label_col, *categorical, *dense_cols, *multi_hot]))
+    times = None
     if cfg.timestamp_col:
         columns.append(cfg.timestamp_col)
-    numeric_time: Optional[bool] = None
+        kind = reader.types[reader.columns.index(cfg.timestamp_col)]
+        times = TimeFormat(cfg.timestamp_col, reader.what, reader.first_value(cfg.timestamp_col), kind)
     for table in reader.chunks(columns):
         user, item = normalize_values(table[cfg.user_col]), normalize_values(table[cfg.item_col])
         label = to_float(table[cfg.label_col])
         bad = user.is_null().to_numpy(zero_copy_only=False) | item.is_null().to_numpy(zero_copy_only=False)
         bad |= ~np.isfinite(label)  # missing, non-numeric (NaN after parsing) or infinite
         chunk = Chunk(rows=table.num_rows, ids={USER_FEATURE: user, ITEM_FEATURE: item}, numbers={"label": label})
-        if cfg.timestamp_col:
-            raw = table[cfg.timestamp_col]
-            if numeric_time is None:  # decided once, by the first chunk, for the whole file
-                numeric_time = pa.types.is_integer(raw.type) or pa.types.is_floating(raw.type) or (
-                    pa.types.is_string(raw.type) and _is_numeric_text(raw)
-                )
-            times = to_times(raw, numeric_time)
-            bad |= np.isnan(times) if numeric_time else times == np.iinfo(np.int64).min
-            chunk.numbers["time"] = times
+        if times is not None:
+            parsed = times.parse(table[cfg.timestamp_col])
+            bad |= np.isnan(parsed) if times.kind == NUMBER else parsed == MISSING_TIME
+            chunk.numbers["time"] = parsed
         for col in categorical:
             chunk.ids[col] = table[col]
         for col in multi_hot:
@@ -285,28 +320,36 @@ def interaction_chunks(cfg: "DataConfig", reader: TableReader) -> Iterator[Chunk
             chunk.numbers[f"coerced:{col}"] = (np.isnan(value) & ~table[col].is_null().to_numpy(zero_copy_only=False))
         chunk.bad = bad
         yield chunk
+    report.update(
+        bad_lines=reader.bad_lines,
+        bad_examples=reader.bad_examples,
+        time=times.describe() if times is not None else {"kind": None, "first": None},
+    )
 
 
 def prepare_interactions(
-    cfg: "DataConfig", path: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+    cfg: "DataConfig", paths: List[Path], output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
 ) -> List[str]:
-    """Encode the interactions table at ``path`` into the dataset folder ``output``.
+    """Encode the interactions table at ``paths`` (one file, or several read as one table
+    in that order, ``--preprocess_workers`` at a time) into the dataset folder ``output``.
 
     Example::
 
         cfg = DataConfig(dataset="interactions", data_path="events.parquet", timestamp_col="ts",
                          label_col="rating", task_thresholds="like:4")
-        notes = prepare_interactions(cfg, Path(cfg.data_path), Path("prepped/events"), print, {})
+        notes = prepare_interactions(cfg, [Path(cfg.data_path)], Path("prepped/events"), print, {})
     """
-    reader = TableReader(path, cfg.preprocess_chunk_bytes)
-    recipe = interactions_recipe(cfg, path, reader)
-    return preprocess(recipe, interaction_chunks(cfg, reader), output, log, extra_meta=extra_meta)
+    readers = [TableReader(path, cfg.preprocess_chunk_bytes) for path in paths]
+    recipe = interactions_recipe(cfg, readers)
+    inputs = [FileInput(path, functools.partial(interaction_file_chunks, cfg)) for path in paths]
+    return preprocess(recipe, inputs, output, log, extra_meta=extra_meta, workers=cfg.preprocess_workers)
 
 
 register_source(
     Source(
         name="interactions",
         prepare=prepare_interactions,
-        locate=lambda cfg, cache_dir, log: require_file(cfg, "a CSV, TSV or Parquet interactions table"),
+        locate=lambda cfg, cache_dir, log: require_files(cfg, "a CSV, TSV or Parquet interactions table (or several, "
+                                                         "comma-separated)"),
     )
 )

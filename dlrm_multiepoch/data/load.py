@@ -9,9 +9,9 @@ or data a source reads in place (TorchRec's Criteo npy days).
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from dlrm_multiepoch.data.cache import build_lock, cache_key, file_digest
+from dlrm_multiepoch.data.cache import build_lock, cache_key, file_digests
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.fetch import default_cache_dir
@@ -21,18 +21,21 @@ from dlrm_multiepoch.data.store import is_dataset_folder, open_dataset
 Log = Callable[[str], None]
 
 
-def cached_folder(cfg: DataConfig, log: Log = print) -> Tuple[Path, Path, Dict[str, Any]]:
+def cached_folder(cfg: DataConfig, log: Log = print) -> Tuple[Union[Path, List[Path]], Path, Dict[str, Any]]:
     """``(input, folder, options)``: the source's input (fetched if needed), the cache
     folder its encoding lives in, and the options that decide it (the input's digest
     included)."""
     source = get_source(cfg.dataset)
     cache_dir = cfg.cache_dir or default_cache_dir()
-    path = source.locate(cfg, cache_dir, log)
+    located = source.locate(cfg, cache_dir, log)
+    paths = located if isinstance(located, list) else [located]
     options = cfg.cache_options()
-    options["source_sha256"] = file_digest(path)
+    digests = file_digests(paths, cfg.preprocess_workers)
     # How the input is parsed: its suffix picks the reader (a CSV renamed .parquet is another entry).
-    options["source_format"] = path.suffix.lower()
-    return path, Path(cache_dir) / "datasets" / f"{cfg.dataset}-{cache_key(options)}", options
+    formats = [p.suffix.lower() for p in paths]
+    one = len(paths) == 1  # one file: the key it had before several were possible
+    options["source_sha256"], options["source_format"] = (digests[0], formats[0]) if one else (digests, formats)
+    return located, Path(cache_dir) / "datasets" / f"{cfg.dataset}-{cache_key(options)}", options
 
 
 def prepare_dataset(cfg: DataConfig, output: Optional[str] = None, log: Log = print) -> Path:
@@ -47,6 +50,8 @@ def prepare_dataset(cfg: DataConfig, output: Optional[str] = None, log: Log = pr
 
         folder = prepare_dataset(DataConfig(dataset="criteo", data_path="day_0.tsv"), "prepped/day_0")
     """
+    if output:
+        check_output(Path(output))
     path, folder, options = cached_folder(cfg, log)
     folder = Path(output) if output else folder
     with build_lock(folder):
@@ -67,11 +72,24 @@ def prepare_dataset(cfg: DataConfig, output: Optional[str] = None, log: Log = pr
                     )
                 return folder
         start = time.perf_counter()
-        log(f"building {cfg.dataset} from {path}")
-        meta = {"options": options, "source": str(path)}
+        log(f"building {cfg.dataset} from {', '.join(map(str, path)) if isinstance(path, list) else path}")
+        sources = [str(p) for p in path] if isinstance(path, list) else [str(path)]
+        meta = {"options": options, "source": sources[0] if len(sources) == 1 else sources}
         get_source(cfg.dataset).prepare(cfg, path, folder, log, meta)
         log(f"built {cfg.dataset} in {time.perf_counter() - start:.1f}s, cached as {folder}")
     return folder
+
+
+def check_output(output: Path) -> None:
+    """Refuse ``--output`` that names a file, or a folder holding anything but a dataset
+    (checked before any work: the finished folder could not replace it)."""
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"--output {output} is a file; pass a folder to create")
+    if output.is_dir() and not is_dataset_folder(output) and any(output.iterdir()):
+        names = sorted(p.name for p in output.iterdir())
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise ValueError(f"--output {output} is a folder that holds other files ({shown}) and no dataset; pass a new or "
+                         "empty folder")
 
 
 def load_dataset(cfg: DataConfig, log: Log = print) -> InteractionData:

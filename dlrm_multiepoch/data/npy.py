@@ -150,6 +150,8 @@ class SpillColumn:
         path: the scratch file.
         dtype: element type.
         row_shape: shape of one row (``()`` for scalars).
+        rows: -1 (a new column, written here), else the rows of a column already written
+            (by another process: :meth:`describe`), read only.
 
     Example::
 
@@ -158,13 +160,17 @@ class SpillColumn:
         first_block = codes.read(0, 65536)
     """
 
-    def __init__(self, path: PathLike, dtype: np.dtype, row_shape: Tuple[int, ...] = ()) -> None:
+    def __init__(self, path: PathLike, dtype: np.dtype, row_shape: Tuple[int, ...] = (), rows: int = -1) -> None:
         self.path = Path(path)
         self.dtype = np.dtype(dtype)
         self.row_shape = tuple(row_shape)
         self.row_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
-        self.rows = 0
-        self._file = open(self.path, "wb")
+        self.rows = max(rows, 0)
+        self._file = open(self.path, "wb") if rows < 0 else None  # rows >= 0: a written column, read back
+
+    def describe(self) -> Tuple[str, str, Tuple[int, ...], int]:
+        """``(path, dtype, row_shape, rows)``: what reopens the closed column in another process."""
+        return str(self.path), self.dtype.str, self.row_shape, self.rows
 
     def append(self, block: np.ndarray) -> None:
         block = np.ascontiguousarray(block, dtype=self.dtype)
@@ -172,7 +178,7 @@ class SpillColumn:
         self.rows += len(block)
 
     def read(self, start: int, stop: int) -> np.ndarray:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.flush()
         start, stop = max(0, start), min(stop, self.rows)
         out = np.empty((max(0, stop - start),) + self.row_shape, dtype=self.dtype)
@@ -184,4 +190,5 @@ class SpillColumn:
         return self.read(0, self.rows)
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()

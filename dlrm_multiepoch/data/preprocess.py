@@ -5,8 +5,10 @@ describes the dataset with a :class:`~dlrm_multiepoch.data.recipe.Recipe` (which
 are ids, how rows are split, how labels and dense features are made). :func:`preprocess` then makes four passes, the first over the
 input, the others over scratch files beside the output:
 
-1. scan: each chunk's raw ids get stacked codes (:class:`~dlrm_multiepoch.data.vocab.ValueCoder`);
-   ids, numbers and bag lengths are spilled.
+1. scan: each input file on its own (:mod:`~dlrm_multiepoch.data.scan`; in worker
+   processes with ``workers`` > 1): raw ids get stacked codes
+   (:class:`~dlrm_multiepoch.data.vocab.ValueCoder`); ids, numbers and bag lengths are
+   spilled. The files' parts are then read one after the other as one scan.
 2. plan: the source assigns every row a split (it may load per-row numbers such as
    timestamps: 8 bytes a row).
 3. fit: id maps (frequency order, ``min_count`` folding) from the train rows (or the
@@ -21,93 +23,62 @@ blocks of :data:`~dlrm_multiepoch.data.recipe.STAT_BLOCK` values and combined ex
 
 import hashlib
 import os
+import resource
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, UNKNOWN_ID, Ragged, TableSpec
 from dlrm_multiepoch.data.history import history_blocks
 from dlrm_multiepoch.data.npy import SpillColumn
 from dlrm_multiepoch.data.recipe import ITEM_FEATURE, USER_FEATURE, Blocks, Chunk, Recipe, SplitPlan
 from dlrm_multiepoch.data.store import DatasetWriter, commit
-from dlrm_multiepoch.data.vocab import IdCounter, ValueCoder, frequency_ids, hashed_ids, values_digest, write_vocab
+from dlrm_multiepoch.data.scan import FileInput, ScanSpec, ScanView, scan_chunks, scan_files
+from dlrm_multiepoch.data.vocab import IdCounter, frequency_ids, hashed_ids, values_digest, write_vocab
 
 BLOCK_ROWS = 1 << 17  # rows per block of the passes over scratch files
 
 
-class _Scratch:
-    """Named spill columns in one folder."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.columns: Dict[str, SpillColumn] = {}
-
-    def append(self, name: str, values: np.ndarray) -> None:
-        if name not in self.columns:
-            file = self.folder / hashlib.sha1(name.encode()).hexdigest()[:16]
-            self.columns[name] = SpillColumn(file, values.dtype, values.shape[1:])
-        self.columns[name].append(values)
-
-    def read(self, name: str, start: int, stop: int) -> np.ndarray:
-        return self.columns[name].read(start, stop)
-
-    def read_all(self, name: str) -> np.ndarray:
-        if name not in self.columns:
-            raise KeyError(f"no scanned column {name!r}; scanned: {sorted(self.columns)}")
-        return self.columns[name].read_all()
-
-    def close(self) -> None:
-        for column in self.columns.values():
-            column.close()
-
-
-def _bag_lengths(values: pa.Array) -> Tuple[np.ndarray, pa.Array]:
-    """Per-row lengths (null lists: 0) and the flattened items of a list array."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    lengths = pc.fill_null(pc.list_value_length(values), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    return lengths, pc.list_flatten(values)
-
-
-def _drop_missing_items(lengths: np.ndarray, codes: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    keep = codes >= 0
-    if keep.all():
-        return lengths, codes
-    row = np.repeat(np.arange(len(lengths)), lengths)
-    return np.bincount(row[keep], minlength=len(lengths)).astype(np.int64), codes[keep]
-
-
 def preprocess(
     recipe: Recipe,
-    chunks: Iterable[Chunk],
+    inputs: Union[Sequence[FileInput], Iterable[Chunk]],
     output: Path,
     log: Callable[[str], None] = print,
     notes: Optional[List[str]] = None,
     extra_meta: Optional[Dict[str, object]] = None,
     block_rows: Optional[int] = None,
+    workers: int = 1,
 ) -> List[str]:
-    """Encode ``chunks`` by ``recipe`` into the dataset folder ``output``; returns the notes.
+    """Encode ``inputs`` by ``recipe`` into the dataset folder ``output``; returns the notes.
 
-    The folder appears complete or not at all (written under a temporary name, renamed).
-    ``notes`` (the source's own log lines) may grow while ``chunks`` is consumed.
+    Args:
+        recipe: how rows become the dataset.
+        inputs: input files (:class:`~dlrm_multiepoch.data.scan.FileInput`, read in this
+            order, ``workers`` at a time) or the chunks of one input.
+        output: the folder; it appears complete or not at all (written under a
+            temporary name, renamed).
+        log: where progress lines go.
+        notes: the source's own log lines (may grow while the chunks are consumed).
+        extra_meta: more entries for ``meta.json``.
+        block_rows: rows per block of the later passes (default :data:`BLOCK_ROWS`).
+        workers: processes scanning input files at once; the result does not depend on it.
 
     Example::
 
-        notes = preprocess(recipe, read_criteo_chunks(path, cfg), Path("prepped/criteo"))
+        notes = preprocess(recipe, [FileInput(Path(p), read) for p in days], Path("prepped/criteo"), workers=4)
     """
     output = Path(output)
     notes = notes if notes is not None else []
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "scratch").mkdir(parents=True)
+    tmp.mkdir(parents=True)
     try:
         job = _Job(recipe, tmp, log, block_rows or BLOCK_ROWS)
-        job.scan(chunks)
+        job.scan(inputs, workers, notes)
         job.plan_splits(notes)
         job.fit()
         job.write(notes, extra_meta or {})
@@ -126,9 +97,10 @@ class _Job:
         self.tmp = tmp
         self.log = log
         self.block_rows = block_rows
-        self.scratch = _Scratch(tmp / "scratch")
-        self.raw = [f for f in recipe.features if f not in recipe.hashed_rows]
-        self.coders = {f: ValueCoder(self.scratch.folder, f"coder{i}") for i, f in enumerate(self.raw)}
+        self.spec = ScanSpec(tuple(recipe.features), tuple(recipe.bags), tuple(recipe.hashed_rows))
+        self.raw = self.spec.raw
+        self.folder = tmp / "scratch"
+        self.scratch: Optional[ScanView] = None
         self.rows = 0
         self.plan: Optional[SplitPlan] = None
         self.to_global: Dict[str, np.ndarray] = {}
@@ -149,28 +121,18 @@ class _Job:
 
     # -- 1. scan ----------------------------------------------------------------
 
-    def scan(self, chunks: Iterable[Chunk]) -> None:
-        start = time.perf_counter()
-        for chunk in chunks:
-            n = chunk.rows
-            for f in self.r.features:
-                if f in self.r.bags:
-                    lengths, items = _bag_lengths(chunk.bags[f])
-                    lengths, codes = _drop_missing_items(lengths, self.coders[f].encode(items))
-                    self.scratch.append(f"len:{f}", lengths)
-                    self.scratch.append(f"bag:{f}", codes)
-                elif f in self.r.hashed_rows:
-                    self.scratch.append(f"id:{f}", np.asarray(chunk.hashed[f]))  # the source's dtype (int32)
-                else:
-                    self.scratch.append(f"id:{f}", self.coders[f].encode(chunk.ids[f]))
-            for name, values in chunk.numbers.items():
-                self.scratch.append(f"num:{name}", np.asarray(values))
-            bad = np.zeros(n, bool) if chunk.bad is None else np.asarray(chunk.bad, bool)
-            self.scratch.append("bad", bad)
-            self.rows += n
-        for f, coder in self.coders.items():
-            self.values[f], self.to_global[f] = coder.finish()
-        self.log(f"preprocess {self.r.name}: scanned {self.rows:,} rows in {time.perf_counter() - start:.1f}s")
+    def scan(self, inputs: Union[Sequence[FileInput], Iterable[Chunk]], workers: int, notes: List[str]) -> None:
+        start = _clock()
+        if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, FileInput) for x in inputs):
+            parts = scan_files(self.spec, inputs, self.folder, workers)
+        else:
+            parts = [scan_chunks(self.spec, inputs, self.folder / "part0", {})]
+        notes.extend(self.r.after_scan([p.report for p in parts]))  # first: it names files that disagree
+        self.scratch = ScanView(parts, self.raw)
+        self.rows = self.scratch.rows
+        for f in self.raw:
+            self.values[f], self.to_global[f] = self.scratch.global_codes(f)
+        self.log(f"preprocess {self.r.name}: scanned {self.rows:,} rows in {_since(start)}")
 
     # -- 2. plan ----------------------------------------------------------------
 
@@ -200,7 +162,7 @@ class _Job:
     # -- 3. fit -----------------------------------------------------------------
 
     def fit(self) -> None:
-        start = time.perf_counter()
+        start = _clock()
         train = self.plan.names.index("train")
         fit = [self.plan.names.index(s) for s in self.r.id_fit_splits]
         self.in_train = {f: np.zeros(len(self.values[f]), bool) for f in self.described}
@@ -230,7 +192,7 @@ class _Job:
         for f in self.r.features:
             self._fit_table(f, counters[f])
         self.r.dense.fit(self._number_blocks(self.r.dense.inputs), train)
-        self.log(f"preprocess {self.r.name}: fitted id maps and dense statistics in {time.perf_counter() - start:.1f}s")
+        self.log(f"preprocess {self.r.name}: fitted id maps and dense statistics in {_since(start)}")
 
     def _fit_table(self, f: str, counter: IdCounter) -> None:
         name = f"t_{f}"
@@ -290,14 +252,14 @@ class _Job:
         del item_stacked
         times = None if self.r.history_time is None else self.scratch.read_all(f"num:{self.r.history_time}")[kept]
         train = np.flatnonzero(self.plan.codes[kept] == self.plan.names.index("train"))
-        spill = SpillColumn(self.scratch.folder / "history", np.int64, (self.r.history_length,))
+        spill = SpillColumn(self.folder / "history", np.int64, (self.r.history_length,))
         for _, block in history_blocks(user, item_key, item_id, train, self.r.history_length, times, self.r.seed):
             spill.append(block)
         spill.close()
         return spill
 
     def write(self, notes: List[str], extra: Dict[str, object]) -> None:
-        start = time.perf_counter()
+        start = _clock()
         names = self.plan.names
         history = self._history()
         split_rows = {s: int((self.plan.codes == i).sum()) for i, s in enumerate(names)}
@@ -305,7 +267,7 @@ class _Job:
             self.tmp, self.tables, list(self.r.bags), len(self.r.dense.names), self.r.tasks, split_rows,
             self.r.history_length, self.slices,
         )
-        inputs = sorted({k[4:] for k in self.scratch.columns if k.startswith("num:")})
+        inputs = [k[4:] for k in self.scratch.names if k.startswith("num:")]
         described = self.described
         single = [f for f in self.r.features if f not in self.r.bags]
         seen = {(s, f): np.zeros(len(self.values[f]), bool) for s in names for f in described}
@@ -376,9 +338,19 @@ class _Job:
             notes,
             {"id_maps": self.id_maps, "encoding": self.encoding, "source_rows": self.rows, **extra},
         )
-        self.scratch.close()
-        elapsed = time.perf_counter() - start
-        self.log(f"preprocess {self.r.name}: wrote {sum(split_rows.values()):,} rows in {elapsed:.1f}s")
+        self.log(f"preprocess {self.r.name}: wrote {sum(split_rows.values()):,} rows in {_since(start)}")
+
+
+def _clock() -> Tuple[float, float]:
+    """Wall seconds, and CPU seconds of this process and its finished children (the scan's workers)."""
+    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter(), own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+
+def _since(start: Tuple[float, float]) -> str:
+    # CPU seconds too: on a shared machine they show the work, where wall time shows the machine's load.
+    wall, cpu = _clock()
+    return f"{wall - start[0]:.1f}s ({cpu - start[1]:.1f} CPU s)"
 
 
 def _fold_note(table: str, r: Dict[str, float]) -> str:

@@ -217,6 +217,8 @@ class Recipe:
         history_length: K > 0 adds the ``history`` feature (needs ``user`` and ``item``).
         history_time: the number ordering histories (None: a seeded order).
         seed: seed of that order.
+        after_scan: the input files' scan reports (in file order) -> notes; raises when
+            the files disagree (one format per dataset).
     """
 
     name: str
@@ -232,6 +234,7 @@ class Recipe:
     history_length: int = 0
     history_time: Optional[str] = None
     seed: int = 0
+    after_scan: Callable[[List[Dict[str, Any]]], List[str]] = field(default=lambda reports: [])
 
     def min_count_of(self, feature: str) -> int:
         return self.min_count.get(feature, 1) if isinstance(self.min_count, dict) else self.min_count

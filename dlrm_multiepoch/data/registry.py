@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
@@ -30,8 +30,9 @@ class Source:
         prepare: ``(cfg, input, output_folder, log, extra_meta) -> notes``: encode the
             input into a dataset folder (:func:`~dlrm_multiepoch.data.preprocess.preprocess`),
             adding ``extra_meta`` to its ``meta.json``.
-        locate: ``(cfg, cache_dir, log) -> input``: the file (or folder) to encode,
-            fetched if needed; raises naming ``--data_path`` if it is missing.
+        locate: ``(cfg, cache_dir, log) -> input``: the file (or folder) to encode, or
+            a list of files (:func:`require_files`), fetched if needed; raises naming
+            ``--data_path`` if it is missing. ``prepare`` gets what it returned.
         open_in_place: optional ``(cfg, path) -> data or None``: data already in a
             trainable layout (e.g. TorchRec's Criteo npy days) read without encoding.
 
@@ -42,8 +43,8 @@ class Source:
     """
 
     name: str
-    prepare: Callable[["DataConfig", Path, Path, Log, Dict[str, object]], List[str]]
-    locate: Callable[["DataConfig", str, Log], Path]
+    prepare: Callable[["DataConfig", Any, Path, Log, Dict[str, object]], List[str]]
+    locate: Callable[["DataConfig", str, Log], Union[Path, List[Path]]]
     open_in_place: Optional[Callable[["DataConfig", Path], Optional["InteractionData"]]] = None
 
 
@@ -76,14 +77,29 @@ def get_source(name: str) -> Source:
 
 
 def require_file(cfg: "DataConfig", what: str) -> Path:
-    """``--data_path`` as a file that exists; errors say what the source expects."""
+    """``--data_path`` as one file that exists; errors say what the source expects."""
+    paths = require_files(cfg, what)
+    if len(paths) > 1:
+        raise ValueError(f"--data_path names {len(paths)} files; --dataset {cfg.dataset} reads one ({what})")
+    return paths[0]
+
+
+def require_files(cfg: "DataConfig", what: str) -> List[Path]:
+    """``--data_path`` as files that exist: one path, or several separated by commas
+    (:func:`~dlrm_multiepoch.data.config.input_paths`); errors say what the source expects."""
+    from dlrm_multiepoch.data.config import input_paths
+
     if not cfg.data_path:
         raise ValueError(f"--data_path is required for --dataset {cfg.dataset} ({what})")
-    path = Path(cfg.data_path)
-    if not path.exists():
-        raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {cfg.dataset} reads {what})")
-    if path.is_dir():
-        raise ValueError(
-            f"--data_path {path} is a folder without a preprocessed dataset; --dataset {cfg.dataset} reads {what}"
-        )
-    return path
+    paths = [Path(p) for p in input_paths(cfg.data_path)]
+    for path in paths:
+        if not path.exists():
+            raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {cfg.dataset} reads {what})")
+        if path.is_dir():
+            raise ValueError(
+                f"--data_path {path} is a folder without a preprocessed dataset; --dataset {cfg.dataset} reads {what}"
+            )
+    repeated = sorted({str(p) for p in paths if paths.count(p) > 1})
+    if repeated:
+        raise ValueError(f"--data_path names {repeated} more than once")
+    return paths

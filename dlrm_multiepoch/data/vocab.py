@@ -14,9 +14,10 @@ The result equals fitting a dict on the train rows and looking every row up, wha
 the chunking.
 """
 
+import contextlib
 import hashlib
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -53,7 +54,8 @@ class ValueCoder:
 
         coder = ValueCoder(tmp, "item")
         stacked = [coder.encode(chunk["item"]) for chunk in chunks]   # int64, -1 = missing
-        values, to_global = coder.finish()
+        coder.close()
+        values, to_global = global_codes([coder.path], "item")
         global_codes = to_global[stacked[0][stacked[0] >= 0]]
     """
 
@@ -85,22 +87,40 @@ class ValueCoder:
         self.stacked += len(encoded.dictionary)
         return codes
 
-    def finish(self) -> Tuple[pa.Array, np.ndarray]:
-        """``(values, to_global)``: every distinct value in first-appearance order, and
-        the global code of each stacked code."""
-        if self._writer is None:
+    def close(self) -> None:
+        """Finish the spill file (read by :func:`global_codes`, maybe in another process)."""
+        if self._writer is not None:
+            self._writer.close()
+
+
+def global_codes(spills: Sequence[Path], name: str) -> Tuple[pa.Array, np.ndarray]:
+    """``(values, to_global)`` of :class:`ValueCoder` spills read one after the other (the
+    coders of consecutive input files: stacked codes of file ``k`` follow those of file
+    ``k - 1``): every distinct value in first-appearance order, and each stacked code's
+    global code.
+
+    Example::
+
+        values, to_global = global_codes([part0 / "coder0.uniques.arrow", part1 / "coder0.uniques.arrow"], "item")
+    """
+    with contextlib.ExitStack() as maps:  # read in place: only the distinct values are copied out
+        columns = [pa.ipc.open_file(maps.enter_context(pa.memory_map(str(p)))).read_all().column("v") for p in spills]
+        if not columns:
             return pa.array([], pa.null()), np.zeros(0, np.int64)
-        self._writer.close()
-        with pa.memory_map(str(self.path)) as source:
-            uniques = pa.ipc.open_file(source).read_all().column("v")
-            encoded = pc.dictionary_encode(uniques)
-            to_global = np.concatenate(
-                [c.indices.to_numpy(zero_copy_only=False).astype(np.int64) for c in encoded.chunks]
-            ) if encoded.num_chunks else np.zeros(0, np.int64)
-            values = encoded.chunk(0).dictionary if encoded.num_chunks else pa.array([], self._type)
-            values = pa.concat_arrays([values])  # own the buffers: the map closes below
-        self.path.unlink()
-        return values, to_global
+        first = columns[0].type
+        for k, column in enumerate(columns[1:], 1):
+            if column.type != first:
+                try:
+                    columns[k] = column.cast(first)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise ValueError(
+                        f"column {name!r}: values of type {column.type} in one input file, {first} in an earlier one"
+                    ) from e
+        encoded = pc.dictionary_encode(pa.chunked_array([c for column in columns for c in column.chunks], first))
+        if not encoded.num_chunks:
+            return pa.array([], first), np.zeros(0, np.int64)
+        to_global = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64) for c in encoded.chunks])
+        return pa.concat_arrays([encoded.chunk(0).dictionary]), to_global  # own the buffers: the maps close
 
 
 class IdCounter:

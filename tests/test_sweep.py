@@ -13,7 +13,7 @@ import yaml
 import dlrm_multiepoch.components as components
 from dlrm_multiepoch.sweep import DEFAULT_STRATEGIES, STRATEGIES, RunState, build_plan, parse_strategy, run_state, window_strategy
 from dlrm_multiepoch.sweep.command import main as sweep_main
-from dlrm_multiepoch.sweep.plan import update_manifest
+from dlrm_multiepoch.sweep.manifest import update_manifest
 from dlrm_multiepoch.train.config import parse_config
 from tests.torchx_cli import application, scheduler_request, split_torchrun, torchx
 
@@ -72,6 +72,9 @@ def test_plan_gives_each_run_its_flags_and_the_app_parses_them(tmp_path):
         (["auto"], [], "strategy 'auto' decides on a validation split: add --val_fraction"),
         (["x=--freeze_schedule 'tables=frozen@[0,5) train@[5,end)'"], [], "run x-s0: --freeze_schedule: .*"),
         (["x=--embeding_dim 8"], [], "run x-s0: unrecognized arguments: --embeding_dim 8"),
+        (["x=--freeze_schedule delayed --freeze_schedule joint"], [], r"strategy 'x' set --freeze_schedule 2 times \('delayed', 'joint'\); set it once"),
+        (["x=--checkpoint --no-checkpoint"], [], r"strategy 'x' set --checkpoint 2 times \('--checkpoint', '--no-checkpoint'\)"),
+        (["joint"], ["--max_rows", "10", "--max_rows=20"], r"the common flags set --max_rows 2 times \('10', '20'\)"),
     ],
 )
 def test_plan_refuses_bad_sweeps_naming_the_flag(tmp_path, strategies, common, message):
@@ -103,13 +106,10 @@ def test_run_states_and_manifest(tmp_path):
     # Interrupted without a checkpoint (only an incomplete save): starts over.
     _write(exp / "delayed-s0" / "checkpoints" / "step_10.tmp" / "x", "")
     assert run_state(str(exp), delayed).status == "stale"
-    # The manifest keeps each run's flags; other flags for the same run are refused, more epochs are not.
+    # The manifest keeps each run's flags (the group's common flags at the top level).
     update_manifest(plan)
-    update_manifest(build_plan(str(exp), [parse_strategy("joint")], [0], 5, []))
     saved = json.loads((exp / "sweep.json").read_text())
-    assert saved["runs"]["joint-s0"]["epochs"] == 6 and saved["runs"]["early-s0"]["epochs"] == 2
-    with pytest.raises(ValueError, match="run joint-s0 exists in .* with other flags"):
-        update_manifest(build_plan(str(exp), [parse_strategy("joint")], [0], 2, ["--learning_rate", "0.1"]))
+    assert (saved["runs"]["joint-s0"]["epochs"], saved["runs"]["early-s0"]["epochs"], saved["common_flags"]) == (3, 2, [])
 
 
 def _srun_app_args(sbatch: str):
@@ -143,7 +143,8 @@ def test_slurm_dryrun_is_one_job_per_run_and_keeps_a_schedule_with_spaces(tmp_pa
 def test_the_default_sweep_gives_every_run_the_same_validation_split(tmp_path, capsys):
     assert sweep_main([str(tmp_path / "exp"), "-s", "slurm", "--dryrun"]) == 0
     out = capsys.readouterr().out
-    assert "decide(s) on a validation split: every run gets --val_fraction 0.1" in out
+    needing = ", ".join(n for n in DEFAULT_STRATEGIES if STRATEGIES[n].needs_val)
+    assert f"sweep: every run gets --val_fraction 0.1 ({needing} decide(s) on a validation split;" in out
     runs = re.split(r"^=== run (\S+) \(\d+ epochs\) ===$", out, flags=re.M)[1:]
     assert runs[0::2] == [f"{name}-s0" for name in DEFAULT_STRATEGIES]
     assert {parse_config(_srun_app_args(r)[0][1]).data.val_fraction for r in runs[1::2]} == {0.1}

@@ -67,6 +67,13 @@ def test_a_killed_sweeps_trainer_is_followed_not_doubled_and_ctrl_c_prints_one_l
         os.kill(trainer.pid, signal.SIGSTOP)  # paused (alive, no CPU) until the reruns below look at it
         first.kill()  # SIGKILL: the sweep cannot stop its trainer, which runs on
         first.wait()
+        # A second trainer in the folder (the app launched by hand) is refused before it writes anything.
+        second = subprocess.run(
+            [sys.executable, "apps/train.py", *TINY, "--tensorboard_dir", str(exp), "--run_name", "j-s0", "--resume", "auto"],
+            cwd=ROOT, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        busy = f"RunFolderBusy: run folder {run_dir} is in use by a live trainer ({trainer.describe()}; lock file {run_dir / LOCK_FILE})"
+        assert second.returncode != 0 and busy in second.stderr, second.stderr[-3000:]
         # A rerun finds the live trainer and follows it; Ctrl-C while following prints one line.
         out = _Trigger("following it until it ends", os.getpid(), signal.SIGINT)
         with redirect_stdout(out):

@@ -12,12 +12,15 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Dict, List
+from typing import TYPE_CHECKING, Dict, List
 
 from torchx.runner import Runner
 
 from dlrm_multiepoch.data.store import META, is_dataset_folder
 from dlrm_multiepoch.sweep.plan import SweepPlan
+
+if TYPE_CHECKING:
+    from dlrm_multiepoch.sweep.launch import SweepLauncher
 from dlrm_multiepoch.sweep.strategies import flag_value
 
 _J = re.compile(r"^(?:(\d+):)?(\d+)x(\d+)$|^(\d+)$")
@@ -60,6 +63,18 @@ def env_dict(text: str) -> Dict[str, str]:
     if bad:
         raise ValueError(f"--env {text!r}: expected NAME=VALUE pairs separated by commas, got {bad[0]!r}")
     return {k.strip(): v for k, v in (part.split("=", 1) for part in entries)}
+
+
+def check_request(runner: Runner, launcher: "SweepLauncher") -> None:
+    """The scheduler builds the first run's request (a dry run): its own refusals (a missing
+    ``-cfg queue`` on Kubernetes, an unknown ``--h`` resource, ...) come now, naming ``-s``."""
+    run = launcher.plan.runs[0]
+    scheduler = launcher.options.scheduler
+    try:
+        runner.dryrun(launcher.app(run), scheduler, cfg=launcher.scheduler_cfg(run))
+    except Exception as e:  # TorchX and the schedulers raise many types; all are a refused request
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"-s {scheduler} refuses the job of run {run.name}: {message} (see -cfg, --h, --image, -j)") from None
 
 
 def check_data_path(plan: SweepPlan) -> None:

@@ -130,7 +130,7 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
     """The plan and launch options, every check done before the first run (ValueError names the flag)."""
     from torchx.util.types import to_list
 
-    from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions
+    from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
 
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -159,6 +159,7 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
         checks.check_data_path(plan)
     checks.check_validation_split(plan)
     check_experiment(plan)
+    checks.check_request(runner, SweepLauncher(plan, options, runner=runner))
     return plan, options
 
 
@@ -185,6 +186,7 @@ def _manifest(experiment_dir: str) -> Dict[str, Any]:
 
 
 def _launch(plan: SweepPlan, options: "LaunchOptions", runner: "Runner", args: argparse.Namespace) -> int:
+    """Launch the runs; Ctrl-C, SIGTERM and SIGHUP print one line (exit 130)."""
     from dlrm_multiepoch.sweep.launch import LOCAL, SweepLauncher
 
     runs = len(plan.runs)

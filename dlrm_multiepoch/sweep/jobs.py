@@ -19,7 +19,7 @@ from torchx.specs import AppState, AppStatus, parse_app_handle
 
 from dlrm_multiepoch.train.lock import LockHolder
 
-_ERROR_LINE = re.compile(r"^(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Busy)): (.+)$")
+_ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Busy)): (.+)$")
 # torchrun's and TorchX's own wrappers around a worker's error: never the reason.
 _WRAPPERS = ("ChildFailedError", "SignalException", "RendezvousClosedError")
 

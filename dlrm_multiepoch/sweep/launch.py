@@ -107,7 +107,7 @@ class SweepLauncher:
             if self.options.dryrun:
                 for run in self.plan.runs:
                     self._print(f"=== run {run.name} ({run.epochs} epochs) ===")
-                    self._print(str(runner.dryrun(self.app(run), self.options.scheduler, cfg=self._cfg(run))))
+                    self._print(str(runner.dryrun(self.app(run), self.options.scheduler, cfg=self.scheduler_cfg(run))))
                 return []
             update_manifest(self.plan)
             if self.options.scheduler == LOCAL:
@@ -164,7 +164,7 @@ class SweepLauncher:
     def _launch_and_wait(self, runner: Runner, run: RunSpec, tag: str) -> str:
         """``done``, ``failed``, or ``busy`` (its trainer found another live one in the folder)."""
         start = time.perf_counter()
-        cfg = self._cfg(run)
+        cfg = self.scheduler_cfg(run)
         handle = runner.schedule(runner.dryrun(self.app(run), LOCAL, cfg=cfg))
         follower = _EvaluationPrinter(os.path.join(self.plan.experiment_dir, run.name, SUMMARY), self._print)
         try:
@@ -222,7 +222,7 @@ class SweepLauncher:
                 self._print(f"{run.name}: a trainer runs in its folder ({holder.describe()}), skipped")
                 continue
             try:
-                new = runner.schedule(runner.dryrun(self.app(run), self.options.scheduler, cfg=self._cfg(run)))
+                new = runner.schedule(runner.dryrun(self.app(run), self.options.scheduler, cfg=self.scheduler_cfg(run)))
             except Exception as e:  # one refused submission must not lose the others' handles
                 self._print(f"{run.name}: submission failed: {e}")
                 failed.append(run.name)
@@ -235,7 +235,8 @@ class SweepLauncher:
             self._print(f"when the jobs are done: dlrm-multiepoch compare {self.plan.experiment_dir}")
         return failed
 
-    def _cfg(self, run: RunSpec) -> Dict[str, object]:
+    def scheduler_cfg(self, run: RunSpec) -> Dict[str, object]:
+        """The scheduler options of ``run``'s job (``local_cwd``: its logs under ``<experiment>/logs/<run>``)."""
         cfg = dict(self.options.scheduler_cfg)
         if self.options.scheduler == LOCAL:
             cfg.setdefault("log_dir", os.path.join(self.plan.experiment_dir, "logs", run.name))

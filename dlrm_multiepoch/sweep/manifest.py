@@ -57,7 +57,7 @@ def check_experiment(plan: SweepPlan) -> None:
             names the flag or file and what to do.
     """
     manifest = read_manifest(plan.experiment_dir)
-    if manifest and (not isinstance(manifest, dict) or not isinstance(manifest.get("runs"), dict)):
+    if not isinstance(manifest, dict) or (manifest and not isinstance(manifest.get("runs"), dict)):
         raise ValueError(f"{os.path.join(plan.experiment_dir, MANIFEST)} is not a sweep manifest (no 'runs'); move it aside")
     recorded = group_record(manifest, plan.group).get("common_flags")
     changes = flag_changes(recorded, plan.common_flags) if _is_flag_list(recorded) else []

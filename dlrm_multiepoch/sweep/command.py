@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from dlrm_multiepoch.sweep import checks
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
-from dlrm_multiepoch.sweep.manifest import check_experiment, group_record
+from dlrm_multiepoch.sweep.manifest import check_experiment, group_record, is_flag_list
 from dlrm_multiepoch.sweep.plan import SweepPlan, build_plan, read_manifest, split_at_dashes
 from dlrm_multiepoch.sweep.strategies import (
     DEFAULT_STRATEGIES,
@@ -120,7 +120,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             parser.error(str(e))
         return _launch(plan, options, runner, args)
     except (KeyboardInterrupt, SignalException):  # before or between runs: nothing to stop
-        print("\nsweep: interrupted before any run was launched; nothing to clean up", flush=True)
+        print("\nsweep: interrupted (no run was running). Rerun the same command to continue.", flush=True)
         return 130
     finally:
         runner.close()
@@ -167,7 +167,8 @@ def _with_validation_split(args: argparse.Namespace, strategies: List[Strategy],
     """Every run gets the same --val_fraction when a strategy decides on validation (or the group had one)."""
     if "val_fraction" in flag_names(tuple(common)):
         return common
-    earlier = flag_value(tuple(group_record(_manifest(args.experiment_dir), args.group).get("common_flags", [])), "val_fraction")
+    recorded = group_record(_manifest(args.experiment_dir), args.group).get("common_flags")
+    earlier = flag_value(tuple(recorded), "val_fraction") if is_flag_list(recorded) else None
     needing_val = [s.name for s in strategies if s.needs_val]
     if earlier is None and not needing_val:
         return common

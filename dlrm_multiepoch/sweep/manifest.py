@@ -60,7 +60,7 @@ def check_experiment(plan: SweepPlan) -> None:
     if not isinstance(manifest, dict) or (manifest and not isinstance(manifest.get("runs"), dict)):
         raise ValueError(f"{os.path.join(plan.experiment_dir, MANIFEST)} is not a sweep manifest (no 'runs'); move it aside")
     recorded = group_record(manifest, plan.group).get("common_flags")
-    changes = flag_changes(recorded, plan.common_flags) if _is_flag_list(recorded) else []
+    changes = flag_changes(recorded, plan.common_flags) if is_flag_list(recorded) else []
     if changes:
         where = f"group {plan.group!r} of {plan.experiment_dir}" if plan.group else plan.experiment_dir
         raise ValueError(
@@ -71,7 +71,7 @@ def check_experiment(plan: SweepPlan) -> None:
     for run in plan.runs:
         entry = manifest.get("runs", {}).get(run.name)
         before = entry.get("flags") if isinstance(entry, dict) else None
-        changes = flag_changes(before, run.flags) if _is_flag_list(before) else []
+        changes = flag_changes(before, run.flags) if is_flag_list(before) else []
         source = MANIFEST
         if not changes:
             changes, source = _folder_changes(plan.experiment_dir, run)
@@ -79,7 +79,7 @@ def check_experiment(plan: SweepPlan) -> None:
             raise ValueError(_redefined(plan, run, changes, source))
 
 
-def _is_flag_list(value: Any) -> bool:
+def is_flag_list(value: Any) -> bool:
     """A recorded flag list; anything else is a damaged entry, and the run folder's own record decides."""
     return isinstance(value, list) and all(isinstance(token, str) for token in value)
 

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Dict
 
-import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

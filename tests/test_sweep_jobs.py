@@ -5,6 +5,7 @@ line; job states TorchX cannot read count as stopped. Real TorchX ``local_cwd`` 
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,9 @@ from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.jobs import job_state
 from dlrm_multiepoch.sweep.launch import LaunchOptions, SweepLauncher
 from dlrm_multiepoch.sweep.manifest import update_manifest
-from dlrm_multiepoch.train.lock import LOCK_FILE, RunLock, live_holder, read_holder
+from dlrm_multiepoch.train.config import parse_config
+from dlrm_multiepoch.train.lock import LOCK_FILE, RunFolderBusy, RunLock, live_holder, read_holder
+from dlrm_multiepoch.train.run_folder import open_run_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -67,13 +70,11 @@ def test_a_killed_sweeps_trainer_is_followed_not_doubled_and_ctrl_c_prints_one_l
         os.kill(trainer.pid, signal.SIGSTOP)  # paused (alive, no CPU) until the reruns below look at it
         first.kill()  # SIGKILL: the sweep cannot stop its trainer, which runs on
         first.wait()
-        # A second trainer in the folder (the app launched by hand) is refused before it writes anything.
-        second = subprocess.run(
-            [sys.executable, "apps/train.py", *TINY, "--tensorboard_dir", str(exp), "--run_name", "j-s0", "--resume", "auto"],
-            cwd=ROOT, env=env, capture_output=True, text=True,
-        )  # fmt: skip
-        busy = f"RunFolderBusy: run folder {run_dir} is in use by a live trainer ({trainer.describe()}; lock file {run_dir / LOCK_FILE})"
-        assert second.returncode != 0 and busy in second.stderr, second.stderr[-3000:]
+        # A second trainer in the folder is refused before it reads or writes anything (the trainer's first step).
+        second = parse_config([*TINY, "--tensorboard_dir", str(exp), "--run_name", "j-s0", "--resume", "auto"])
+        busy = f"run folder {run_dir} is in use by a live trainer ({trainer.describe()}; lock file {run_dir / LOCK_FILE})"
+        with pytest.raises(RunFolderBusy, match=re.escape(busy)):
+            open_run_folder(second)
         # A rerun finds the live trainer and follows it; Ctrl-C while following prints one line.
         out = _Trigger("following it until it ends", os.getpid(), signal.SIGINT)
         with redirect_stdout(out):
@@ -107,6 +108,14 @@ def test_a_killed_sweeps_trainer_is_followed_not_doubled_and_ctrl_c_prints_one_l
         sweep_main([str(exp), SWEEP[0], "--epochs", "2", *SWEEP[3:]])
     assert f"run j-s0 in {exp} was trained with other flags (sweep.json): --epochs 1 -> 2 (a schedule" in err.getvalue()
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before
+    # A moved experiment folder is the same experiment: the rerun skips the finished run.
+    moved = tmp_path / "moved"
+    exp.rename(moved)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert sweep_main([str(moved), *SWEEP]) == 0
+    assert "[1/1] j-s0: finished earlier (1 epoch), skipped" in out.getvalue()
+    exp = moved
     # As its own group it is a new run, in its own folder.
     out = io.StringIO()
     with redirect_stdout(out):

@@ -22,7 +22,7 @@ import fcntl
 import json
 import os
 from dataclasses import asdict
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.sweep.plan import CHECKPOINTS, MANIFEST, SUMMARY, RunSpec, SweepPlan, read_json, read_manifest
 from dlrm_multiepoch.sweep.strategies import flag_items
@@ -95,7 +95,7 @@ def _redefined(plan: SweepPlan, run: RunSpec, changes: List[str], source: str) -
     )
 
 
-def _folder_changes(experiment_dir: str, run: RunSpec) -> "tuple[List[str], str]":
+def _folder_changes(experiment_dir: str, run: RunSpec) -> Tuple[List[str], str]:
     """How ``run``'s flags differ from the config its folder recorded, and which file recorded it."""
     from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy: existing runs only
 

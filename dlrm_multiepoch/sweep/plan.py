@@ -1,4 +1,4 @@
-"""What a sweep trains: one :class:`RunSpec` per strategy and seed, their state on disk, the manifest.
+"""What a sweep trains: one :class:`RunSpec` per strategy and seed, and their state on disk.
 
 An experiment folder holds one run folder per run (``<strategy>-s<seed>``, the training
 app's ``--tensorboard_dir``/``--run_name``; ``<group>/<strategy>-s<seed>`` for a sweep
@@ -17,7 +17,7 @@ import contextlib
 import io
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value

@@ -85,6 +85,11 @@ def test_a_killed_sweeps_trainer_is_followed_not_doubled_and_ctrl_c_prints_one_l
         assert text.rstrip().endswith("sweep: interrupted (SIGINT). Rerun the same command to continue.")
         assert "Traceback" not in text and "SignalException" not in text
         assert live_holder(str(run_dir)) == trainer  # not ours to stop
+        out = _Trigger("following it until it ends", os.getpid(), signal.SIGHUP)  # a closed terminal: the same
+        with redirect_stdout(out):
+            assert sweep_main([str(exp), *SWEEP]) == 130
+        assert out.getvalue().rstrip().endswith("sweep: interrupted (SIGHUP). Rerun the same command to continue.")
+        assert live_holder(str(run_dir)) == trainer
         # Rerun again: it follows the trainer (resumed once followed) to its end and launches nothing.
         out = _Trigger("following it until it ends", trainer.pid, signal.SIGCONT)
         with redirect_stdout(out):
@@ -202,3 +207,41 @@ def test_cluster_jobs_whose_state_cannot_be_read_count_as_stopped(tmp_path):
         "cancelled-s0": "slurm://torchx/new-1", "forgotten-s0": "slurm://torchx/new-2", "running-s0": "slurm://torchx/43",
         "lost-s0": "slurm://torchx/new-3", "held-s0": "slurm://torchx/44",
     }  # fmt: skip
+
+
+class _FakeLocal(_FakeSlurm):
+    """A local runner whose job fails at once: another sweep's trainer took the folder in between."""
+
+    def __init__(self, states, on_schedule):
+        super().__init__(states)
+        self.on_schedule = on_schedule
+
+    def schedule(self, app):
+        self.scheduled.append(app.name)
+        self.on_schedule()
+        return "local_cwd://torchx/lost-race"
+
+
+def test_a_launch_that_lost_the_race_for_its_folder_follows_the_winner(tmp_path):
+    exp = tmp_path / "exp"
+    plan = build_plan(str(exp), [parse_strategy("j=--learning_rate 0.01")], [0], 1, ["--dataset", "movielens"])
+    (run,) = plan.runs
+    config = json.loads(json.dumps(parse_config(list(run.flags)).to_dict()))
+    winner = []
+
+    def other_sweep_starts():  # its trainer takes the folder, trains, ends the run
+        winner.append(RunLock.acquire(str(exp / run.name), "other-sweeps-job", log=lambda _: None))
+        threading.Timer(3.0, finish).start()
+
+    def finish():
+        (exp / run.name / "summary.json").write_text(json.dumps({"config": config, "evaluations": [], "wall_time_s": 1.0}))
+        winner[0].release()
+
+    runner = _FakeLocal({"local_cwd://torchx/lost-race": AppState.FAILED}, other_sweep_starts)
+    out = io.StringIO()
+    failed = SweepLauncher(plan, LaunchOptions(), out=out, runner=runner).run()
+    lines = out.getvalue().splitlines()
+    assert failed == [] and len(runner.scheduled) == 1  # launched once; the winner's run is not launched again
+    assert lines[0] == "[1/1] j-s0: training, 1 epoch, 1x2 ranks under TorchX local_cwd"
+    assert lines[1] == f"[1/1] j-s0: another trainer took its folder first ({winner[0].holder.describe()}); following it"
+    assert lines[-1] == "[1/1] j-s0: finished by the trainer it waited for (0 epochs), skipped"

@@ -4,11 +4,14 @@ The real-run end to end (sweep + compare on two tiny runs) is in ``tests/test_sw
 """
 
 import csv
+import glob
 import json
 import os
+import struct
 
 import numpy as np
 import pytest
+from tensorboard.compat.proto.event_pb2 import Event
 from torch.utils.tensorboard import SummaryWriter
 
 from dlrm_multiepoch.report import compare_experiment, read_experiment
@@ -16,32 +19,44 @@ from dlrm_multiepoch.report.command import main as compare_main
 from dlrm_multiepoch.report.tables import to_markdown
 
 
-def write_run(folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0, finished=True, logloss=None, best=None):
+def write_run(
+    folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0, finished=True, logloss=None, best=None,
+    val_auc=None, task="like", config=None,
+):
     """A run folder as the training app writes it: one evaluation per whole epoch (plus one mid-epoch).
 
-    ``best``: ``(epoch, test AUC)`` of restored best-validation weights, as the auto schedule logs them.
+    ``best``: ``(epoch, test AUC[, val AUC])`` of restored best-validation weights, as the auto schedule
+    logs them; ``val_auc``: validation AUC per epoch; ``config``: more flags of its ``summary.json``.
     """
     os.makedirs(folder, exist_ok=True)
+    evaluations = [{"epoch": 0.5, "step": 5, "test": {task: {"auc": 0.1}}}]
     with SummaryWriter(str(folder)) as w:
-        if best is not None:
-            w.add_scalar("best/test/like/auc", best[1], 10 * len(test_auc))
         w.add_scalar("train/samples_per_sec", 1000.0, 1)
         w.add_scalar("train/samples_per_sec", 3000.0, 2)
         w.add_scalar("eval/epoch", 0.5, 5)  # a mid-epoch evaluation: not a whole epoch, ignored
-        w.add_scalar("test/like/auc", 0.1, 5)
+        w.add_scalar(f"test/{task}/auc", 0.1, 5)
         for i, auc in enumerate(test_auc):
             step = 10 * (i + 1)
-            w.add_scalar("eval/epoch", i + 1, step)
-            w.add_scalar("test/like/auc", auc, step)
-            w.add_scalar("test/like/logloss", (logloss or [0.5] * len(test_auc))[i], step)
+            entry = {"test": {task: {"auc": auc, "logloss": (logloss or [0.5] * len(test_auc))[i]}}}
             if train_auc is not None:
-                w.add_scalar("train_sample/like/auc", train_auc[i], step)
-    summary = {"config": {"seed": seed, "epochs": planned or len(test_auc), "optim": {"learning_rate": 0.001}}}
-    summary["evaluations"] = [{"epoch": i + 1} for i in range(len(test_auc))]
+                entry["train_sample"] = {task: {"auc": train_auc[i]}}
+            if val_auc is not None:
+                entry["val"] = {task: {"auc": val_auc[i]}}
+            w.add_scalar("eval/epoch", i + 1, step)
+            for split, per_task in entry.items():
+                for metric, value in per_task[task].items():
+                    w.add_scalar(f"{split}/{task}/{metric}", value, step)
+            evaluations.append({"epoch": i + 1, "step": step, **entry})
+        if best is not None:
+            results = {"test": {task: {"auc": best[1]}}, **({"val": {task: {"auc": best[2]}}} if len(best) > 2 else {})}
+            for split, per_task in results.items():
+                w.add_scalar(f"best/{split}/{task}/auc", per_task[task]["auc"], 10 * len(test_auc) + 1)
+    summary = {"config": {"seed": seed, "epochs": planned or len(test_auc), "optim": {"learning_rate": 0.001}, **(config or {})}}
+    summary["evaluations"] = json.loads(json.dumps(evaluations).replace("NaN", "null"))  # strict JSON, as the app writes
     if finished:
         summary["wall_time_s"] = wall
     if best is not None:
-        summary["best"] = {"epoch": best[0]}
+        summary["best"] = {"epoch": best[0], "step": 10 * len(test_auc) + 1, **json.loads(json.dumps(results).replace("NaN", "null"))}
     (folder / "summary.json").write_text(json.dumps(summary))
 
 
@@ -49,6 +64,23 @@ def manifest(exp, runs):
     """``sweep.json`` listing runs as (name, strategy, seed, epochs[, window])."""
     entries = {r[0]: {"name": r[0], "strategy": r[1], "seed": r[2], "epochs": r[3], "window": r[4] if len(r) > 4 else None} for r in runs}
     (exp / "sweep.json").write_text(json.dumps({"runs": entries}))
+
+
+def truncate_events(folder, before):
+    """Cut a run's event file just before the record of scalar ``(tag, epoch)``, as a crash or a full disk would."""
+    (path,) = glob.glob(str(folder / "events.out.tfevents.*"))
+    data, offset, epoch_steps = open(path, "rb").read(), 0, {}
+    while offset < len(data):
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        event = Event.FromString(data[offset + 12 : offset + 12 + length])
+        for value in event.summary.value:
+            if value.tag == "eval/epoch":
+                epoch_steps[event.step] = value.simple_value
+            if value.tag == before[0] and epoch_steps.get(event.step) == before[1]:
+                open(path, "r+b").truncate(offset)
+                return
+        offset += 12 + length + 4
+    raise AssertionError(f"no {before} in {path}")
 
 
 def f32(x):
@@ -78,26 +110,27 @@ def test_figures_baselines_winner_and_one_epoch_flag(tmp_path):
     joint, delayed = task.row("joint"), task.row("delayed")
     assert (joint.best_epoch, joint.epochs, joint.seeds) == (1, 3, 2)
     assert joint.auc_best.mean == pytest.approx((f32(0.74) + f32(0.76)) / 2, abs=1e-12)
-    assert joint.auc_last.mean == pytest.approx((f32(0.70) + f32(0.71)) / 2, abs=1e-12)
-    assert joint.auc_last.std == pytest.approx(np.std([f32(0.70), f32(0.71)], ddof=1), abs=1e-12)
-    assert joint.gap_last.mean == pytest.approx((f32(0.95) - f32(0.70) + f32(0.96) - f32(0.71)) / 2, abs=1e-12)
+    assert joint.test_auc.mean == pytest.approx((f32(0.70) + f32(0.71)) / 2, abs=1e-12)
+    assert joint.test_auc.std == pytest.approx(np.std([f32(0.70), f32(0.71)], ddof=1), abs=1e-12)
+    assert joint.gap.mean == pytest.approx((f32(0.95) - f32(0.70) + f32(0.96) - f32(0.71)) / 2, abs=1e-12)
     assert joint.one_epoch_drop == (1, pytest.approx(joint.curve[2].mean - joint.curve[1].mean))
     assert delayed.one_epoch_drop is None
-    assert delayed.logloss_last.mean == pytest.approx((f32(0.6) + f32(0.4)) / 2, abs=1e-12)
+    assert delayed.test_logloss.mean == pytest.approx((f32(0.6) + f32(0.4)) / 2, abs=1e-12)
     assert delayed.logloss_best.std == pytest.approx(np.std([f32(0.6), f32(0.4)], ddof=1), abs=1e-12)
     assert (joint.wall_time_s, joint.samples_per_s) == (21.0, 2000.0)  # mean wall time, median throughput
     # Baselines: joint-1ep from its own runs; joint at its best epoch (1).
     assert (task.joint_1ep.source, task.joint_1ep.auc) == ("joint-1ep", pytest.approx((f32(0.74) + f32(0.76)) / 2))
     assert (task.joint_best.epoch, task.joint_best.auc) == (1, pytest.approx((f32(0.74) + f32(0.76)) / 2))
-    assert delayed.vs_joint_best == pytest.approx(delayed.auc_last.mean - task.joint_best.auc)
+    assert delayed.vs_joint_best == pytest.approx(delayed.test_auc.mean - task.joint_best.auc)
     # Winner: delayed (0.77) over joint-1ep (0.75): margin 0.02 > the larger seed std (0.0141).
     assert (task.winner, task.runner_up) == ("delayed", "joint-1ep")
-    assert task.margin == pytest.approx(delayed.auc_last.mean - task.row("joint-1ep").auc_last.mean)
-    assert task.spread == pytest.approx(max(delayed.auc_last.std, task.row("joint-1ep").auc_last.std))
+    assert task.margin == pytest.approx(delayed.test_auc.mean - task.row("joint-1ep").test_auc.mean)
+    assert task.spread == pytest.approx(max(delayed.test_auc.std, task.row("joint-1ep").test_auc.std))
     assert task.margin_exceeds_spread is True
     text = to_markdown(comparison)
-    assert "**like: delayed wins** with last-epoch test AUC 0.7700 ± 0.0141, 2.00 pt above joint-1ep (more than the seed spread, 1.41 pt)" in text
-    assert "| joint | 2 | 3 | 1 | 0.7500 ± 0.0141 | 0.7050 ± 0.0071 |" in text
+    assert "**like: delayed wins on test** with test AUC 0.7700 ± 0.0141, 2.00 pt above joint-1ep (more than the seed spread, 1.41 pt)" in text
+    assert "Picked on test, because these runs have no validation split" in text
+    assert "| joint | 2 | 3 | ep 3 | 0.7050 ± 0.0071 | 0.5000 ± 0.0000 | 1 | 0.7500 ± 0.0141 |" in text
     assert "one-epoch drop ep 1→2 (-2.50 pt)" in text
     assert "+2.00 pt (+2.67%)" in text  # delayed vs joint-1ep: 0.02 / 0.75
 
@@ -108,12 +141,18 @@ def test_missing_partial_and_corrupt_runs_are_named_and_the_rest_compared(tmp_pa
     write_run(exp / "early-s0", [0.74, 0.75])
     write_run(exp / "delayed-s0", [0.55], planned=2, finished=False)  # interrupted after epoch 1
     write_run(exp / "short-s0", [0.74])  # finished, but launched for 1 of the 2 planned epochs
-    write_run(exp / "auto-s0", [0.73], planned=2)  # stopped itself after epoch 1 of 2: finished
+    write_run(exp / "auto-s0", [0.73], planned=2, best=(0.8, 0.73))  # stopped itself after epoch 1 of 2: finished
+    write_run(exp / "lost-s0", [0.74, 0.72])  # its event file lost epoch 2 (summary.json records it)
+    truncate_events(exp / "lost-s0", before=("eval/epoch", 2))
+    write_run(exp / "cut-s0", [0.74, 0.72])  # cut inside epoch 2's evaluation
+    truncate_events(exp / "cut-s0", before=("test/like/auc", 2))
+    (exp / "stray").mkdir()  # not a run of the sweep
     write_run(exp / "corrupt-s0", [0.7, 0.7])
     (exp / "corrupt-s0" / "summary.json").write_text('{"config": {"seed": 0, "ep')
     (exp / "garbage-s0").mkdir()
     (exp / "garbage-s0" / "events.out.tfevents.1.host.1.0").write_bytes(os.urandom(300))
-    names = ("joint-s0", "early-s0", "delayed-s0", "short-s0", "auto-s0", "corrupt-s0", "garbage-s0", "missing-s0")
+    names = ("joint-s0", "early-s0", "delayed-s0", "short-s0", "auto-s0", "lost-s0", "cut-s0", "corrupt-s0", "garbage-s0",
+             "missing-s0")
     manifest(exp, [(n, n.split("-")[0], 0, 2) for n in names])
     runs, problems = read_experiment(str(exp))
     assert [r.name for r in runs] == ["joint-s0", "early-s0", "auto-s0"]
@@ -123,10 +162,13 @@ def test_missing_partial_and_corrupt_runs_are_named_and_the_rest_compared(tmp_pa
     assert reasons["corrupt-s0"].startswith("corrupt summary.json")
     assert reasons["garbage-s0"].startswith("no evaluations in its event files")
     assert reasons["missing-s0"] == "missing: no run folder"
+    assert reasons["lost-s0"] == "partial: its event files lack epoch(s) 2 that summary.json records (truncated or damaged event files)"
+    assert reasons["cut-s0"].startswith("partial: its event files lack test/like/auc at epoch(s) 2 (truncated")
+    assert reasons["stray"] == "skipped: not a run of sweep.json"
     assert compare_main([str(exp), "--no-hparams"]) == 0
     out = capsys.readouterr().out
-    assert "**like: early wins**" in out
-    for name in ("delayed-s0", "short-s0", "corrupt-s0", "garbage-s0", "missing-s0"):
+    assert "**like: early wins on test**" in out
+    for name in ("delayed-s0", "short-s0", "lost-s0", "cut-s0", "corrupt-s0", "garbage-s0", "missing-s0", "stray"):
         assert f"- {name}: " in out
 
 
@@ -154,19 +196,46 @@ def test_update_window_slope_per_seed(tmp_path):
     assert not (exp / "compare" / "test_auc.png").exists()  # no strategy rows to plot
 
 
-def test_a_run_that_restores_its_best_validation_weights_is_judged_by_them(tmp_path):
-    write_run(tmp_path / "auto-s0", [0.70, 0.74, 0.72], best=(1.6, 0.745), seed=0)
-    write_run(tmp_path / "auto-s1", [0.70, 0.73, 0.72], best=(1.4, 0.735), seed=1)
-    (task,) = compare_experiment(str(tmp_path)).tasks
-    (row,) = task.rows
-    assert row.auc_last.mean == pytest.approx((f32(0.745) + f32(0.735)) / 2, abs=1e-12)
-    assert (row.best_epoch, row.deployed_epoch) == (2, pytest.approx(1.5))
-    assert "last = its restored best-validation weights (epoch 1.50 on average)" in to_markdown(compare_experiment(str(tmp_path)))
+def mean32(*values):
+    return sum(f32(v) for v in values) / len(values)
+
+
+def test_the_winner_is_picked_on_validation_by_what_each_run_deploys(tmp_path):
+    # joint: best validation epoch 2 (test would pick 3).
+    write_run(tmp_path / "joint-s0", [0.74, 0.73, 0.75], val_auc=[0.70, 0.72, 0.71], seed=0)
+    write_run(tmp_path / "joint-s1", [0.74, 0.73, 0.75], val_auc=[0.70, 0.72, 0.71], seed=1)
+    # auto deploys its restored best-validation weights: highest validation AUC, not the highest test AUC.
+    write_run(tmp_path / "auto-s0", [0.70, 0.74, 0.72], val_auc=[0.6, 0.7, 0.7], best=(1.6, 0.745, 0.73), seed=0)
+    write_run(tmp_path / "auto-s1", [0.70, 0.73, 0.72], val_auc=[0.6, 0.7, 0.7], best=(1.4, 0.735, 0.74), seed=1)
+    write_run(tmp_path / "delayed-s0", [0.55, 0.56, 0.78], val_auc=[0.5, 0.5, 0.725], seed=0)
+    write_run(tmp_path / "delayed-s1", [0.55, 0.56, 0.78], val_auc=[0.5, 0.5, 0.725], seed=1)
+    # Stopped at epoch 0.5: no whole-epoch evaluation, but a deployed model.
+    write_run(tmp_path / "joint-early-stop-s0", [], planned=3, best=(0.5, 0.70, 0.69), seed=0)
+    comparison = compare_experiment(str(tmp_path))
+    assert comparison.problems == []
+    (task,) = comparison.tasks
+    auto, delayed, early, joint = (task.row(n) for n in ("auto", "delayed", "joint-early-stop", "joint"))
+    assert (task.decided_on, task.val, task.winner, task.runner_up) == ("val", "defined", "auto", "delayed")
+    assert auto.val_auc.mean == pytest.approx(mean32(0.73, 0.74), abs=1e-12)
+    assert auto.test_auc.mean == pytest.approx(mean32(0.745, 0.735), abs=1e-12)
+    assert (auto.best_on, auto.best_epoch, auto.deployed_epoch) == ("val", 2, pytest.approx(1.5))
+    assert delayed.test_auc.mean == pytest.approx(f32(0.78)) and delayed.test_auc.mean > auto.test_auc.mean
+    assert task.margin == pytest.approx(auto.val_auc.mean - delayed.val_auc.mean)
+    assert (early.epochs, early.deployed_epoch, early.best_epoch, early.test_auc.mean) == (0, 0.5, None, pytest.approx(f32(0.70)))
+    # Joint's baseline: its best validation epoch (2) and its test AUC there.
+    assert (task.joint_best.epoch, task.joint_best.on, task.joint_best.auc) == (2, "val", pytest.approx(f32(0.73)))
+    assert joint.test_auc.mean == pytest.approx(f32(0.75))
+    text = to_markdown(comparison)
+    assert "**like: auto wins on validation** with validation AUC 0.7350 ± 0.0071, 1.00 pt above delayed (more than the seed spread, 0.71 pt)" in text
+    assert "; its test AUC 0.7400 ± 0.0071; test AUC vs joint at its best validation epoch (2, 0.7300): +1.00 pt (+1.37%)." in text
+    assert "Picked on validation: the validation AUC of the model each run deploys" in text
+    assert "| joint-early-stop | 1 | 0 | best-val weights, ep 0.50 | 0.6900 | 0.7000 |" in text
+    assert "Δ test vs joint-best (val ep 2)" in text and "Runs left out" not in text
     # A run the schedule stopped early (2 of 3 epochs evaluated) is complete; an interrupted one is not.
     write_run(tmp_path / "auto-s2", [0.70, 0.74], planned=3, best=(1.2, 0.741), seed=2)
     write_run(tmp_path / "auto-s3", [0.70, 0.74], planned=3, best=(1.2, 0.741), seed=3, finished=False)
     runs, problems = read_experiment(str(tmp_path))
-    assert sorted(r.name for r in runs) == ["auto-s0", "auto-s1", "auto-s2"]
+    assert "auto-s2" in [r.name for r in runs]
     assert [p.name for p in problems] == ["auto-s3"]
 
 

@@ -11,22 +11,27 @@ import struct
 
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+from tensorboard.util import tensor_util
 from torch.utils.tensorboard import SummaryWriter
 
 from dlrm_multiepoch.report import compare_experiment, read_experiment
 from dlrm_multiepoch.report.command import main as compare_main
+from dlrm_multiepoch.report.runs import metric_key
 from dlrm_multiepoch.report.tables import to_markdown
 
 
 def write_run(
     folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0, finished=True, logloss=None, best=None,
-    val_auc=None, task="like", config=None,
+    val_auc=None, task="like", config=None, extra=None,
 ):
     """A run folder as the training app writes it: one evaluation per whole epoch (plus one mid-epoch).
 
     ``best``: ``(epoch, test AUC[, val AUC])`` of restored best-validation weights, as the auto schedule
-    logs them; ``val_auc``: validation AUC per epoch; ``config``: more flags of its ``summary.json``.
+    logs them; ``val_auc``: validation AUC per epoch; ``config``: more flags of its ``summary.json``;
+    ``extra``: ``{split: {task: [AUC per epoch]}}`` evaluated besides (slices, other tasks).
     """
     os.makedirs(folder, exist_ok=True)
     evaluations = [{"epoch": 0.5, "step": 5, "test": {task: {"auc": 0.1}}}]
@@ -42,10 +47,13 @@ def write_run(
                 entry["train_sample"] = {task: {"auc": train_auc[i]}}
             if val_auc is not None:
                 entry["val"] = {task: {"auc": val_auc[i]}}
+            for split, per_task in (extra or {}).items():
+                entry.setdefault(split, {}).update({t: {"auc": aucs[i]} for t, aucs in per_task.items()})
             w.add_scalar("eval/epoch", i + 1, step)
             for split, per_task in entry.items():
-                for metric, value in per_task[task].items():
-                    w.add_scalar(f"{split}/{task}/{metric}", value, step)
+                for t, metrics in per_task.items():
+                    for metric, value in metrics.items():
+                        w.add_scalar(f"{split}/{t}/{metric}", value, step)
             evaluations.append({"epoch": i + 1, "step": step, **entry})
         if best is not None:
             results = {"test": {task: {"auc": best[1]}}, **({"val": {task: {"auc": best[2]}}} if len(best) > 2 else {})}
@@ -129,7 +137,7 @@ def test_figures_baselines_winner_and_one_epoch_flag(tmp_path):
     assert task.margin_exceeds_spread is True
     text = to_markdown(comparison)
     assert "**like: delayed wins on test** with test AUC 0.7700 ± 0.0141, 2.00 pt above joint-1ep (more than the seed spread, 1.41 pt)" in text
-    assert "Picked on test, because these runs have no validation split" in text
+    assert "Picked on test, because these runs have no validation AUC for this task (no validation split)" in text
     assert "| joint | 2 | 3 | ep 3 | 0.7050 ± 0.0071 | 0.5000 ± 0.0000 | 1 | 0.7500 ± 0.0141 |" in text
     assert "one-epoch drop ep 1→2 (-2.50 pt)" in text
     assert "+2.00 pt (+2.67%)" in text  # delayed vs joint-1ep: 0.02 / 0.75
@@ -253,3 +261,114 @@ def test_bad_folders_raise_clearly(tmp_path):
     (tmp_path / "sweep.json").write_text("{")
     with pytest.raises(ValueError, match="sweep.json is not valid JSON"):
         read_experiment(str(tmp_path))
+
+
+NAN = float("nan")
+
+
+def hparams_sessions(exp):
+    """run folder -> its HParams session's hyperparameters, and run folder -> the scalars written beside."""
+    sessions, scalars = {}, {}
+    for path in glob.glob(str(exp / "*" / "*.hparams")):
+        run = os.path.basename(os.path.dirname(path))
+        for event in EventFileLoader(path).Load():
+            for value in event.summary.value:
+                if value.tag == metadata.SESSION_START_INFO_TAG:
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    sessions[run] = {k: v.string_value or v.number_value for k, v in data.session_start_info.hparams.items()}
+                elif value.metadata.plugin_data.plugin_name == "scalars":
+                    scalars.setdefault(run, {})[value.tag] = float(tensor_util.make_ndarray(value.tensor))
+    return sessions, scalars
+
+
+def test_undefined_metrics_never_win_sort_or_crash(tmp_path, capsys):
+    exp = tmp_path / "exp"
+    # joint's test labels are of one class (AUC undefined) in both seeds; every run has an empty
+    # test.unseen_user slice; task a/b is evaluated on test only (absent from the validation split).
+    def empty(ab):
+        return {"test.unseen_user": {"like": [NAN, NAN]}, "test": {"a/b": [0.60, ab]}}
+
+    for seed in (0, 1):
+        write_run(exp / f"joint-s{seed}", [NAN, NAN], [0.8, 0.9], val_auc=[0.70, 0.71], seed=seed, extra=empty(0.63))
+        write_run(exp / f"delayed-s{seed}", [0.55, 0.60], [0.6, 0.7], val_auc=[0.50, 0.69], seed=seed, extra=empty(0.62))
+    comparison = compare_experiment(str(exp))
+    assert comparison.problems == [] and [t.task for t in comparison.tasks] == ["a/b", "like"]
+    ab, like = comparison.tasks
+    # like: picked on validation, where joint is defined and ahead; its undefined test AUC stays n/a.
+    joint = like.row("joint")
+    assert (like.decided_on, like.winner, like.runner_up) == ("val", "joint", "delayed")
+    assert (joint.test_auc, joint.auc_best, joint.gap, joint.curve) == (None, None, None, {1: None, 2: None})
+    assert (like.joint_best, like.row("delayed").vs_joint_best) == (None, None)  # joint-best is undefined here
+    # a/b: no validation AUC, picked on test (optimistic, said so).
+    assert (ab.decided_on, ab.val, ab.winner) == ("test", "absent", "joint")
+    # A strategy without a defined deciding AUC is never ranked; NaN never sorts first.
+    for seed in (0, 1):
+        write_run(exp / f"reinit-s{seed}", [0.9, 0.9], val_auc=[NAN, NAN], seed=seed, extra=empty(0.5))
+    like = compare_experiment(str(exp)).tasks[1]
+    assert (like.winner, like.unranked) == ("joint", ["reinit"])
+    assert compare_main([str(exp)]) == 0
+    out = capsys.readouterr().out
+    assert "**like: joint wins on validation** with validation AUC 0.7100 ± 0.0000" in out
+    assert "Not ranked (no defined validation AUC): reinit." in out
+    assert "| joint | 2 | 2 | ep 2 | 0.7100 ± 0.0000 | n/a | 0.5000 ± 0.0000 | 2 | n/a |" in out
+    assert "**a/b: joint wins on test**" in out and "Picked on test, because these runs have no validation AUC" in out
+    with open(exp / "compare" / "comparison.csv") as f:
+        rows = {(r["task"], r["strategy"]): r for r in csv.DictReader(f)}
+    assert (rows["like", "joint"]["test_auc_last_mean"], rows["like", "joint"]["winner"]) == ("", "True")
+    assert rows["like", "reinit"]["val_auc_last_mean"] == "" and rows["a/b", "delayed"]["decided_on"] == "test"
+    assert os.path.getsize(exp / "compare" / "test_auc.png") > 10_000
+    _, scalars = hparams_sessions(exp)
+    assert "compare/deployed_test_auc_like" not in scalars["joint-s0"]  # undefined: not written, never sorts
+    assert scalars["joint-s0"]["compare/deployed_val_auc_like"] == f32(0.71)
+    assert scalars["delayed-s0"]["compare/deployed_test_auc_a/b"] == f32(0.62)
+
+
+def test_a_tag_is_split_by_the_recorded_split_and_task_names():
+    assert metric_key("test/a/b/auc") == ("test", "a/b", "auc")
+    assert metric_key("test.unseen_user/like/ne") == ("test.unseen_user", "like", "ne")
+    assert [metric_key(t) for t in ("train/loss", "freeze/tables/auc", "test/auc", "compare/best_test_auc_x")] == [None] * 4
+    # With summary.json's names, a slice of a column named a/b is read exactly.
+    known = {"test.unseen_a/b/like/auc": ("test.unseen_a/b", "like", "auc")}
+    assert metric_key("test.unseen_a/b/like/auc", known) == ("test.unseen_a/b", "like", "auc")
+    assert metric_key("test/like/auc", known) is None
+
+
+def test_runs_with_other_common_flags_are_never_averaged(tmp_path, capsys):
+    exp = tmp_path / "exp"
+    schedule = {"joint": "joint", "delayed": "delayed", "unknown-row": "joint"}
+    runs = [("joint-s0", "/a", 3), ("joint-s1", "/b", 3), ("joint-s2", "/a", 2), ("delayed-s0", "/a", 3),
+            ("delayed-s1", "/a", 3), ("unknown-row-s0", "/a", 3)]  # fmt: skip
+    for i, (name, data, epochs) in enumerate(runs):
+        strategy = name.rsplit("-", 1)[0]
+        config = {"data_path": data, "freeze_schedule": schedule[strategy], "min_count": "2" if "unknown" in name else "1"}
+        write_run(exp / name, [0.70 + 0.01 * i] * epochs, seed=int(name[-1]), config=config)
+    manifest(exp, [(n, n.rsplit("-", 1)[0], int(n[-1]), e) for n, _, e in runs])
+    entries = json.loads((exp / "sweep.json").read_text())
+    entries["strategies"] = {
+        "joint": {"flags": ["--freeze_schedule", "joint"]}, "delayed": {"flags": ["--freeze_schedule", "delayed"]},
+        "unknown-row": {"flags": ["--min_count", "2"]},
+    }  # fmt: skip
+    (exp / "sweep.json").write_text(json.dumps(entries))
+    for with_manifest in (True, False):  # without: the strategies' own flags are inferred
+        if not with_manifest:
+            (exp / "sweep.json").unlink()
+        comparison = compare_experiment(str(exp))
+        assert [(g.label, sorted(r.name for r in g.runs)) for g in comparison.groups] == [
+            ("data_path=/a", ["delayed-s0", "delayed-s1", "joint-s0", "joint-s2", "unknown-row-s0"]),
+            ("data_path=/b", ["joint-s1"]),
+        ]
+        a, b = comparison.groups
+        assert sorted(a.rows) == ["delayed", "joint (epochs=2)", "joint (epochs=3)", "unknown-row"]
+        assert (a.strategy_flags, list(b.rows)) == (["epochs", "freeze_schedule", "min_count"], ["joint"])
+        (like_a, like_b) = comparison.tasks
+        assert (like_a.group, like_a.row("delayed").seeds, like_b.group, like_b.row("joint").seeds) == ("data_path=/a", 2, "data_path=/b", 1)
+    assert compare_main([str(exp)]) == 0
+    out = capsys.readouterr().out
+    assert "**These runs differ in data_path**, not only in their strategies: they are compared in 2 separate groups" in out
+    assert "## Group data_path=/b: runs joint-s1" in out and "Strategies differ in: epochs, freeze_schedule, min_count." in out
+    with open(exp / "compare" / "comparison.csv") as f:
+        assert [(r["group"], r["strategy"]) for r in csv.DictReader(f)][-1] == ("data_path=/b", "joint")
+    sessions, _ = hparams_sessions(exp)
+    assert {run: (h["data_path"], h["group"]) for run, h in sessions.items()} == {
+        name: (data, f"data_path={data}") for name, data, _ in runs
+    }

@@ -107,7 +107,7 @@ def decision_note(task: TaskComparison) -> str:
             "beside it and never used to pick."
         )
     why = {
-        "absent": "these runs have no validation split",
+        "absent": "these runs have no validation AUC for this task (no validation split)",
         "undefined": "validation AUC is undefined for this task (its validation labels are of one class, or it has no rows)",
     }[task.val]
     return (

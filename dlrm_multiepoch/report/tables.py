@@ -121,8 +121,10 @@ def verdict(task: TaskComparison) -> str:
     """The winner in words: its margin over the runner-up against the seed spread, its test AUC, against joint-best."""
     on = SPLIT_NAME[task.decided_on]
     if task.winner is None:
-        reason = f"no strategy has a defined {on} AUC" if task.rows else "no strategy to compare"
-        return f"{task.task}: {reason}. {decision_note(task)}"
+        if not task.rows:
+            return f"{task.task}: no strategy to compare."
+        nor = ", nor a defined validation AUC" if task.val == "undefined" else ""
+        return f"{task.task}: no winner: no strategy has a defined {on} AUC{nor} (labels of one class, or no rows)."
     win = task.row(task.winner)
     assert win is not None
     text = f"**{task.task}: {task.winner} wins on {on}** with {on} AUC {fmt(win.figure(task.decided_on))}"

@@ -183,7 +183,8 @@ def _strategy_row(strategy: str, task: str, runs: List[RunRecord], on: str) -> O
     def at_best(metric: str) -> Optional[Stat]:
         return stat_of([r.curve(TEST, task, metric).get(best) for r in runs]) if best is not None else None
 
-    gaps = [t - v if is_defined(t) and is_defined(v) else None for t, v in zip(final(TRAIN_SAMPLE, "auc"), final(TEST, "auc"))]
+    pairs = zip(final(TRAIN_SAMPLE, "auc"), final(TEST, "auc"))
+    gaps = [train - test if is_defined(train) and is_defined(test) else None for train, test in pairs]
     walls = [r.wall_time_s for r in runs if r.wall_time_s is not None]
     speeds = [r.samples_per_s for r in runs if r.samples_per_s is not None]
     restored = [r.deployed_epoch for r in runs if r.deployed and r.deployed_epoch is not None]
@@ -236,9 +237,9 @@ def _rank(comparison: TaskComparison) -> TaskComparison:
     """Baselines, deltas and the winner on ``decided_on`` (rows without a defined AUC there are not ranked)."""
     one_ep, joint = comparison.row(JOINT_1EP), comparison.row(JOINT)
     for source in (one_ep, joint):
-        first = source.curve.get(1) if source is not None else None
-        if source is not None and first is not None:
-            comparison.joint_1ep = Baseline(JOINT_1EP, first.mean, 1, source.strategy)
+        epoch_1 = source.curve.get(1) if source is not None else None
+        if source is not None and epoch_1 is not None:
+            comparison.joint_1ep = Baseline(JOINT_1EP, epoch_1.mean, 1, source.strategy)
             break
     best_source = joint or one_ep
     if best_source is not None and best_source.best_epoch is not None and best_source.auc_best is not None:
@@ -250,15 +251,19 @@ def _rank(comparison: TaskComparison) -> TaskComparison:
             row.vs_joint_1ep = row.test_auc.mean - comparison.joint_1ep.auc
         if row.test_auc is not None and comparison.joint_best is not None:
             row.vs_joint_best = row.test_auc.mean - comparison.joint_best.auc
-    on = comparison.decided_on
-    ranked = sorted((r for r in comparison.rows if r.figure(on) is not None), key=lambda r: -r.figure(on).mean)  # type: ignore[union-attr]
-    comparison.unranked = [r.strategy for r in comparison.rows if r.figure(on) is None]
+    ranked: List[Tuple[str, Stat]] = []
+    for row in comparison.rows:
+        figure = row.figure(comparison.decided_on)
+        if figure is None:
+            comparison.unranked.append(row.strategy)
+        else:
+            ranked.append((row.strategy, figure))
+    ranked.sort(key=lambda item: -item[1].mean)  # stable: ties keep the table's order
     if ranked:
-        comparison.winner = ranked[0].strategy
+        comparison.winner = ranked[0][0]
     if len(ranked) > 1:
-        first, second = ranked[0].figure(on), ranked[1].figure(on)
-        comparison.runner_up = ranked[1].strategy
-        comparison.margin = first.mean - second.mean  # type: ignore[union-attr]
-        stds = [first.std, second.std]  # type: ignore[union-attr]
+        (_, first), (comparison.runner_up, second) = ranked[0], ranked[1]
+        comparison.margin = first.mean - second.mean
+        stds = [first.std, second.std]
         comparison.spread = max(stds) if None not in stds else None  # type: ignore[type-var]
     return comparison

@@ -148,7 +148,8 @@ def verdict(task: TaskComparison) -> str:
         text += f" Not ranked (no defined {on} AUC): {', '.join(task.unranked)}."
     drops = [r.strategy for r in task.rows if r.one_epoch_drop is not None]
     if drops:
-        text += f" One-epoch phenomenon (test AUC falls beyond the seed spread while train AUC rises) in: {', '.join(drops)}."
+        text += " One-epoch phenomenon (test AUC falls beyond the seed spread while train AUC rises) in: "
+        text += f"{', '.join(drops)}."
     return text
 
 
@@ -208,7 +209,7 @@ CSV_COLUMNS = [
 
 
 def csv_rows(comparison: Comparison) -> List[Dict[str, Any]]:
-    """One dict per group, task and strategy; ``*_last``: the deployed model (restored best-validation weights or last epoch)."""
+    """One dict per group, task and strategy; ``*_last``: the deployed model (best-validation weights or last epoch)."""
     rows = []
     for task in comparison.tasks:
         base_1ep = task.joint_1ep.auc if task.joint_1ep else None

@@ -207,9 +207,8 @@ def read_run(
             seed = int(match["seed"])
     config = _by_flag(summary.get("config", {}))
     throughput = list(scalars.get(THROUGHPUT_TAG, {}).values())
-    recorded = sorted(
-        {int(e["epoch"]) for e in summary.get("evaluations", []) if float(e["epoch"]).is_integer() and e["epoch"] > 0}
-    )
+    at = [e.get("epoch") for e in summary.get("evaluations", []) if isinstance(e, dict)]
+    recorded = sorted({int(e) for e in at if isinstance(e, (int, float)) and float(e).is_integer() and e > 0})
     return RunRecord(
         name=name,
         path=run_dir,

@@ -154,13 +154,18 @@ def test_missing_partial_and_corrupt_runs_are_named_and_the_rest_compared(tmp_pa
     truncate_events(exp / "lost-s0", before=("eval/epoch", 2))
     write_run(exp / "cut-s0", [0.74, 0.72])  # cut inside epoch 2's evaluation
     truncate_events(exp / "cut-s0", before=("test/like/auc", 2))
+    write_run(exp / "gone-s0", [0.74, 0.72])  # summary.json records a task its event files lack
+    summary = json.loads((exp / "gone-s0" / "summary.json").read_text())
+    for evaluation in summary["evaluations"][1:]:
+        evaluation["test"]["love"] = {"auc": 0.7}
+    (exp / "gone-s0" / "summary.json").write_text(json.dumps(summary))
     (exp / "stray").mkdir()  # not a run of the sweep
     write_run(exp / "corrupt-s0", [0.7, 0.7])
     (exp / "corrupt-s0" / "summary.json").write_text('{"config": {"seed": 0, "ep')
     (exp / "garbage-s0").mkdir()
     (exp / "garbage-s0" / "events.out.tfevents.1.host.1.0").write_bytes(os.urandom(300))
-    names = ("joint-s0", "early-s0", "delayed-s0", "short-s0", "auto-s0", "lost-s0", "cut-s0", "corrupt-s0", "garbage-s0",
-             "missing-s0")
+    names = ("joint-s0", "early-s0", "delayed-s0", "short-s0", "auto-s0", "lost-s0", "cut-s0", "gone-s0", "corrupt-s0",
+             "garbage-s0", "missing-s0")
     manifest(exp, [(n, n.split("-")[0], 0, 2) for n in names])
     runs, problems = read_experiment(str(exp))
     assert [r.name for r in runs] == ["joint-s0", "early-s0", "auto-s0"]
@@ -172,11 +177,14 @@ def test_missing_partial_and_corrupt_runs_are_named_and_the_rest_compared(tmp_pa
     assert reasons["missing-s0"] == "missing: no run folder"
     assert reasons["lost-s0"] == "partial: its event files lack epoch(s) 2 that summary.json records (truncated or damaged event files)"
     assert reasons["cut-s0"].startswith("partial: its event files lack test/like/auc at epoch(s) 2 (truncated")
+    assert reasons["gone-s0"] == (
+        "partial: its event files lack test/love/auc that summary.json records (truncated or damaged event files; 1 metric(s) lost)"
+    )
     assert reasons["stray"] == "skipped: not a run of sweep.json"
     assert compare_main([str(exp), "--no-hparams"]) == 0
     out = capsys.readouterr().out
     assert "**like: early wins on test**" in out
-    for name in ("delayed-s0", "short-s0", "lost-s0", "cut-s0", "corrupt-s0", "garbage-s0", "missing-s0", "stray"):
+    for name in ("delayed-s0", "short-s0", "lost-s0", "cut-s0", "gone-s0", "corrupt-s0", "garbage-s0", "missing-s0", "stray"):
         assert f"- {name}: " in out
 
 

@@ -24,7 +24,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -73,6 +73,7 @@ class RunRecord:
         config: the run's training config from ``summary.json`` by flag name (sections merged).
         logged_epochs: whole epochs with an evaluation in the event files.
         recorded_epochs: whole epochs ``summary.json`` records an evaluation of (None: no summary).
+        recorded_metrics: the metrics ``summary.json`` records at whole epochs (the event files must hold each).
         restores_best: ``summary.json`` records restored best-validation weights (``best``).
         strategy_flags: names of the flags its strategy sets (from the manifest; None: unknown).
     """
@@ -92,6 +93,7 @@ class RunRecord:
     config: Dict[str, Any] = field(default_factory=dict)
     logged_epochs: List[int] = field(default_factory=list)
     recorded_epochs: Optional[List[int]] = None
+    recorded_metrics: List[MetricKey] = field(default_factory=list)
     restores_best: bool = False
     strategy_flags: Optional[Tuple[str, ...]] = None
 
@@ -145,17 +147,24 @@ def metric_key(tag: str, known: Optional[Dict[str, MetricKey]] = None) -> Option
     return (split, task, metric) if _SPLIT.match(split) and task and metric in METRICS else None
 
 
-def _known_tags(summary: Dict[str, Any]) -> Optional[Dict[str, MetricKey]]:
-    """Tag -> key for every split and task of the evaluations ``summary.json`` records (None: none recorded)."""
-    entries = [*summary.get("evaluations", []), summary.get("best") or {}]
-    pairs = {
-        (split, task)
-        for entry in entries
+def _metric_keys(evaluations: Sequence[Any]) -> Set[MetricKey]:
+    """Every (split, task, metric) that evaluations as ``summary.json`` records them hold."""
+    return {
+        (split, task, metric)
+        for entry in evaluations
+        if isinstance(entry, dict)
         for split, per_task in entry.items()
         if isinstance(per_task, dict)
         for task, metrics in per_task.items()
         if isinstance(metrics, dict)
+        for metric in metrics
+        if metric in METRICS
     }
+
+
+def _known_tags(summary: Dict[str, Any]) -> Optional[Dict[str, MetricKey]]:
+    """Tag -> key for every split and task of the evaluations ``summary.json`` records (None: none recorded)."""
+    pairs = {(split, task) for split, task, _ in _metric_keys([*summary.get("evaluations", []), summary.get("best")])}
     if not pairs:
         return None
     return {f"{split}/{task}/{m}": (split, task, m) for split, task in pairs for m in METRICS}
@@ -207,8 +216,11 @@ def read_run(
             seed = int(match["seed"])
     config = _by_flag(summary.get("config", {}))
     throughput = list(scalars.get(THROUGHPUT_TAG, {}).values())
-    at = [e.get("epoch") for e in summary.get("evaluations", []) if isinstance(e, dict)]
-    recorded = sorted({int(e) for e in at if isinstance(e, (int, float)) and float(e).is_integer() and e > 0})
+    whole_evaluations = [
+        e for e in summary.get("evaluations", [])
+        if isinstance(e, dict) and isinstance(e.get("epoch"), (int, float)) and float(e["epoch"]).is_integer() and e["epoch"] > 0
+    ]  # fmt: skip
+    recorded = sorted({int(e["epoch"]) for e in whole_evaluations})
     return RunRecord(
         name=name,
         path=run_dir,
@@ -225,6 +237,7 @@ def read_run(
         config=config,
         logged_epochs=sorted(set(epochs.values())),
         recorded_epochs=recorded if summary else None,
+        recorded_metrics=sorted(_metric_keys(whole_evaluations)),
         restores_best=bool(summary.get("best")),
         strategy_flags=tuple(strategy_flags) if strategy_flags is not None else None,
     )
@@ -295,6 +308,12 @@ def partial_reason(run: RunRecord) -> Optional[str]:
         recorded = run.recorded_epochs is not None and set(missing) <= set(run.recorded_epochs)
         where = "that summary.json records (truncated or damaged event files)" if recorded else "(never evaluated)"
         return f"partial: its event files lack epoch(s) {', '.join(map(str, missing))} {where}"
+    lost = [key for key in run.recorded_metrics if key not in run.evals]
+    if lost:
+        return (
+            f"partial: its event files lack {'/'.join(lost[0])} that summary.json records "
+            f"(truncated or damaged event files; {len(lost)} metric(s) lost)"
+        )
     gaps = {key: sorted(set(run.logged_epochs) - set(curve)) for key, curve in run.evals.items()}
     gaps = {key: epochs for key, epochs in gaps.items() if epochs}
     if gaps:

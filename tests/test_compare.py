@@ -5,9 +5,11 @@ The real-run end to end (sweep + compare on two tiny runs) is in ``tests/test_sw
 
 import csv
 import glob
+import io
 import json
 import os
 import struct
+from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
@@ -247,6 +249,11 @@ def test_the_winner_is_picked_on_validation_by_what_each_run_deploys(tmp_path):
     assert "Picked on validation: the validation AUC of the model each run deploys" in text
     assert "| joint-early-stop | 1 | 0 | best-val weights, ep 0.50 | 0.6900 | 0.7000 |" in text
     assert "Δ test vs joint-best (val ep 2)" in text and "Runs left out" not in text
+    with redirect_stdout(io.StringIO()):
+        assert compare_main([str(tmp_path)]) == 0  # the plot and HParams with a run that has no whole epoch
+    assert os.path.getsize(tmp_path / "compare" / "test_auc.png") > 10_000
+    _, scalars = hparams_sessions(tmp_path)
+    assert scalars["joint-early-stop-s0"]["compare/deployed_val_auc_like"] == f32(0.69)
     # A run the schedule stopped early (2 of 3 epochs evaluated) is complete; an interrupted one is not.
     write_run(tmp_path / "auto-s2", [0.70, 0.74], planned=3, best=(1.2, 0.741), seed=2)
     write_run(tmp_path / "auto-s3", [0.70, 0.74], planned=3, best=(1.2, 0.741), seed=3, finished=False)

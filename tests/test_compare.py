@@ -4,44 +4,69 @@ The real-run end to end (sweep + compare on two tiny runs) is in ``tests/test_sw
 """
 
 import csv
+import glob
+import io
 import json
 import os
+import struct
+from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+from tensorboard.util import tensor_util
 from torch.utils.tensorboard import SummaryWriter
 
 from dlrm_multiepoch.report import compare_experiment, read_experiment
 from dlrm_multiepoch.report.command import main as compare_main
+from dlrm_multiepoch.report.runs import metric_key
 from dlrm_multiepoch.report.tables import to_markdown
 
 
-def write_run(folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0, finished=True, logloss=None, best=None):
+def write_run(
+    folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0, finished=True, logloss=None, best=None,
+    val_auc=None, task="like", config=None, extra=None,
+):
     """A run folder as the training app writes it: one evaluation per whole epoch (plus one mid-epoch).
 
-    ``best``: ``(epoch, test AUC)`` of restored best-validation weights, as the auto schedule logs them.
+    ``best``: ``(epoch, test AUC[, val AUC])`` of restored best-validation weights, as the auto schedule
+    logs them; ``val_auc``: validation AUC per epoch; ``config``: more flags of its ``summary.json``;
+    ``extra``: ``{split: {task: [AUC per epoch]}}`` evaluated besides (slices, other tasks).
     """
     os.makedirs(folder, exist_ok=True)
+    evaluations = [{"epoch": 0.5, "step": 5, "test": {task: {"auc": 0.1}}}]
     with SummaryWriter(str(folder)) as w:
-        if best is not None:
-            w.add_scalar("best/test/like/auc", best[1], 10 * len(test_auc))
         w.add_scalar("train/samples_per_sec", 1000.0, 1)
         w.add_scalar("train/samples_per_sec", 3000.0, 2)
         w.add_scalar("eval/epoch", 0.5, 5)  # a mid-epoch evaluation: not a whole epoch, ignored
-        w.add_scalar("test/like/auc", 0.1, 5)
+        w.add_scalar(f"test/{task}/auc", 0.1, 5)
         for i, auc in enumerate(test_auc):
             step = 10 * (i + 1)
-            w.add_scalar("eval/epoch", i + 1, step)
-            w.add_scalar("test/like/auc", auc, step)
-            w.add_scalar("test/like/logloss", (logloss or [0.5] * len(test_auc))[i], step)
+            entry = {"test": {task: {"auc": auc, "logloss": (logloss or [0.5] * len(test_auc))[i]}}}
             if train_auc is not None:
-                w.add_scalar("train_sample/like/auc", train_auc[i], step)
-    summary = {"config": {"seed": seed, "epochs": planned or len(test_auc), "optim": {"learning_rate": 0.001}}}
-    summary["evaluations"] = [{"epoch": i + 1} for i in range(len(test_auc))]
+                entry["train_sample"] = {task: {"auc": train_auc[i]}}
+            if val_auc is not None:
+                entry["val"] = {task: {"auc": val_auc[i]}}
+            for split, per_task in (extra or {}).items():
+                entry.setdefault(split, {}).update({t: {"auc": aucs[i]} for t, aucs in per_task.items()})
+            w.add_scalar("eval/epoch", i + 1, step)
+            for split, per_task in entry.items():
+                for t, metrics in per_task.items():
+                    for metric, value in metrics.items():
+                        w.add_scalar(f"{split}/{t}/{metric}", value, step)
+            evaluations.append({"epoch": i + 1, "step": step, **entry})
+        if best is not None:
+            results = {"test": {task: {"auc": best[1]}}, **({"val": {task: {"auc": best[2]}}} if len(best) > 2 else {})}
+            for split, per_task in results.items():
+                w.add_scalar(f"best/{split}/{task}/auc", per_task[task]["auc"], 10 * len(test_auc) + 1)
+    summary = {"config": {"seed": seed, "epochs": planned or len(test_auc), "optim": {"learning_rate": 0.001}, **(config or {})}}
+    summary["evaluations"] = json.loads(json.dumps(evaluations).replace("NaN", "null"))  # strict JSON, as the app writes
     if finished:
         summary["wall_time_s"] = wall
     if best is not None:
-        summary["best"] = {"epoch": best[0]}
+        summary["best"] = {"epoch": best[0], "step": 10 * len(test_auc) + 1, **json.loads(json.dumps(results).replace("NaN", "null"))}
     (folder / "summary.json").write_text(json.dumps(summary))
 
 
@@ -49,6 +74,23 @@ def manifest(exp, runs):
     """``sweep.json`` listing runs as (name, strategy, seed, epochs[, window])."""
     entries = {r[0]: {"name": r[0], "strategy": r[1], "seed": r[2], "epochs": r[3], "window": r[4] if len(r) > 4 else None} for r in runs}
     (exp / "sweep.json").write_text(json.dumps({"runs": entries}))
+
+
+def truncate_events(folder, before):
+    """Cut a run's event file just before the record of scalar ``(tag, epoch)``, as a crash or a full disk would."""
+    (path,) = glob.glob(str(folder / "events.out.tfevents.*"))
+    data, offset, epoch_steps = open(path, "rb").read(), 0, {}
+    while offset < len(data):
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        event = Event.FromString(data[offset + 12 : offset + 12 + length])
+        for value in event.summary.value:
+            if value.tag == "eval/epoch":
+                epoch_steps[event.step] = value.simple_value
+            if value.tag == before[0] and epoch_steps.get(event.step) == before[1]:
+                open(path, "r+b").truncate(offset)
+                return
+        offset += 12 + length + 4
+    raise AssertionError(f"no {before} in {path}")
 
 
 def f32(x):
@@ -78,26 +120,27 @@ def test_figures_baselines_winner_and_one_epoch_flag(tmp_path):
     joint, delayed = task.row("joint"), task.row("delayed")
     assert (joint.best_epoch, joint.epochs, joint.seeds) == (1, 3, 2)
     assert joint.auc_best.mean == pytest.approx((f32(0.74) + f32(0.76)) / 2, abs=1e-12)
-    assert joint.auc_last.mean == pytest.approx((f32(0.70) + f32(0.71)) / 2, abs=1e-12)
-    assert joint.auc_last.std == pytest.approx(np.std([f32(0.70), f32(0.71)], ddof=1), abs=1e-12)
-    assert joint.gap_last.mean == pytest.approx((f32(0.95) - f32(0.70) + f32(0.96) - f32(0.71)) / 2, abs=1e-12)
+    assert joint.test_auc.mean == pytest.approx((f32(0.70) + f32(0.71)) / 2, abs=1e-12)
+    assert joint.test_auc.std == pytest.approx(np.std([f32(0.70), f32(0.71)], ddof=1), abs=1e-12)
+    assert joint.gap.mean == pytest.approx((f32(0.95) - f32(0.70) + f32(0.96) - f32(0.71)) / 2, abs=1e-12)
     assert joint.one_epoch_drop == (1, pytest.approx(joint.curve[2].mean - joint.curve[1].mean))
     assert delayed.one_epoch_drop is None
-    assert delayed.logloss_last.mean == pytest.approx((f32(0.6) + f32(0.4)) / 2, abs=1e-12)
+    assert delayed.test_logloss.mean == pytest.approx((f32(0.6) + f32(0.4)) / 2, abs=1e-12)
     assert delayed.logloss_best.std == pytest.approx(np.std([f32(0.6), f32(0.4)], ddof=1), abs=1e-12)
     assert (joint.wall_time_s, joint.samples_per_s) == (21.0, 2000.0)  # mean wall time, median throughput
     # Baselines: joint-1ep from its own runs; joint at its best epoch (1).
     assert (task.joint_1ep.source, task.joint_1ep.auc) == ("joint-1ep", pytest.approx((f32(0.74) + f32(0.76)) / 2))
     assert (task.joint_best.epoch, task.joint_best.auc) == (1, pytest.approx((f32(0.74) + f32(0.76)) / 2))
-    assert delayed.vs_joint_best == pytest.approx(delayed.auc_last.mean - task.joint_best.auc)
+    assert delayed.vs_joint_best == pytest.approx(delayed.test_auc.mean - task.joint_best.auc)
     # Winner: delayed (0.77) over joint-1ep (0.75): margin 0.02 > the larger seed std (0.0141).
     assert (task.winner, task.runner_up) == ("delayed", "joint-1ep")
-    assert task.margin == pytest.approx(delayed.auc_last.mean - task.row("joint-1ep").auc_last.mean)
-    assert task.spread == pytest.approx(max(delayed.auc_last.std, task.row("joint-1ep").auc_last.std))
+    assert task.margin == pytest.approx(delayed.test_auc.mean - task.row("joint-1ep").test_auc.mean)
+    assert task.spread == pytest.approx(max(delayed.test_auc.std, task.row("joint-1ep").test_auc.std))
     assert task.margin_exceeds_spread is True
     text = to_markdown(comparison)
-    assert "**like: delayed wins** with last-epoch test AUC 0.7700 ± 0.0141, 2.00 pt above joint-1ep (more than the seed spread, 1.41 pt)" in text
-    assert "| joint | 2 | 3 | 1 | 0.7500 ± 0.0141 | 0.7050 ± 0.0071 |" in text
+    assert "**like: delayed wins on test** with test AUC 0.7700 ± 0.0141, 2.00 pt above joint-1ep (more than the seed spread, 1.41 pt)" in text
+    assert "Picked on test, because these runs have no validation AUC for this task (no validation split)" in text
+    assert "| joint | 2 | 3 | ep 3 | 0.7050 ± 0.0071 | 0.5000 ± 0.0000 | 1 | 0.7500 ± 0.0141 |" in text
     assert "one-epoch drop ep 1→2 (-2.50 pt)" in text
     assert "+2.00 pt (+2.67%)" in text  # delayed vs joint-1ep: 0.02 / 0.75
 
@@ -108,12 +151,23 @@ def test_missing_partial_and_corrupt_runs_are_named_and_the_rest_compared(tmp_pa
     write_run(exp / "early-s0", [0.74, 0.75])
     write_run(exp / "delayed-s0", [0.55], planned=2, finished=False)  # interrupted after epoch 1
     write_run(exp / "short-s0", [0.74])  # finished, but launched for 1 of the 2 planned epochs
-    write_run(exp / "auto-s0", [0.73], planned=2)  # stopped itself after epoch 1 of 2: finished
+    write_run(exp / "auto-s0", [0.73], planned=2, best=(0.8, 0.73))  # stopped itself after epoch 1 of 2: finished
+    write_run(exp / "lost-s0", [0.74, 0.72])  # its event file lost epoch 2 (summary.json records it)
+    truncate_events(exp / "lost-s0", before=("eval/epoch", 2))
+    write_run(exp / "cut-s0", [0.74, 0.72])  # cut inside epoch 2's evaluation
+    truncate_events(exp / "cut-s0", before=("test/like/auc", 2))
+    write_run(exp / "gone-s0", [0.74, 0.72])  # summary.json records a task its event files lack
+    summary = json.loads((exp / "gone-s0" / "summary.json").read_text())
+    for evaluation in summary["evaluations"][1:]:
+        evaluation["test"]["love"] = {"auc": 0.7}
+    (exp / "gone-s0" / "summary.json").write_text(json.dumps(summary))
+    (exp / "stray").mkdir()  # not a run of the sweep
     write_run(exp / "corrupt-s0", [0.7, 0.7])
     (exp / "corrupt-s0" / "summary.json").write_text('{"config": {"seed": 0, "ep')
     (exp / "garbage-s0").mkdir()
     (exp / "garbage-s0" / "events.out.tfevents.1.host.1.0").write_bytes(os.urandom(300))
-    names = ("joint-s0", "early-s0", "delayed-s0", "short-s0", "auto-s0", "corrupt-s0", "garbage-s0", "missing-s0")
+    names = ("joint-s0", "early-s0", "delayed-s0", "short-s0", "auto-s0", "lost-s0", "cut-s0", "gone-s0", "corrupt-s0",
+             "garbage-s0", "missing-s0")
     manifest(exp, [(n, n.split("-")[0], 0, 2) for n in names])
     runs, problems = read_experiment(str(exp))
     assert [r.name for r in runs] == ["joint-s0", "early-s0", "auto-s0"]
@@ -123,10 +177,16 @@ def test_missing_partial_and_corrupt_runs_are_named_and_the_rest_compared(tmp_pa
     assert reasons["corrupt-s0"].startswith("corrupt summary.json")
     assert reasons["garbage-s0"].startswith("no evaluations in its event files")
     assert reasons["missing-s0"] == "missing: no run folder"
+    assert reasons["lost-s0"] == "partial: its event files lack epoch(s) 2 that summary.json records (truncated or damaged event files)"
+    assert reasons["cut-s0"].startswith("partial: its event files lack test/like/auc at epoch(s) 2 (truncated")
+    assert reasons["gone-s0"] == (
+        "partial: its event files lack test/love/auc that summary.json records (truncated or damaged event files; 1 metric(s) lost)"
+    )
+    assert reasons["stray"] == "skipped: not a run of sweep.json"
     assert compare_main([str(exp), "--no-hparams"]) == 0
     out = capsys.readouterr().out
-    assert "**like: early wins**" in out
-    for name in ("delayed-s0", "short-s0", "corrupt-s0", "garbage-s0", "missing-s0"):
+    assert "**like: early wins on test**" in out
+    for name in ("delayed-s0", "short-s0", "lost-s0", "cut-s0", "gone-s0", "corrupt-s0", "garbage-s0", "missing-s0", "stray"):
         assert f"- {name}: " in out
 
 
@@ -154,19 +214,51 @@ def test_update_window_slope_per_seed(tmp_path):
     assert not (exp / "compare" / "test_auc.png").exists()  # no strategy rows to plot
 
 
-def test_a_run_that_restores_its_best_validation_weights_is_judged_by_them(tmp_path):
-    write_run(tmp_path / "auto-s0", [0.70, 0.74, 0.72], best=(1.6, 0.745), seed=0)
-    write_run(tmp_path / "auto-s1", [0.70, 0.73, 0.72], best=(1.4, 0.735), seed=1)
-    (task,) = compare_experiment(str(tmp_path)).tasks
-    (row,) = task.rows
-    assert row.auc_last.mean == pytest.approx((f32(0.745) + f32(0.735)) / 2, abs=1e-12)
-    assert (row.best_epoch, row.deployed_epoch) == (2, pytest.approx(1.5))
-    assert "last = its restored best-validation weights (epoch 1.50 on average)" in to_markdown(compare_experiment(str(tmp_path)))
+def mean32(*values):
+    return sum(f32(v) for v in values) / len(values)
+
+
+def test_the_winner_is_picked_on_validation_by_what_each_run_deploys(tmp_path):
+    # joint: best validation epoch 2 (test would pick 3).
+    write_run(tmp_path / "joint-s0", [0.74, 0.73, 0.75], val_auc=[0.70, 0.72, 0.71], seed=0)
+    write_run(tmp_path / "joint-s1", [0.74, 0.73, 0.75], val_auc=[0.70, 0.72, 0.71], seed=1)
+    # auto deploys its restored best-validation weights: highest validation AUC, not the highest test AUC.
+    write_run(tmp_path / "auto-s0", [0.70, 0.74, 0.72], val_auc=[0.6, 0.7, 0.7], best=(1.6, 0.745, 0.73), seed=0)
+    write_run(tmp_path / "auto-s1", [0.70, 0.73, 0.72], val_auc=[0.6, 0.7, 0.7], best=(1.4, 0.735, 0.74), seed=1)
+    write_run(tmp_path / "delayed-s0", [0.55, 0.56, 0.78], val_auc=[0.5, 0.5, 0.725], seed=0)
+    write_run(tmp_path / "delayed-s1", [0.55, 0.56, 0.78], val_auc=[0.5, 0.5, 0.725], seed=1)
+    # Stopped at epoch 0.5: no whole-epoch evaluation, but a deployed model.
+    write_run(tmp_path / "joint-early-stop-s0", [], planned=3, best=(0.5, 0.70, 0.69), seed=0)
+    comparison = compare_experiment(str(tmp_path))
+    assert comparison.problems == []
+    (task,) = comparison.tasks
+    auto, delayed, early, joint = (task.row(n) for n in ("auto", "delayed", "joint-early-stop", "joint"))
+    assert (task.decided_on, task.val, task.winner, task.runner_up) == ("val", "defined", "auto", "delayed")
+    assert auto.val_auc.mean == pytest.approx(mean32(0.73, 0.74), abs=1e-12)
+    assert auto.test_auc.mean == pytest.approx(mean32(0.745, 0.735), abs=1e-12)
+    assert (auto.best_on, auto.best_epoch, auto.deployed_epoch) == ("val", 2, pytest.approx(1.5))
+    assert delayed.test_auc.mean == pytest.approx(f32(0.78)) and delayed.test_auc.mean > auto.test_auc.mean
+    assert task.margin == pytest.approx(auto.val_auc.mean - delayed.val_auc.mean)
+    assert (early.epochs, early.deployed_epoch, early.best_epoch, early.test_auc.mean) == (0, 0.5, None, pytest.approx(f32(0.70)))
+    # Joint's baseline: its best validation epoch (2) and its test AUC there.
+    assert (task.joint_best.epoch, task.joint_best.on, task.joint_best.auc) == (2, "val", pytest.approx(f32(0.73)))
+    assert joint.test_auc.mean == pytest.approx(f32(0.75))
+    text = to_markdown(comparison)
+    assert "**like: auto wins on validation** with validation AUC 0.7350 ± 0.0071, 1.00 pt above delayed (more than the seed spread, 0.71 pt)" in text
+    assert "; its test AUC 0.7400 ± 0.0071; test AUC vs joint at its best validation epoch (2, 0.7300): +1.00 pt (+1.37%)." in text
+    assert "Picked on validation: the validation AUC of the model each run deploys" in text
+    assert "| joint-early-stop | 1 | 0 | best-val weights, ep 0.50 | 0.6900 | 0.7000 |" in text
+    assert "Δ test vs joint-best (val ep 2)" in text and "Runs left out" not in text
+    with redirect_stdout(io.StringIO()):
+        assert compare_main([str(tmp_path)]) == 0  # the plot and HParams with a run that has no whole epoch
+    assert os.path.getsize(tmp_path / "compare" / "test_auc.png") > 10_000
+    _, scalars = hparams_sessions(tmp_path)
+    assert scalars["joint-early-stop-s0"]["compare/deployed_val_auc_like"] == f32(0.69)
     # A run the schedule stopped early (2 of 3 epochs evaluated) is complete; an interrupted one is not.
     write_run(tmp_path / "auto-s2", [0.70, 0.74], planned=3, best=(1.2, 0.741), seed=2)
     write_run(tmp_path / "auto-s3", [0.70, 0.74], planned=3, best=(1.2, 0.741), seed=3, finished=False)
     runs, problems = read_experiment(str(tmp_path))
-    assert sorted(r.name for r in runs) == ["auto-s0", "auto-s1", "auto-s2"]
+    assert "auto-s2" in [r.name for r in runs]
     assert [p.name for p in problems] == ["auto-s3"]
 
 
@@ -184,3 +276,114 @@ def test_bad_folders_raise_clearly(tmp_path):
     (tmp_path / "sweep.json").write_text("{")
     with pytest.raises(ValueError, match="sweep.json is not valid JSON"):
         read_experiment(str(tmp_path))
+
+
+NAN = float("nan")
+
+
+def hparams_sessions(exp):
+    """run folder -> its HParams session's hyperparameters, and run folder -> the scalars written beside."""
+    sessions, scalars = {}, {}
+    for path in glob.glob(str(exp / "*" / "*.hparams")):
+        run = os.path.basename(os.path.dirname(path))
+        for event in EventFileLoader(path).Load():
+            for value in event.summary.value:
+                if value.tag == metadata.SESSION_START_INFO_TAG:
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    sessions[run] = {k: v.string_value or v.number_value for k, v in data.session_start_info.hparams.items()}
+                elif value.metadata.plugin_data.plugin_name == "scalars":
+                    scalars.setdefault(run, {})[value.tag] = float(tensor_util.make_ndarray(value.tensor))
+    return sessions, scalars
+
+
+def test_undefined_metrics_never_win_sort_or_crash(tmp_path, capsys):
+    exp = tmp_path / "exp"
+    # joint's test labels are of one class (AUC undefined) in both seeds; every run has an empty
+    # test.unseen_user slice; task a/b is evaluated on test only (absent from the validation split).
+    def empty(ab):
+        return {"test.unseen_user": {"like": [NAN, NAN]}, "test": {"a/b": [0.60, ab]}}
+
+    for seed in (0, 1):
+        write_run(exp / f"joint-s{seed}", [NAN, NAN], [0.8, 0.9], val_auc=[0.70, 0.71], seed=seed, extra=empty(0.63))
+        write_run(exp / f"delayed-s{seed}", [0.55, 0.60], [0.6, 0.7], val_auc=[0.50, 0.69], seed=seed, extra=empty(0.62))
+    comparison = compare_experiment(str(exp))
+    assert comparison.problems == [] and [t.task for t in comparison.tasks] == ["a/b", "like"]
+    ab, like = comparison.tasks
+    # like: picked on validation, where joint is defined and ahead; its undefined test AUC stays n/a.
+    joint = like.row("joint")
+    assert (like.decided_on, like.winner, like.runner_up) == ("val", "joint", "delayed")
+    assert (joint.test_auc, joint.auc_best, joint.gap, joint.curve) == (None, None, None, {1: None, 2: None})
+    assert (like.joint_best, like.row("delayed").vs_joint_best) == (None, None)  # joint-best is undefined here
+    # a/b: no validation AUC, picked on test (optimistic, said so).
+    assert (ab.decided_on, ab.val, ab.winner) == ("test", "absent", "joint")
+    # A strategy without a defined deciding AUC is never ranked; NaN never sorts first.
+    for seed in (0, 1):
+        write_run(exp / f"reinit-s{seed}", [0.9, 0.9], val_auc=[NAN, NAN], seed=seed, extra=empty(0.5))
+    like = compare_experiment(str(exp)).tasks[1]
+    assert (like.winner, like.unranked) == ("joint", ["reinit"])
+    assert compare_main([str(exp)]) == 0
+    out = capsys.readouterr().out
+    assert "**like: joint wins on validation** with validation AUC 0.7100 ± 0.0000" in out
+    assert "Not ranked (no defined validation AUC): reinit." in out
+    assert "| joint | 2 | 2 | ep 2 | 0.7100 ± 0.0000 | n/a | 0.5000 ± 0.0000 | 2 | n/a |" in out
+    assert "**a/b: joint wins on test**" in out and "Picked on test, because these runs have no validation AUC" in out
+    with open(exp / "compare" / "comparison.csv") as f:
+        rows = {(r["task"], r["strategy"]): r for r in csv.DictReader(f)}
+    assert (rows["like", "joint"]["test_auc_last_mean"], rows["like", "joint"]["winner"]) == ("", "True")
+    assert rows["like", "reinit"]["val_auc_last_mean"] == "" and rows["a/b", "delayed"]["decided_on"] == "test"
+    assert os.path.getsize(exp / "compare" / "test_auc.png") > 10_000
+    _, scalars = hparams_sessions(exp)
+    assert "compare/deployed_test_auc_like" not in scalars["joint-s0"]  # undefined: not written, never sorts
+    assert scalars["joint-s0"]["compare/deployed_val_auc_like"] == f32(0.71)
+    assert scalars["delayed-s0"]["compare/deployed_test_auc_a/b"] == f32(0.62)
+
+
+def test_a_tag_is_split_by_the_recorded_split_and_task_names():
+    assert metric_key("test/a/b/auc") == ("test", "a/b", "auc")
+    assert metric_key("test.unseen_user/like/ne") == ("test.unseen_user", "like", "ne")
+    assert [metric_key(t) for t in ("train/loss", "freeze/tables/auc", "test/auc", "compare/best_test_auc_x")] == [None] * 4
+    # With summary.json's names, a slice of a column named a/b is read exactly.
+    known = {"test.unseen_a/b/like/auc": ("test.unseen_a/b", "like", "auc")}
+    assert metric_key("test.unseen_a/b/like/auc", known) == ("test.unseen_a/b", "like", "auc")
+    assert metric_key("test/like/auc", known) is None
+
+
+def test_runs_with_other_common_flags_are_never_averaged(tmp_path, capsys):
+    exp = tmp_path / "exp"
+    schedule = {"joint": "joint", "delayed": "delayed", "unknown-row": "joint"}
+    runs = [("joint-s0", "/a", 3), ("joint-s1", "/b", 3), ("joint-s2", "/a", 2), ("delayed-s0", "/a", 3),
+            ("delayed-s1", "/a", 3), ("unknown-row-s0", "/a", 3)]  # fmt: skip
+    for i, (name, data, epochs) in enumerate(runs):
+        strategy = name.rsplit("-", 1)[0]
+        config = {"data_path": data, "freeze_schedule": schedule[strategy], "min_count": "2" if "unknown" in name else "1"}
+        write_run(exp / name, [0.70 + 0.01 * i] * epochs, seed=int(name[-1]), config=config)
+    manifest(exp, [(n, n.rsplit("-", 1)[0], int(n[-1]), e) for n, _, e in runs])
+    entries = json.loads((exp / "sweep.json").read_text())
+    entries["strategies"] = {
+        "joint": {"flags": ["--freeze_schedule", "joint"]}, "delayed": {"flags": ["--freeze_schedule", "delayed"]},
+        "unknown-row": {"flags": ["--min_count", "2"]},
+    }  # fmt: skip
+    (exp / "sweep.json").write_text(json.dumps(entries))
+    for with_manifest in (True, False):  # without: the strategies' own flags are inferred
+        if not with_manifest:
+            (exp / "sweep.json").unlink()
+        comparison = compare_experiment(str(exp))
+        assert [(g.label, sorted(r.name for r in g.runs)) for g in comparison.groups] == [
+            ("data_path=/a", ["delayed-s0", "delayed-s1", "joint-s0", "joint-s2", "unknown-row-s0"]),
+            ("data_path=/b", ["joint-s1"]),
+        ]
+        a, b = comparison.groups
+        assert sorted(a.rows) == ["delayed", "joint (epochs=2)", "joint (epochs=3)", "unknown-row"]
+        assert (a.strategy_flags, list(b.rows)) == (["epochs", "freeze_schedule", "min_count"], ["joint"])
+        (like_a, like_b) = comparison.tasks
+        assert (like_a.group, like_a.row("delayed").seeds, like_b.group, like_b.row("joint").seeds) == ("data_path=/a", 2, "data_path=/b", 1)
+    assert compare_main([str(exp)]) == 0
+    out = capsys.readouterr().out
+    assert "**These runs differ in data_path**, not only in their strategies: they are compared in 2 separate groups" in out
+    assert "## Group data_path=/b: runs joint-s1" in out and "Strategies differ in: epochs, freeze_schedule, min_count." in out
+    with open(exp / "compare" / "comparison.csv") as f:
+        assert [(r["group"], r["strategy"]) for r in csv.DictReader(f)][-1] == ("data_path=/b", "joint")
+    sessions, _ = hparams_sessions(exp)
+    assert {run: (h["data_path"], h["group"]) for run, h in sessions.items()} == {
+        name: (data, f"data_path={data}") for name, data, _ in runs
+    }

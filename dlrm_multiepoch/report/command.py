@@ -8,8 +8,11 @@ Usage::
 
 Writes ``comparison.md``, ``comparison.csv``, ``test_auc.png`` (and, for an update-window
 sweep, ``update_window.png`` and ``update_window.csv``) to ``EXPERIMENT_DIR/compare/``,
-and HParams summaries next to the runs' event files. Runs that are missing, partial
-or corrupt are named and left out; the rest are compared.
+and HParams summaries next to the runs' event files. Each run is judged by the model it
+deploys, the winner is picked on validation when the runs have a validation split, and
+runs are averaged only with runs of the same configuration. Runs that are missing,
+partial or corrupt, and folders that are not runs, are named under "Runs left out"; the
+rest are compared.
 """
 
 import argparse

@@ -1,20 +1,31 @@
 """Compare an experiment's strategies per task: the numbers behind the table, the plots and HParams.
 
-For each task and strategy (runs grouped over seeds): test AUC and logloss at the
-best epoch (the epoch with the highest mean test AUC) and at the last one, as mean ±
-std over seeds; the difference of the last-epoch AUC to two baselines, joint training
-after one epoch and joint at its best epoch (what early stopping on the test curve
-would give); train-sample minus test AUC (memorisation); wall time and throughput;
-where the one-epoch phenomenon shows (test AUC falls across an epoch boundary, by more
-than the seed spread, while train AUC rises); and the winner, with whether its margin exceeds the seed spread.
-Update-window runs (``window@W``) get their own fit: final test AUC against the epoch
-W at which the tables start training, slope per seed.
+Runs are first split into configuration groups (:mod:`dlrm_multiepoch.report.groups`):
+only runs that share every flag but their strategy's own are compared, and only runs of
+one configuration are averaged over seeds. Then, per group, task and strategy (mean ±
+std over seeds), the figures of the model each run **deploys**: its restored
+best-validation weights when its schedule keeps them (whatever the epoch, before the
+first whole epoch too), else its last epoch's model. Validation AUC, test AUC and
+logloss, train-sample minus test AUC (memorisation), its best whole epoch and the test
+AUC there, the difference of its test AUC to joint training after one epoch and to joint
+at its best epoch, wall time and throughput, and where the one-epoch phenomenon shows
+(test AUC falls across an epoch boundary, by more than the seed spread, while train AUC
+rises).
+
+**The winner is picked on validation**: the highest mean validation AUC of the deployed
+models, when the runs have a validation split; test figures are reported beside it and
+never used to pick, and best epochs (joint's baseline too) are validation epochs. Without
+a validation split, or where its AUC is undefined, the pick is made on test and the
+report says so (optimistic: the same split picks and scores). Undefined metrics (an
+empty slice, labels of one class, a task absent from a split) are "n/a": they never win,
+rank or enter a mean. Update-window runs (``window@W``) get their own fit
+(:mod:`dlrm_multiepoch.report.windows`).
 
 Example::
 
     comparison = compare_experiment("runs/bx")
     for task in comparison.tasks:
-        print(task.task, task.winner, task.margin_exceeds_spread)
+        print(task.task, task.decided_on, task.winner, task.margin_exceeds_spread)
 """
 
 from dataclasses import dataclass, field
@@ -22,71 +33,84 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dlrm_multiepoch.report.groups import ConfigGroup, config_groups
 from dlrm_multiepoch.report.runs import RunProblem, RunRecord, read_experiment
-from dlrm_multiepoch.sweep.strategies import WINDOW_PREFIX
+from dlrm_multiepoch.report.stats import Stat, is_defined, stat_of
+from dlrm_multiepoch.report.windows import WindowFit, window_fit, window_of
 
 JOINT_1EP = "joint-1ep"
 JOINT = "joint"
-
-
-@dataclass(frozen=True)
-class Stat:
-    """Mean and sample standard deviation over seeds (std None with one seed)."""
-
-    mean: float
-    std: Optional[float]
-    n: int
-
-    @staticmethod
-    def of(values: Sequence[float]) -> "Stat":
-        a = np.asarray(values, dtype=np.float64)
-        return Stat(float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else None, len(a))
+VAL, TEST, TRAIN_SAMPLE = "val", "test", "train_sample"
 
 
 @dataclass
 class StrategyRow:
-    """One strategy on one task, over its seeds (see the module docstring for each figure)."""
+    """One strategy on one task, over its seeds: the figures of the models its runs deploy.
+
+    ``epochs``: whole epochs trained (the most of its seeds); ``deployed_epoch``: mean epoch
+    of restored best-validation weights (None: each run deploys its last epoch);
+    ``best_epoch``: the whole epoch with the highest mean AUC on ``best_on`` (the
+    deciding split), ``auc_best``/``logloss_best`` the test figures there; ``curve``
+    and ``val_curve``: mean AUC per whole epoch (None where undefined).
+    """
 
     strategy: str
     task: str
     seeds: int
     epochs: int
-    best_epoch: int
-    auc_best: Stat
-    auc_last: Stat
+    val_auc: Optional[Stat]
+    test_auc: Optional[Stat]
+    test_logloss: Optional[Stat]
+    gap: Optional[Stat]
+    best_on: str
+    best_epoch: Optional[int]
+    auc_best: Optional[Stat]
     logloss_best: Optional[Stat]
-    logloss_last: Optional[Stat]
-    gap_last: Optional[Stat]
     wall_time_s: Optional[float]
     samples_per_s: Optional[float]
-    curve: Dict[int, Stat]
+    curve: Dict[int, Optional[Stat]]
+    val_curve: Dict[int, Optional[Stat]]
+    deployed_epoch: Optional[float] = None
     one_epoch_drop: Optional[Tuple[int, float]] = None
-    deployed_epoch: Optional[float] = None  # mean epoch of restored best-validation weights (auto schedule)
     vs_joint_1ep: Optional[float] = None
     vs_joint_best: Optional[float] = None
+
+    def figure(self, split: str) -> Optional[Stat]:
+        """The deployed model's AUC on ``split`` (``val`` or ``test``)."""
+        return self.val_auc if split == VAL else self.test_auc
 
 
 @dataclass(frozen=True)
 class Baseline:
-    """A reference AUC: ``joint-1ep`` (joint after epoch 1) or ``joint-best`` (joint at its best epoch)."""
+    """A reference test AUC: ``joint-1ep`` (joint after epoch 1) or ``joint-best`` (joint at its best epoch on ``on``)."""
 
     name: str
     auc: float
     epoch: int
     source: str  # the strategy it was read from
+    on: str = TEST  # the split that chose the epoch
 
 
 @dataclass
 class TaskComparison:
-    """All strategies on one task, the baselines and the winner."""
+    """All strategies of one configuration group on one task, the baselines and the winner.
+
+    ``decided_on``: the split the winner was picked on; ``val``: whether the runs
+    evaluate a validation split for the task (``absent``, ``undefined`` or ``defined``);
+    ``unranked``: strategies without a defined AUC on that split (never the winner).
+    """
 
     task: str
     rows: List[StrategyRow]
+    group: str = ""
+    decided_on: str = TEST
+    val: str = "absent"
+    unranked: List[str] = field(default_factory=list)
     joint_1ep: Optional[Baseline] = None
     joint_best: Optional[Baseline] = None
     winner: Optional[str] = None
     runner_up: Optional[str] = None
-    margin: Optional[float] = None  # winner minus runner-up, last-epoch mean test AUC
+    margin: Optional[float] = None  # winner minus runner-up, mean AUC on decided_on
     spread: Optional[float] = None  # the larger seed std of the two (None with one seed)
 
     @property
@@ -100,23 +124,6 @@ class TaskComparison:
 
 
 @dataclass
-class WindowFit:
-    """Final test AUC against the epoch the tables start training, for one task."""
-
-    task: str
-    final_auc: Dict[float, Stat]  # window start -> final test AUC over seeds
-    per_seed: Dict[int, Dict[float, float]]  # seed -> window start -> final test AUC
-    slopes: Dict[int, float]  # seed -> fitted AUC change per epoch of delay
-    slope: Optional[Stat]
-
-    @property
-    def monotone(self) -> bool:
-        """Whether a later window never gave a lower mean final AUC."""
-        means = [s.mean for _, s in sorted(self.final_auc.items())]
-        return all(b >= a for a, b in zip(means, means[1:]))
-
-
-@dataclass
 class Comparison:
     """Everything ``dlrm-multiepoch compare`` reports for one experiment."""
 
@@ -125,6 +132,7 @@ class Comparison:
     windows: List[WindowFit]
     problems: List[RunProblem]
     runs: List[RunRecord] = field(default_factory=list)
+    groups: List[ConfigGroup] = field(default_factory=list)
 
 
 def compare_experiment(experiment_dir: str) -> Comparison:
@@ -134,146 +142,128 @@ def compare_experiment(experiment_dir: str) -> Comparison:
 
 
 def compare_runs(runs: Sequence[RunRecord], problems: Sequence[RunProblem] = (), experiment_dir: str = "") -> Comparison:
-    """Compare already-read runs: strategy rows per task and the update-window fit."""
-    window_runs = [r for r in runs if window_of(r) is not None]
-    strategy_runs = [r for r in runs if window_of(r) is None]
-    by_strategy: Dict[str, List[RunRecord]] = {}
-    for run in strategy_runs:
-        by_strategy.setdefault(run.strategy, []).append(run)
-    tasks = sorted({t for r in runs for t in r.tasks})
-    comparisons = []
-    for task in tasks:
-        rows = [row for name, rs in by_strategy.items() if (row := _strategy_row(name, task, rs)) is not None]
-        comparisons.append(_rank(task, rows))
-    fits = [fit for task in tasks if (fit := _window_fit(task, window_runs)) is not None]
-    return Comparison(experiment_dir, comparisons, fits, list(problems), list(runs))
+    """Compare already-read runs: per configuration group, strategy rows per task and the update-window fit."""
+    groups = config_groups(runs)
+    comparisons, fits = [], []
+    for group in groups:
+        tasks = sorted({t for r in group.runs for t in r.tasks})
+        strategies = {name: rs for name, rs in group.rows.items() if all(window_of(r) is None for r in rs)}
+        windows = [r for r in group.runs if window_of(r) is not None]
+        for task in tasks:
+            on, val = _deciding_split(task, [r for rs in strategies.values() for r in rs])
+            rows = [row for name, rs in strategies.items() if (row := _strategy_row(name, task, rs, on)) is not None]
+            comparisons.append(_rank(TaskComparison(task, rows, group.label, on, val)))
+        fits += [fit for task in tasks if (fit := window_fit(task, windows, group.label)) is not None]
+    return Comparison(experiment_dir, comparisons, fits, list(problems), list(runs), groups)
 
 
-def window_of(run: RunRecord) -> Optional[float]:
-    """The update-window start of a ``window@W`` run, else None."""
-    if run.window is not None:
-        return float(run.window)
-    if run.strategy.startswith(WINDOW_PREFIX):
-        try:
-            return float(run.strategy[len(WINDOW_PREFIX) :])
-        except ValueError:
-            return None
-    return None
+def _deciding_split(task: str, runs: Sequence[RunRecord]) -> Tuple[str, str]:
+    """(split the winner is picked on, state of the validation split: absent / undefined / defined)."""
+    finals = [r.final(VAL, task, "auc") for r in runs]
+    if any(is_defined(v) for v in finals):
+        return VAL, "defined"
+    recorded = any(v is not None for v in finals) or any(r.curve(VAL, task, "auc") for r in runs)
+    return TEST, "undefined" if recorded else "absent"
 
 
-def _strategy_row(strategy: str, task: str, runs: List[RunRecord]) -> Optional[StrategyRow]:
-    runs = [r for r in runs if r.curve("test", task, "auc")]
+def _strategy_row(strategy: str, task: str, runs: List[RunRecord], on: str) -> Optional[StrategyRow]:
+    runs = [r for r in runs if task in r.tasks]
     if not runs:
         return None
-    aucs = [r.curve("test", task, "auc") for r in runs]
-    curve = _mean_curve(aucs)
+    curve = _mean_curve([r.curve(TEST, task, "auc") for r in runs])
+    val_curve = _mean_curve([r.curve(VAL, task, "auc") for r in runs])
+    chooser = [r.curve(on, task, "auc") for r in runs]
     # The best epoch is one epoch for all seeds: the highest mean over the epochs every seed reached.
-    common = [e for e in curve if all(e in a for a in aucs)]
-    best = max(common, key=lambda e: (curve[e].mean, -e))
-    last = [max(a) for a in aucs]
-
-    def at(split: str, metric: str, epochs: Sequence[int]) -> List[Optional[float]]:
-        return [r.curve(split, task, metric).get(e) for r, e in zip(runs, epochs)]
+    choices = {e: s for e, s in _mean_curve(chooser).items() if s is not None and all(e in c for c in chooser)}
+    best = max(choices, key=lambda e: (choices[e].mean, -e)) if choices else None
 
     def final(split: str, metric: str) -> List[Optional[float]]:
-        """What each run ends holding: its restored best-validation model if any, else its last epoch."""
-        at_last = at(split, metric, last)
-        return [r.deployed.get(f"{split}/{task}/{metric}", v) for r, v in zip(runs, at_last)]
+        return [r.final(split, task, metric) for r in runs]
 
-    test_last, train_last = final("test", "auc"), final("train_sample", "auc")
-    gap = _stat([t - v if t is not None and v is not None else None for t, v in zip(train_last, test_last)])
+    def at_best(metric: str) -> Optional[Stat]:
+        return stat_of([r.curve(TEST, task, metric).get(best) for r in runs]) if best is not None else None
+
+    pairs = zip(final(TRAIN_SAMPLE, "auc"), final(TEST, "auc"))
+    gaps = [train - test if is_defined(train) and is_defined(test) else None for train, test in pairs]
     walls = [r.wall_time_s for r in runs if r.wall_time_s is not None]
     speeds = [r.samples_per_s for r in runs if r.samples_per_s is not None]
-    train_curve = _mean_curve([r.curve("train_sample", task, "auc") for r in runs])
+    restored = [r.deployed_epoch for r in runs if r.deployed and r.deployed_epoch is not None]
     return StrategyRow(
         strategy=strategy,
         task=task,
         seeds=len(runs),
-        epochs=max(last),
+        epochs=max(r.epochs_done for r in runs),
+        val_auc=stat_of(final(VAL, "auc")),
+        test_auc=stat_of(final(TEST, "auc")),
+        test_logloss=stat_of(final(TEST, "logloss")),
+        gap=stat_of(gaps),
+        best_on=on,
         best_epoch=best,
-        auc_best=Stat.of([a[best] for a in aucs]),
-        auc_last=Stat.of(test_last),  # type: ignore[arg-type]
-        logloss_best=_stat(at("test", "logloss", [best] * len(runs))),
-        logloss_last=_stat(final("test", "logloss")),
-        gap_last=gap,
+        auc_best=at_best("auc"),
+        logloss_best=at_best("logloss"),
         wall_time_s=float(np.mean(walls)) if walls else None,
         samples_per_s=float(np.mean(speeds)) if speeds else None,
         curve=curve,
-        one_epoch_drop=_one_epoch_drop(curve, train_curve),
-        deployed_epoch=_deployed_epoch(runs),
+        val_curve=val_curve,
+        deployed_epoch=float(np.mean(restored)) if restored else None,
+        one_epoch_drop=_one_epoch_drop(curve, _mean_curve([r.curve(TRAIN_SAMPLE, task, "auc") for r in runs])),
     )
 
 
-def _stat(values: Sequence[Optional[float]]) -> Optional[Stat]:
-    return Stat.of(values) if values and None not in values else None  # type: ignore[arg-type]
-
-
-def _deployed_epoch(runs: Sequence[RunRecord]) -> Optional[float]:
-    epochs = [r.deployed_epoch for r in runs if r.deployed and r.deployed_epoch is not None]
-    return float(np.mean(epochs)) if epochs else None
-
-
-def _mean_curve(curves: Sequence[Dict[int, float]]) -> Dict[int, Stat]:
+def _mean_curve(curves: Sequence[Dict[int, float]]) -> Dict[int, Optional[Stat]]:
+    """Per epoch: the stat over the seeds that reached it (None where any of their values is undefined)."""
     epochs = sorted({e for c in curves for e in c})
-    return {e: Stat.of([c[e] for c in curves if e in c]) for e in epochs}
+    return {e: stat_of([c[e] for c in curves if e in c]) for e in epochs}
 
 
-def _one_epoch_drop(test: Dict[int, Stat], train: Dict[int, Stat]) -> Optional[Tuple[int, float]]:
+def _one_epoch_drop(test: Dict[int, Optional[Stat]], train: Dict[int, Optional[Stat]]) -> Optional[Tuple[int, float]]:
     """The first epoch e after which mean test AUC falls while mean train-sample AUC rises: (e, change).
 
     With several seeds the fall must exceed the seed spread (the larger std of the two
-    epochs); with one seed any fall counts.
+    epochs); with one seed any fall counts. Undefined epochs are skipped.
     """
     for e in sorted(test):
-        if e + 1 in test and e in train and e + 1 in train:
-            change = test[e + 1].mean - test[e].mean
-            spread = max(test[e].std or 0.0, test[e + 1].std or 0.0)
-            if change < -spread and train[e + 1].mean > train[e].mean:
-                return e, change
+        now, after, train_now, train_after = test[e], test.get(e + 1), train.get(e), train.get(e + 1)
+        if now is None or after is None or train_now is None or train_after is None:
+            continue
+        change = after.mean - now.mean
+        spread = max(now.std or 0.0, after.std or 0.0)
+        if change < -spread and train_after.mean > train_now.mean:
+            return e, change
     return None
 
 
-def _rank(task: str, rows: List[StrategyRow]) -> TaskComparison:
-    comparison = TaskComparison(task, rows)
+def _rank(comparison: TaskComparison) -> TaskComparison:
+    """Baselines, deltas and the winner on ``decided_on`` (rows without a defined AUC there are not ranked)."""
     one_ep, joint = comparison.row(JOINT_1EP), comparison.row(JOINT)
-    if one_ep is not None and 1 in one_ep.curve:
-        comparison.joint_1ep = Baseline(JOINT_1EP, one_ep.curve[1].mean, 1, JOINT_1EP)
-    elif joint is not None and 1 in joint.curve:
-        comparison.joint_1ep = Baseline(JOINT_1EP, joint.curve[1].mean, 1, JOINT)
+    for source in (one_ep, joint):
+        epoch_1 = source.curve.get(1) if source is not None else None
+        if source is not None and epoch_1 is not None:
+            comparison.joint_1ep = Baseline(JOINT_1EP, epoch_1.mean, 1, source.strategy)
+            break
     best_source = joint or one_ep
-    if best_source is not None:
+    if best_source is not None and best_source.best_epoch is not None and best_source.auc_best is not None:
         comparison.joint_best = Baseline(
-            "joint-best", best_source.auc_best.mean, best_source.best_epoch, best_source.strategy
+            "joint-best", best_source.auc_best.mean, best_source.best_epoch, best_source.strategy, best_source.best_on
         )
-    for row in rows:
-        if comparison.joint_1ep is not None:
-            row.vs_joint_1ep = row.auc_last.mean - comparison.joint_1ep.auc
-        if comparison.joint_best is not None:
-            row.vs_joint_best = row.auc_last.mean - comparison.joint_best.auc
-    ranked = sorted(rows, key=lambda r: r.auc_last.mean, reverse=True)
+    for row in comparison.rows:
+        if row.test_auc is not None and comparison.joint_1ep is not None:
+            row.vs_joint_1ep = row.test_auc.mean - comparison.joint_1ep.auc
+        if row.test_auc is not None and comparison.joint_best is not None:
+            row.vs_joint_best = row.test_auc.mean - comparison.joint_best.auc
+    ranked: List[Tuple[str, Stat]] = []
+    for row in comparison.rows:
+        figure = row.figure(comparison.decided_on)
+        if figure is None:
+            comparison.unranked.append(row.strategy)
+        else:
+            ranked.append((row.strategy, figure))
+    ranked.sort(key=lambda item: -item[1].mean)  # stable: ties keep the table's order
     if ranked:
-        comparison.winner = ranked[0].strategy
+        comparison.winner = ranked[0][0]
     if len(ranked) > 1:
-        first, second = ranked[0], ranked[1]
-        comparison.runner_up = second.strategy
-        comparison.margin = first.auc_last.mean - second.auc_last.mean
-        stds = [first.auc_last.std, second.auc_last.std]
+        (_, first), (comparison.runner_up, second) = ranked[0], ranked[1]
+        comparison.margin = first.mean - second.mean
+        stds = [first.std, second.std]
         comparison.spread = max(stds) if None not in stds else None  # type: ignore[type-var]
     return comparison
-
-
-def _window_fit(task: str, runs: Sequence[RunRecord]) -> Optional[WindowFit]:
-    per_seed: Dict[int, Dict[float, float]] = {}
-    for run in runs:
-        curve = run.curve("test", task, "auc")
-        if curve:
-            seed = run.seed if run.seed is not None else -1
-            per_seed.setdefault(seed, {})[window_of(run)] = curve[max(curve)]  # type: ignore[index]
-    windows = sorted({w for points in per_seed.values() for w in points})
-    if not windows:
-        return None
-    final = {w: Stat.of([p[w] for p in per_seed.values() if w in p]) for w in windows}
-    slopes = {
-        seed: float(np.polyfit(sorted(p), [p[w] for w in sorted(p)], 1)[0]) for seed, p in per_seed.items() if len(p) > 1
-    }
-    return WindowFit(task, final, per_seed, slopes, Stat.of(list(slopes.values())) if slopes else None)

@@ -1,8 +1,10 @@
 """TensorBoard HParams summaries, so the HParams dashboard lists and sorts an experiment's runs.
 
-Each run folder gets a session (its hyperparameters: strategy, seed, epochs and every
-config flag that differs between runs) plus a few scalars the run does not log
-itself (wall time, throughput, best test AUC per task); the experiment folder gets
+Each run folder gets a session (its hyperparameters: strategy, seed, epochs, its
+configuration group when the runs differ in common flags, and every config flag that
+differs between runs, ``--data_path`` included) plus a few scalars the run does not log
+itself (wall time, throughput, the deployed model's validation and test AUC and the best
+test AUC per task; undefined ones are not written); the experiment folder gets
 the experiment description (hyperparameters and their values, metrics). The metrics
 are the runs' own evaluation tags (``test/<task>/auc``, ...), whose last value is the
 last evaluation. Files end in ``.hparams``; a new comparison replaces them.
@@ -13,9 +15,10 @@ Example::
 """
 
 import glob
+import json
 import os
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
@@ -23,41 +26,74 @@ from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from dlrm_multiepoch.report.compare import Comparison
+from dlrm_multiepoch.report.groups import ConfigGroup
 from dlrm_multiepoch.report.runs import RunRecord
+from dlrm_multiepoch.report.stats import is_defined
 
 SUFFIX = ".hparams"
-# Per-run flags that say nothing about the model (run folder, resume mode, logging).
-_IGNORED = {"run_name", "tensorboard_dir", "resume", "progress_bar", "log_every_n_steps", "cache_dir", "data_path"}
+# Per-run names and places: they differ between every two runs and say nothing about the model.
+_IGNORED = {"run_name", "tensorboard_dir"}
+_SCALAR = (str, int, float, bool)
+# compare/<what>_<task> scalars written per run.
+_PER_TASK = ("deployed_val_auc", "deployed_test_auc", "best_test_auc")
 
 
-def run_hparams(runs: List[RunRecord]) -> Dict[str, Dict[str, Any]]:
-    """run name -> hyperparameters: strategy, seed, epochs and the config flags whose values differ between runs."""
+def run_hparams(runs: List[RunRecord], groups: Sequence[ConfigGroup] = ()) -> Dict[str, Dict[str, Any]]:
+    """run name -> hyperparameters: strategy, seed, epochs, configuration group (when there are
+    several) and every config flag whose values differ between runs (``--data_path`` included).
+
+    A flag whose values are not all numbers, all booleans or all text is shown as text in
+    every run (``None``, lists), so the dashboard keeps one type per column.
+    """
     varying = sorted(
         key
         for key in {k for r in runs for k in r.config}
         if key not in _IGNORED and len({repr(r.config.get(key)) for r in runs}) > 1
     )
+    group_of = {r.name: g.label for g in groups for r in g.runs} if len(groups) > 1 else {}
+    values = {r.name: {k: r.config.get(k) for k in varying} for r in runs}
+    for key in varying:
+        column = [v[key] for v in values.values()]
+        kinds = {bool if isinstance(x, bool) else float if isinstance(x, (int, float)) else type(x) for x in column}
+        if len(kinds) > 1 or not kinds <= {bool, float, str}:
+            for v in values.values():
+                v[key] = v[key] if isinstance(v[key], str) else json.dumps(v[key])
     out = {}
     for r in runs:
-        values: Dict[str, Any] = {"strategy": r.strategy, "seed": r.seed, "epochs": r.epochs_done}
-        values.update({k: r.config.get(k) for k in varying if k not in values})
-        out[r.name] = {k: v for k, v in values.items() if isinstance(v, (str, int, float, bool))}
+        hparams: Dict[str, Any] = {"strategy": r.strategy, "seed": r.seed, "epochs": r.epochs_done}
+        if r.name in group_of:
+            hparams["group"] = group_of[r.name]
+        hparams.update({k: v for k, v in values[r.name].items() if k not in hparams})
+        out[r.name] = {k: v for k, v in hparams.items() if isinstance(v, _SCALAR)}
     return out
 
 
 def write_hparams(comparison: Comparison) -> List[str]:
-    """Write the experiment description and one session per compared run; return the files written."""
+    """Write the experiment description and one session per compared run; return the files written.
+
+    Metrics per task: the runs' own evaluation tags (last value: the last evaluation) and
+    the deployed model's validation and test AUC and the best test AUC; an undefined value
+    (NaN) is not written, so it never sorts.
+    """
     runs = comparison.runs
     if not runs:
         return []
-    hparams = run_hparams(runs)
+    hparams = run_hparams(runs, comparison.groups)
     tasks = sorted({t for r in runs for t in r.tasks})
-    metric_tags = [f"{split}/{task}/{m}" for task in tasks for split, m in (("test", "auc"), ("test", "logloss"), ("train_sample", "auc"))]
-    metric_tags += ["compare/wall_time_s", "compare/samples_per_s"] + [f"compare/best_test_auc_{t}" for t in tasks]
+    splits = [("test", "auc"), ("test", "logloss"), ("train_sample", "auc")]
+    if any(r.curve("val", t, "auc") or r.final("val", t, "auc") is not None for r in runs for t in tasks):
+        splits.append(("val", "auc"))
+    metric_tags = [f"{split}/{task}/{m}" for task in tasks for split, m in splits]
+    metric_tags += ["compare/wall_time_s", "compare/samples_per_s"]
+    metric_tags += [f"compare/{what}_{t}" for t in tasks for what in _PER_TASK]
     written = [_write(comparison.experiment_dir, _experiment(hparams, metric_tags), {})]
     for run in runs:
         scalars = {"compare/wall_time_s": run.wall_time_s, "compare/samples_per_s": run.samples_per_s}
-        scalars |= {f"compare/best_test_auc_{t}": max(run.curve("test", t, "auc").values(), default=None) for t in tasks}
+        for t in tasks:
+            defined = [v for v in run.curve("test", t, "auc").values() if is_defined(v)]
+            scalars[f"compare/best_test_auc_{t}"] = max(defined, default=None)
+            scalars[f"compare/deployed_val_auc_{t}"] = run.final("val", t, "auc")
+            scalars[f"compare/deployed_test_auc_{t}"] = run.final("test", t, "auc")
         written.append(_write(run.path, _session(run.name, hparams[run.name]), scalars))
     return written
 
@@ -65,7 +101,7 @@ def write_hparams(comparison: Comparison) -> List[str]:
 def _write(folder: str, summaries: List[Summary], scalars: Dict[str, Any]) -> str:
     for old in glob.glob(os.path.join(folder, f"*{SUFFIX}")):
         os.remove(old)
-    values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items() if v is not None]
+    values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items() if is_defined(v)]
     writer = EventFileWriter(folder, filename_suffix=SUFFIX)
     for summary in [*summaries, Summary(value=values)]:
         writer.add_event(Event(wall_time=time.time(), step=0, summary=summary))

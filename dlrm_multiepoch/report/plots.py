@@ -28,7 +28,8 @@ def _figure(panels: int):
 
 
 def plot_curves(comparison: Comparison, path: str) -> None:
-    """Test AUC per epoch, one line per strategy (mean over seeds, ± std shaded), one panel per task.
+    """Test AUC per epoch, one line per strategy (mean over seeds, ± std shaded), one panel per task
+    (and configuration group). Undefined epochs are left out of a line.
 
     A star marks the model a run ends holding when that is not its last epoch's (the
     automatic schedule's restored best-validation weights, at their mean epoch).
@@ -37,18 +38,20 @@ def plot_curves(comparison: Comparison, path: str) -> None:
     fig, axes = _figure(max(len(tasks), 1))
     for ax, task in zip(axes, tasks):
         for row in task.rows:
-            epochs = sorted(row.curve)
-            mean = np.array([row.curve[e].mean for e in epochs])
-            std = np.array([row.curve[e].std or 0.0 for e in epochs])
+            epochs = [e for e in sorted(row.curve) if row.curve[e] is not None]
+            mean = np.array([row.curve[e].mean for e in epochs])  # type: ignore[union-attr]
+            std = np.array([row.curve[e].std or 0.0 for e in epochs])  # type: ignore[union-attr]
             (line,) = ax.plot(epochs, mean, marker="o", label=row.strategy, linewidth=1.5)
             if row.seeds > 1:
                 ax.fill_between(epochs, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
-            if row.deployed_epoch is not None:  # the restored best-validation weights it ends with
-                ax.plot([row.deployed_epoch], [row.auc_last.mean], marker="*", markersize=11, color=line.get_color())
+            if row.deployed_epoch is not None and row.test_auc is not None:  # restored best-validation weights
+                ax.plot([row.deployed_epoch], [row.test_auc.mean], marker="*", markersize=11, color=line.get_color())
         if task.joint_best is not None:
-            ax.axhline(task.joint_best.auc, color="grey", linestyle=":", linewidth=1, label="joint at its best epoch")
+            at = "validation epoch" if task.joint_best.on == "val" else "epoch"
+            ax.axhline(task.joint_best.auc, color="grey", linestyle=":", linewidth=1, label=f"joint at its best {at}")
         seeds = max(r.seeds for r in task.rows)
-        ax.set_title(f"{task.task}: test AUC ({seeds} seed{'s' if seeds > 1 else ''}, ± std shaded)", fontsize=10)
+        group = f"[{task.group}] " if task.group else ""
+        ax.set_title(f"{group}{task.task}: test AUC ({seeds} seed{'s' if seeds > 1 else ''}, ± std shaded)", fontsize=10)
         ax.set_xlabel("epoch")
         ax.set_ylabel("test AUC")
         ax.grid(alpha=0.3)
@@ -76,7 +79,8 @@ def plot_windows(comparison: Comparison, path: str) -> None:
             if fit.slope is not None and fit.slope.std is not None:
                 label += f" (seeds: {100 * fit.slope.mean:+.2f} ± {100 * fit.slope.std:.2f})"
             ax.plot(ws, intercept + slope * ws, color="red", linestyle="--", linewidth=1, label=label)
-        ax.set_title(f"{fit.task}: final test AUC by update-window start", fontsize=10)
+        group = f"[{fit.group}] " if fit.group else ""
+        ax.set_title(f"{group}{fit.task}: final test AUC by update-window start", fontsize=10)
         ax.set_xlabel("epoch the tables start training")
         ax.set_ylabel("final test AUC")
         ax.grid(alpha=0.3)

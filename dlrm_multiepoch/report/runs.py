@@ -1,12 +1,18 @@
 """Read an experiment's runs: per-epoch metrics from TensorBoard event files, cost from ``summary.json``.
 
 A run folder is what the training app writes under ``--tensorboard_dir``: event files
-(scalars ``eval/epoch`` and ``<split>/<task>/<metric>`` at each evaluation, and
-``train/samples_per_sec``) and ``summary.json`` (config, wall time). Runs are found
-through the sweep's manifest (``sweep.json``: strategy, seed, planned epochs), or, in
-a folder of runs without one, as the subfolders holding event files (strategy = the
-folder name without its ``-s<seed>`` suffix). A run that cannot be used is returned
-as a :class:`RunProblem` naming it, and the rest are still read.
+(scalars ``eval/epoch`` and ``<split>/<task>/<metric>`` at each evaluation,
+``best/<split>/<task>/<metric>`` for restored best-validation weights, and
+``train/samples_per_sec``) and ``summary.json`` (config, every evaluation, wall time).
+Runs are found through the sweep's manifest (``sweep.json``: strategy, seed, planned
+epochs, the strategy's own flags), or, in a folder of runs without one, as the
+subfolders holding event files (strategy = the folder name without its ``-s<seed>``
+suffix). A run that cannot be used is returned as a :class:`RunProblem` naming it, and
+the rest are still read; so is every other folder of the experiment that is not read.
+
+Task names may hold any character (``a/b`` too): a tag is split by the split and task
+names ``summary.json`` records, or, without a summary, by the known split and metric
+names at its two ends.
 
 Example::
 
@@ -18,18 +24,26 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from dlrm_multiepoch.sweep.plan import MANIFEST, SUMMARY, read_json, read_manifest
+from dlrm_multiepoch.sweep.strategies import flag_names
 
 EPOCH_TAG = "eval/epoch"
 THROUGHPUT_TAG = "train/samples_per_sec"
 BEST_PREFIX = "best"  # best/<split>/<task>/<metric>: the restored best-validation model (auto schedule)
+METRICS = ("auc", "logloss", "ne")
+# Evaluated splits, each possibly with a row slice: test, val, train_sample, test.unseen_user, ...
+_SPLIT = re.compile(r"^(train_sample|val|test)(\.[^/]+)?$")
 _SEED_SUFFIX = re.compile(r"^(?P<strategy>.+)-s(?P<seed>-?\d+)$")
 _EVENTS = "tfevents"
+# Folders the sweep and compare write into an experiment besides run folders.
+OWN_FOLDERS = ("compare", "logs")
+
+MetricKey = Tuple[str, str, str]  # (split, task, metric)
 
 
 class RunError(ValueError):
@@ -43,19 +57,25 @@ class RunRecord:
     Args:
         name: run folder name.
         path: run folder.
-        strategy: its strategy (the name runs are grouped by).
+        strategy: its strategy (the name runs are grouped by, with their configuration).
         seed: its seed, if known.
         epochs_planned: epochs it was launched for, if known.
         window: for update-window runs, the epoch the tables start training.
-        evals: tag (``<split>/<task>/<metric>``) -> {whole epoch: value}, from the event files.
+        evals: ``(split, task, metric)`` -> {whole epoch: value}, from the event files
+            (NaN where the metric is undefined: an empty slice, one-class labels).
         wall_time_s: training wall time from ``summary.json`` (None if absent).
         samples_per_s: median of the logged train throughput.
         finished: whether ``summary.json`` records the end of training (None: no summary).
-        deployed: metrics of the model the run ends holding when that is not its last
-            epoch's (the automatic schedule restores its best-validation weights):
-            ``<split>/<task>/<metric>`` -> value, from the ``best/...`` scalars.
+        deployed: metrics of restored best-validation weights, when the run ends holding
+            them instead of its last epoch's model (the automatic schedule):
+            ``(split, task, metric)`` -> value, from the ``best/...`` scalars.
         deployed_epoch: the (fractional) epoch those weights come from.
         config: the run's training config from ``summary.json`` by flag name (sections merged).
+        logged_epochs: whole epochs with an evaluation in the event files.
+        recorded_epochs: whole epochs ``summary.json`` records an evaluation of (None: no summary).
+        recorded_metrics: the metrics ``summary.json`` records at whole epochs (the event files must hold each).
+        restores_best: ``summary.json`` records restored best-validation weights (``best``).
+        strategy_flags: names of the flags its strategy sets (from the manifest; None: unknown).
     """
 
     name: str
@@ -64,29 +84,43 @@ class RunRecord:
     seed: Optional[int]
     epochs_planned: Optional[int]
     window: Optional[float]
-    evals: Dict[str, Dict[int, float]] = field(default_factory=dict)
+    evals: Dict[MetricKey, Dict[int, float]] = field(default_factory=dict)
     wall_time_s: Optional[float] = None
     samples_per_s: Optional[float] = None
     finished: Optional[bool] = None
-    deployed: Dict[str, float] = field(default_factory=dict)
+    deployed: Dict[MetricKey, float] = field(default_factory=dict)
     deployed_epoch: Optional[float] = None
     config: Dict[str, Any] = field(default_factory=dict)
+    logged_epochs: List[int] = field(default_factory=list)
+    recorded_epochs: Optional[List[int]] = None
+    recorded_metrics: List[MetricKey] = field(default_factory=list)
+    restores_best: bool = False
+    strategy_flags: Optional[Tuple[str, ...]] = None
 
     def curve(self, split: str, task: str, metric: str) -> Dict[int, float]:
-        return self.evals.get(f"{split}/{task}/{metric}", {})
+        return self.evals.get((split, task, metric), {})
+
+    def final(self, split: str, task: str, metric: str) -> Optional[float]:
+        """The metric of the model the run deploys: its restored best-validation weights, else its last epoch's.
+
+        None when the run did not evaluate it; NaN when it is undefined.
+        """
+        if self.deployed:
+            return self.deployed.get((split, task, metric))
+        return self.curve(split, task, metric).get(self.epochs_done)
 
     @property
     def tasks(self) -> List[str]:
-        return sorted({tag.split("/")[1] for tag in self.evals if tag.startswith("test/")})
+        return sorted({task for _, task, _ in [*self.evals, *self.deployed]})
 
     @property
     def epochs_done(self) -> int:
-        return max((max(c) for c in self.evals.values() if c), default=0)
+        return max(self.logged_epochs, default=0)
 
 
 @dataclass(frozen=True)
 class RunProblem:
-    """A run left out of the comparison, by name, with the reason."""
+    """A run (or folder) left out of the comparison, by name, with the reason."""
 
     name: str
     path: str
@@ -100,6 +134,42 @@ def read_scalars(run_dir: str) -> Dict[str, Dict[int, float]]:
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags()["scalars"]}
 
 
+def metric_key(tag: str, known: Optional[Dict[str, MetricKey]] = None) -> Optional[MetricKey]:
+    """``"test/a/b/auc"`` -> ``("test", "a/b", "auc")``; None for a tag that is no evaluation metric.
+
+    ``known`` (tag -> key, from the names ``summary.json`` records) decides when given;
+    otherwise the split and the metric are the tag's first and last parts.
+    """
+    if known is not None:
+        return known.get(tag)
+    split, _, rest = tag.partition("/")
+    task, _, metric = rest.rpartition("/")
+    return (split, task, metric) if _SPLIT.match(split) and task and metric in METRICS else None
+
+
+def _metric_keys(evaluations: Sequence[Any]) -> Set[MetricKey]:
+    """Every (split, task, metric) that evaluations as ``summary.json`` records them hold."""
+    return {
+        (split, task, metric)
+        for entry in evaluations
+        if isinstance(entry, dict)
+        for split, per_task in entry.items()
+        if isinstance(per_task, dict)
+        for task, metrics in per_task.items()
+        if isinstance(metrics, dict)
+        for metric in metrics
+        if metric in METRICS
+    }
+
+
+def _known_tags(summary: Dict[str, Any]) -> Optional[Dict[str, MetricKey]]:
+    """Tag -> key for every split and task of the evaluations ``summary.json`` records (None: none recorded)."""
+    pairs = {(split, task) for split, task, _ in _metric_keys([*summary.get("evaluations", []), summary.get("best")])}
+    if not pairs:
+        return None
+    return {f"{split}/{task}/{m}": (split, task, m) for split, task in pairs for m in METRICS}
+
+
 def read_run(
     run_dir: str,
     name: Optional[str] = None,
@@ -107,8 +177,9 @@ def read_run(
     seed: Optional[int] = None,
     epochs_planned: Optional[int] = None,
     window: Optional[float] = None,
+    strategy_flags: Optional[Sequence[str]] = None,
 ) -> RunRecord:
-    """Read one run folder; only whole-epoch evaluations are kept.
+    """Read one run folder; only whole-epoch evaluations (and restored best-validation ones) are kept.
 
     Raises:
         RunError: missing folder, no event files, no evaluations, or an unreadable ``summary.json``.
@@ -121,73 +192,91 @@ def read_run(
     summary = _read_summary(run_dir)
     scalars = read_scalars(run_dir)
     if EPOCH_TAG not in scalars:
-        raise RunError(f"no evaluations in its event files (no {EPOCH_TAG!r} scalar): corrupt, or stopped before epoch 1")
-    epochs = scalars[EPOCH_TAG]
-    evals: Dict[str, Dict[int, float]] = {}
-    deployed: Dict[str, float] = {}
+        raise RunError(f"no evaluations in its event files (no {EPOCH_TAG!r} scalar): corrupt, or stopped before any")
+    epochs = {s: int(e) for s, e in scalars[EPOCH_TAG].items() if float(e).is_integer() and e > 0}
+    known = _known_tags(summary)
+    evals: Dict[MetricKey, Dict[int, float]] = {}
+    deployed: Dict[MetricKey, float] = {}
     for tag, values in scalars.items():
-        parts = tag.split("/")
-        if len(parts) == 4 and parts[0] == BEST_PREFIX:
-            deployed["/".join(parts[1:])] = values[max(values)]
-        if len(parts) != 3 or tag == EPOCH_TAG:
+        if tag.startswith(BEST_PREFIX + "/"):
+            key = metric_key(tag[len(BEST_PREFIX) + 1 :], known)
+            if key is not None:
+                deployed[key] = values[max(values)]
             continue
-        whole = {int(epochs[s]): v for s, v in values.items() if s in epochs and float(epochs[s]).is_integer()}
+        key = metric_key(tag, known)
+        whole = {epochs[s]: v for s, v in values.items() if s in epochs} if key is not None else {}
         if whole:
-            evals[tag] = dict(sorted(whole.items()))
-    if not any(tag.startswith("test/") for tag in evals):
-        raise RunError("no whole-epoch test evaluation in its event files")
+            evals[key] = dict(sorted(whole.items()))  # type: ignore[index]
+    if not evals and not deployed:
+        raise RunError("no whole-epoch evaluation and no restored best-validation evaluation in its event files")
     if strategy is None:
         match = _SEED_SUFFIX.match(name)
         strategy = match["strategy"] if match else name
         if seed is None and match:
             seed = int(match["seed"])
-    if seed is None:
-        seed = summary.get("config", {}).get("seed")
-    if epochs_planned is None:
-        epochs_planned = summary.get("config", {}).get("epochs")
+    config = _by_flag(summary.get("config", {}))
     throughput = list(scalars.get(THROUGHPUT_TAG, {}).values())
+    whole_evaluations = [
+        e for e in summary.get("evaluations", [])
+        if isinstance(e, dict) and isinstance(e.get("epoch"), (int, float)) and float(e["epoch"]).is_integer() and e["epoch"] > 0
+    ]  # fmt: skip
+    recorded = sorted({int(e["epoch"]) for e in whole_evaluations})
     return RunRecord(
         name=name,
         path=run_dir,
         strategy=strategy,
-        seed=seed,
-        epochs_planned=epochs_planned,
+        seed=config.get("seed") if seed is None else seed,
+        epochs_planned=config.get("epochs") if epochs_planned is None else epochs_planned,
         window=window,
         evals=evals,
         wall_time_s=summary.get("wall_time_s"),
         samples_per_s=float(np.median(throughput)) if throughput else None,
         finished=("wall_time_s" in summary) if summary else None,
         deployed=deployed,
-        deployed_epoch=summary.get("best", {}).get("epoch") if deployed else None,
-        config=_by_flag(summary.get("config", {})),
+        deployed_epoch=(summary.get("best") or {}).get("epoch"),
+        config=config,
+        logged_epochs=sorted(set(epochs.values())),
+        recorded_epochs=recorded if summary else None,
+        recorded_metrics=sorted(_metric_keys(whole_evaluations)),
+        restores_best=bool(summary.get("best")),
+        strategy_flags=tuple(strategy_flags) if strategy_flags is not None else None,
     )
 
 
 def read_experiment(experiment_dir: str) -> Tuple[List[RunRecord], List[RunProblem]]:
-    """Every run of an experiment folder, and the runs that could not be used (missing, partial, corrupt)."""
+    """Every run of an experiment folder, and what could not be used (missing, partial, corrupt runs;
+    folders that are not runs of it)."""
     if not os.path.isdir(experiment_dir):
         raise FileNotFoundError(f"experiment folder {experiment_dir!r} does not exist")
-    entries = _manifest_runs(experiment_dir)
-    if entries is None:
-        entries = [
-            {"name": d}
-            for d in sorted(os.listdir(experiment_dir))
-            if os.path.isdir(os.path.join(experiment_dir, d))
-            and any(_EVENTS in f for f in os.listdir(os.path.join(experiment_dir, d)))
-        ]
-    runs, problems = [], []
+    manifest = _manifest(experiment_dir)
+    folders = sorted(
+        d for d in os.listdir(experiment_dir) if os.path.isdir(os.path.join(experiment_dir, d)) and d not in OWN_FOLDERS
+    )
+    problems = []
+    if manifest is None:
+        entries = [{"name": d} for d in folders if any(_EVENTS in f for f in os.listdir(os.path.join(experiment_dir, d)))]
+        skipped, why = [d for d in folders if d not in {e["name"] for e in entries}], "no TensorBoard event files"
+    else:
+        entries = list(manifest["runs"].values())
+        skipped, why = [d for d in folders if d not in manifest["runs"]], f"not a run of {MANIFEST}"
+    problems += [RunProblem(d, os.path.join(experiment_dir, d), f"skipped: {why}") for d in skipped]
+    runs = []
     # Reading many event files logs nothing a user needs.
     logging.getLogger("tensorboard").setLevel(logging.ERROR)
+    own_flags = (manifest or {}).get("strategies", {})
     for entry in entries:
         path = os.path.join(experiment_dir, entry["name"])
+        strategy = entry.get("strategy")
+        flags = own_flags.get(strategy, {}).get("flags") if strategy in own_flags else None
         try:
             run = read_run(
-                path, entry["name"], entry.get("strategy"), entry.get("seed"), entry.get("epochs"), entry.get("window")
-            )
+                path, entry["name"], strategy, entry.get("seed"), entry.get("epochs"), entry.get("window"),
+                flag_names(tuple(flags)) if flags is not None else None,
+            )  # fmt: skip
         except RunError as e:
             problems.append(RunProblem(entry["name"], path, str(e)))
             continue
-        partial = _partial(run)
+        partial = partial_reason(run)
         if partial:
             problems.append(RunProblem(run.name, path, partial))
             continue
@@ -195,26 +284,54 @@ def read_experiment(experiment_dir: str) -> Tuple[List[RunRecord], List[RunProbl
     return runs, problems
 
 
-def _partial(run: RunRecord) -> Optional[str]:
+def partial_reason(run: RunRecord) -> Optional[str]:
+    """Why a run's record is incomplete (None: complete): unfinished, fewer epochs than planned,
+    or evaluations its event files lack.
+
+    A run whose schedule stopped it early (it restores its best-validation weights) is
+    complete with the epochs ``summary.json`` records; any other finished run must have
+    evaluated every epoch it was configured for.
+    """
     if run.finished is False:
         return "partial: its summary.json does not record the end of training (interrupted or still running)"
-    if run.epochs_planned is None:
-        return None
-    # A finished run may have stopped itself early (the automatic schedule): judge it by
-    # the epochs it was configured for; without a summary, by the epochs it evaluated.
-    trained_for = run.config.get("epochs", run.epochs_done) if run.finished else run.epochs_done
-    if trained_for < run.epochs_planned:
-        return f"partial: {trained_for} of {run.epochs_planned} epochs (interrupted, or launched with fewer epochs)"
+    if run.restores_best:
+        expected = run.recorded_epochs or []
+        if not run.deployed:
+            return "partial: its event files lack the restored best-validation evaluation summary.json records"
+    else:
+        trained_for = run.config.get("epochs", run.epochs_done) if run.finished else run.epochs_done
+        if run.epochs_planned is not None and trained_for < run.epochs_planned:
+            return f"partial: {trained_for} of {run.epochs_planned} epochs (interrupted, or launched with fewer epochs)"
+        expected = list(range(1, trained_for + 1))
+    missing = sorted(set(expected) - set(run.logged_epochs))
+    if missing:
+        recorded = run.recorded_epochs is not None and set(missing) <= set(run.recorded_epochs)
+        where = "that summary.json records (truncated or damaged event files)" if recorded else "(never evaluated)"
+        return f"partial: its event files lack epoch(s) {', '.join(map(str, missing))} {where}"
+    lost = [key for key in run.recorded_metrics if key not in run.evals]
+    if lost:
+        return (
+            f"partial: its event files lack {'/'.join(lost[0])} that summary.json records "
+            f"(truncated or damaged event files; {len(lost)} metric(s) lost)"
+        )
+    gaps = {key: sorted(set(run.logged_epochs) - set(curve)) for key, curve in run.evals.items()}
+    gaps = {key: epochs for key, epochs in gaps.items() if epochs}
+    if gaps:
+        (split, task, metric), epochs = min(gaps.items())
+        return (
+            f"partial: its event files lack {split}/{task}/{metric} at epoch(s) {', '.join(map(str, epochs))} "
+            f"(truncated or damaged event files; {len(gaps)} metric(s) incomplete)"
+        )
     return None
 
 
-def _manifest_runs(experiment_dir: str) -> Optional[List[Dict[str, Any]]]:
+def _manifest(experiment_dir: str) -> Optional[Dict[str, Any]]:
     if not os.path.isfile(os.path.join(experiment_dir, MANIFEST)):
         return None
     manifest = read_manifest(experiment_dir)
     if not isinstance(manifest.get("runs"), dict):
         raise ValueError(f"{os.path.join(experiment_dir, MANIFEST)} is not a sweep manifest (no 'runs'); fix or remove it")
-    return list(manifest["runs"].values())
+    return manifest
 
 
 def _read_summary(run_dir: str) -> Dict[str, Any]:

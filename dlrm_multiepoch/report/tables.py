@@ -1,6 +1,7 @@
-"""The comparison as a Markdown report and a CSV table (one row per task and strategy).
+"""The comparison as a Markdown report and a CSV table (one row per configuration group, task and strategy).
 
-Differences are shown in AUC points (1 pt = 0.01 AUC) and in percent of the baseline.
+Differences are shown in AUC points (1 pt = 0.01 AUC) and in percent of the baseline;
+undefined figures as ``n/a`` (an empty CSV cell).
 
 Example::
 
@@ -11,7 +12,11 @@ Example::
 import csv
 from typing import Any, Dict, List, Optional
 
-from dlrm_multiepoch.report.compare import Comparison, Stat, StrategyRow, TaskComparison, WindowFit
+from dlrm_multiepoch.report.compare import TEST, VAL, Comparison, StrategyRow, TaskComparison
+from dlrm_multiepoch.report.stats import Stat
+from dlrm_multiepoch.report.windows import WindowFit
+
+SPLIT_NAME = {VAL: "validation", TEST: "test"}
 
 
 def fmt(stat: Optional[Stat], digits: int = 4) -> str:
@@ -26,62 +31,103 @@ def fmt_delta(delta: Optional[float], base: Optional[float]) -> str:
     return f"{100 * delta:+.2f} pt ({100 * delta / base:+.2f}%)"
 
 
+def _deployed(row: StrategyRow) -> str:
+    if row.deployed_epoch is not None:
+        return f"best-val weights, ep {row.deployed_epoch:.2f}"
+    return f"ep {row.epochs}"
+
+
 def _notes(task: TaskComparison, row: StrategyRow) -> str:
     notes = []
     if row.strategy == task.winner:
-        notes.append("**winner**")
-    if row.deployed_epoch is not None:
-        notes.append(f"last = its restored best-validation weights (epoch {row.deployed_epoch:.2f} on average)")
+        notes.append(f"**winner** (on {SPLIT_NAME[task.decided_on]})")
+    elif row.strategy in task.unranked:
+        notes.append(f"not ranked: no defined {SPLIT_NAME[task.decided_on]} AUC")
     if row.one_epoch_drop is not None:
         epoch, change = row.one_epoch_drop
         notes.append(f"one-epoch drop ep {epoch}→{epoch + 1} ({100 * change:+.2f} pt)")
     return "; ".join(notes)
 
 
+def _joint_best_label(task: TaskComparison) -> str:
+    if task.joint_best is None:
+        return "joint-best"
+    on = "val " if task.joint_best.on == VAL else ""
+    return f"joint-best ({on}ep {task.joint_best.epoch})"
+
+
 def task_markdown(task: TaskComparison) -> str:
     """One task's table and verdict."""
     base_1ep = task.joint_1ep.auc if task.joint_1ep else None
     base_best = task.joint_best.auc if task.joint_best else None
-    best_label = f"joint-best (ep {task.joint_best.epoch})" if task.joint_best else "joint-best"
+    with_val = task.val != "absent"
     seeds = sorted({r.seeds for r in task.rows})
+    what = "test AUC and logloss of the deployed models" + (", and their validation AUC that picks" if with_val else "")
+    best = "best val ep" if task.decided_on == VAL else "best ep"
+    header = ["strategy", "seeds", "epochs", "deployed"] + (["val AUC"] if with_val else [])
+    header += ["test AUC", "test logloss", best, "test AUC at best ep", "Δ test vs joint-1ep"]
+    header += [f"Δ test vs {_joint_best_label(task)}", "train−test AUC", "wall time", "samples/s", "notes"]
     lines = [
-        f"### {task.task}: test AUC and logloss (mean ± std over {'/'.join(map(str, seeds))} seed(s))",
+        f"### {task.task}: {what} (mean ± std over {'/'.join(map(str, seeds))} seed(s))",
         "",
-        f"| strategy | seeds | epochs | best ep | AUC best | AUC last | logloss best | logloss last "
-        f"| Δ last vs joint-1ep | Δ last vs {best_label} | train−test AUC | wall time | samples/s | notes |",
-        "|" + "---|" * 14,
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
     ]
     for r in task.rows:
-        lines.append(
-            f"| {r.strategy} | {r.seeds} | {r.epochs} | {r.best_epoch} | {fmt(r.auc_best)} | {fmt(r.auc_last)} "
-            f"| {fmt(r.logloss_best)} | {fmt(r.logloss_last)} | {fmt_delta(r.vs_joint_1ep, base_1ep)} "
-            f"| {fmt_delta(r.vs_joint_best, base_best)} | {fmt(r.gap_last, 3)} "
-            f"| {f'{r.wall_time_s:.0f} s' if r.wall_time_s is not None else 'n/a'} "
-            f"| {f'{r.samples_per_s:,.0f}' if r.samples_per_s is not None else 'n/a'} | {_notes(task, r)} |"
-        )
-    lines += ["", verdict(task), "", curve_markdown(task)]
+        cells = [r.strategy, str(r.seeds), str(r.epochs), _deployed(r)] + ([fmt(r.val_auc)] if with_val else [])
+        cells += [fmt(r.test_auc), fmt(r.test_logloss), str(r.best_epoch) if r.best_epoch is not None else "n/a"]
+        cells += [fmt(r.auc_best), fmt_delta(r.vs_joint_1ep, base_1ep), fmt_delta(r.vs_joint_best, base_best)]
+        cells += [fmt(r.gap, 3), f"{r.wall_time_s:.0f} s" if r.wall_time_s is not None else "n/a"]
+        cells += [f"{r.samples_per_s:,.0f}" if r.samples_per_s is not None else "n/a", _notes(task, r)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", verdict(task), "", curve_markdown(task, TEST)]
+    if with_val:
+        lines += ["", curve_markdown(task, VAL)]
     return "\n".join(lines)
 
 
-def curve_markdown(task: TaskComparison) -> str:
-    """Test AUC after each epoch, per strategy (mean ± std over seeds)."""
-    epochs = sorted({e for r in task.rows for e in r.curve})
+def curve_markdown(task: TaskComparison, split: str = TEST) -> str:
+    """AUC on ``split`` after each whole epoch, per strategy (mean ± std over seeds)."""
+    curves = {r.strategy: r.curve if split == TEST else r.val_curve for r in task.rows}
+    epochs = sorted({e for c in curves.values() for e in c})
     lines = [
-        f"| {task.task}: test AUC after epoch | " + " | ".join(str(e) for e in epochs) + " |",
+        f"| {task.task}: {SPLIT_NAME[split]} AUC after epoch | " + " | ".join(str(e) for e in epochs) + " |",
         "|" + "---|" * (len(epochs) + 1),
     ]
-    for r in task.rows:
-        lines.append(f"| {r.strategy} | " + " | ".join(fmt(r.curve.get(e)) if e in r.curve else "" for e in epochs) + " |")
+    for name, curve in curves.items():
+        lines.append(f"| {name} | " + " | ".join(fmt(curve[e]) if e in curve else "" for e in epochs) + " |")
     return "\n".join(lines)
+
+
+def decision_note(task: TaskComparison) -> str:
+    """Which split picked the winner, and why a pick on test is optimistic."""
+    if task.decided_on == VAL:
+        return (
+            "Picked on validation: the validation AUC of the model each run deploys; test figures are reported "
+            "beside it and never used to pick."
+        )
+    why = {
+        "absent": "these runs have no validation AUC for this task (no validation split)",
+        "undefined": "validation AUC is undefined for this task (its validation labels are of one class, or it has no rows)",
+    }[task.val]
+    return (
+        f"Picked on test, because {why}: the split that picks the winner also scores it, so its test AUC and "
+        "margin are optimistic (the pick favours whichever strategy was lucky on these test rows). Add "
+        "--val_fraction (e.g. 0.1) to the sweep's common flags to pick on validation."
+    )
 
 
 def verdict(task: TaskComparison) -> str:
-    """The winner in words: its margin over the runner-up against the seed spread, and against joint-best."""
+    """The winner in words: its margin over the runner-up against the seed spread, its test AUC, against joint-best."""
+    on = SPLIT_NAME[task.decided_on]
     if task.winner is None:
-        return f"{task.task}: no strategy to compare."
+        if not task.rows:
+            return f"{task.task}: no strategy to compare."
+        nor = ", nor a defined validation AUC" if task.val == "undefined" else ""
+        return f"{task.task}: no winner: no strategy has a defined {on} AUC{nor} (labels of one class, or no rows)."
     win = task.row(task.winner)
     assert win is not None
-    text = f"**{task.task}: {task.winner} wins** with last-epoch test AUC {fmt(win.auc_last)}"
+    text = f"**{task.task}: {task.winner} wins on {on}** with {on} AUC {fmt(win.figure(task.decided_on))}"
     if task.runner_up is not None and task.margin is not None:
         text += f", {100 * task.margin:.2f} pt above {task.runner_up}"
         exceeds = task.margin_exceeds_spread
@@ -89,15 +135,22 @@ def verdict(task: TaskComparison) -> str:
             text += " (one seed: the seed spread is unknown, run more seeds before trusting it)"
         else:
             text += f" ({'more' if exceeds else 'less'} than the seed spread, {100 * task.spread:.2f} pt)"  # type: ignore[operator]
+    if task.decided_on == VAL:
+        text += f"; its test AUC {fmt(win.test_auc)}"
     if task.joint_best is not None and win.vs_joint_best is not None:
+        at = "validation epoch" if task.joint_best.on == VAL else "epoch"
         text += (
-            f"; vs joint at its best epoch ({task.joint_best.epoch}, {task.joint_best.auc:.4f}): "
+            f"; test AUC vs joint at its best {at} ({task.joint_best.epoch}, {task.joint_best.auc:.4f}): "
             f"{fmt_delta(win.vs_joint_best, task.joint_best.auc)}"
         )
+    text += f". {decision_note(task)}"
+    if task.unranked:
+        text += f" Not ranked (no defined {on} AUC): {', '.join(task.unranked)}."
     drops = [r.strategy for r in task.rows if r.one_epoch_drop is not None]
     if drops:
-        text += f". One-epoch phenomenon (test AUC falls beyond the seed spread while train AUC rises) in: {', '.join(drops)}"
-    return text + "."
+        text += " One-epoch phenomenon (test AUC falls beyond the seed spread while train AUC rises) in: "
+        text += f"{', '.join(drops)}."
+    return text
 
 
 def window_markdown(fit: WindowFit) -> str:
@@ -119,23 +172,36 @@ def window_markdown(fit: WindowFit) -> str:
 
 
 def to_markdown(comparison: Comparison) -> str:
-    """The whole report: one section per task, the update-window fit, and the runs left out."""
+    """The whole report: per configuration group, one section per task and the update-window fit; then the runs left out."""
     parts = [f"## Strategy comparison: {comparison.experiment_dir}"]
-    parts += [task_markdown(t) for t in comparison.tasks if t.rows]
-    if comparison.windows:
-        parts.append("## Update-window sweep")
-        parts += [window_markdown(f) for f in comparison.windows]
-    if comparison.problems:
+    groups = comparison.groups
+    if len(groups) > 1:
+        differ = sorted({f for g in groups for f in g.differs})
         parts.append(
-            "Runs left out:\n" + "\n".join(f"- {p.name}: {p.reason} ({p.path})" for p in comparison.problems)
+            f"**These runs differ in {', '.join(differ)}**, not only in their strategies: they are compared in "
+            f"{len(groups)} separate groups and never averaged across them."
         )
+    for group in groups or [None]:
+        label = group.label if group is not None else ""
+        if len(groups) > 1:
+            parts.append(f"## Group {label}: runs {', '.join(r.name for r in group.runs)}")  # type: ignore[union-attr]
+        if group is not None and group.strategy_flags:
+            parts.append(f"Strategies differ in: {', '.join(group.strategy_flags)}.")
+        parts += [task_markdown(t) for t in comparison.tasks if t.rows and t.group == label]
+        fits = [f for f in comparison.windows if f.group == label]
+        if fits:
+            parts.append("## Update-window sweep")
+            parts += [window_markdown(f) for f in fits]
+    if comparison.problems:
+        parts.append("Runs left out:\n" + "\n".join(f"- {p.name}: {p.reason} ({p.path})" for p in comparison.problems))
     return "\n\n".join(parts) + "\n"
 
 
 CSV_COLUMNS = [
-    "task", "strategy", "seeds", "epochs", "best_epoch",
-    "test_auc_best_mean", "test_auc_best_std", "test_auc_last_mean", "test_auc_last_std",
-    "test_logloss_best_mean", "test_logloss_best_std", "test_logloss_last_mean", "test_logloss_last_std",
+    "group", "task", "strategy", "seeds", "epochs", "deployed_epoch", "decided_on",
+    "val_auc_last_mean", "val_auc_last_std", "test_auc_last_mean", "test_auc_last_std",
+    "test_logloss_last_mean", "test_logloss_last_std", "best_epoch_on", "best_epoch",
+    "test_auc_best_mean", "test_auc_best_std", "test_logloss_best_mean", "test_logloss_best_std",
     "delta_auc_vs_joint_1ep", "delta_auc_pct_vs_joint_1ep", "delta_auc_vs_joint_best", "delta_auc_pct_vs_joint_best",
     "train_minus_test_auc_mean", "train_minus_test_auc_std", "wall_time_s", "samples_per_s",
     "one_epoch_drop_after_epoch", "one_epoch_drop_auc", "winner",
@@ -143,25 +209,24 @@ CSV_COLUMNS = [
 
 
 def csv_rows(comparison: Comparison) -> List[Dict[str, Any]]:
+    """One dict per group, task and strategy; ``*_last``: the deployed model (best-validation weights or last epoch)."""
     rows = []
     for task in comparison.tasks:
         base_1ep = task.joint_1ep.auc if task.joint_1ep else None
         base_best = task.joint_best.auc if task.joint_best else None
         for r in task.rows:
-            row: Dict[str, Any] = {"task": task.task, "strategy": r.strategy, "seeds": r.seeds, "epochs": r.epochs}
-            row["best_epoch"] = r.best_epoch
+            row: Dict[str, Any] = {"group": task.group, "task": task.task, "strategy": r.strategy, "seeds": r.seeds}
+            row |= {"epochs": r.epochs, "deployed_epoch": r.deployed_epoch, "decided_on": task.decided_on}
+            row |= {"best_epoch_on": r.best_on, "best_epoch": r.best_epoch}
             for key, stat in (
-                ("test_auc_best", r.auc_best), ("test_auc_last", r.auc_last), ("test_logloss_best", r.logloss_best),
-                ("test_logloss_last", r.logloss_last), ("train_minus_test_auc", r.gap_last),
+                ("val_auc_last", r.val_auc), ("test_auc_last", r.test_auc), ("test_logloss_last", r.test_logloss),
+                ("test_auc_best", r.auc_best), ("test_logloss_best", r.logloss_best), ("train_minus_test_auc", r.gap),
             ):  # fmt: skip
                 row[f"{key}_mean"] = stat.mean if stat else None
                 row[f"{key}_std"] = stat.std if stat else None
-            row["delta_auc_vs_joint_1ep"] = r.vs_joint_1ep
-            row["delta_auc_pct_vs_joint_1ep"] = 100 * r.vs_joint_1ep / base_1ep if r.vs_joint_1ep is not None and base_1ep else None
-            row["delta_auc_vs_joint_best"] = r.vs_joint_best
-            row["delta_auc_pct_vs_joint_best"] = (
-                100 * r.vs_joint_best / base_best if r.vs_joint_best is not None and base_best else None
-            )
+            for name, delta, base in (("joint_1ep", r.vs_joint_1ep, base_1ep), ("joint_best", r.vs_joint_best, base_best)):
+                row[f"delta_auc_vs_{name}"] = delta
+                row[f"delta_auc_pct_vs_{name}"] = 100 * delta / base if delta is not None and base else None
             row["wall_time_s"] = r.wall_time_s
             row["samples_per_s"] = r.samples_per_s
             row["one_epoch_drop_after_epoch"] = r.one_epoch_drop[0] if r.one_epoch_drop else None
@@ -172,7 +237,7 @@ def csv_rows(comparison: Comparison) -> List[Dict[str, Any]]:
 
 
 def write_csv(comparison: Comparison, path: str) -> None:
-    """One row per task and strategy; empty cells where a figure does not exist (e.g. std of one seed)."""
+    """One row per group, task and strategy; empty cells where a figure does not exist (std of one seed, n/a)."""
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         writer.writeheader()
@@ -181,11 +246,12 @@ def write_csv(comparison: Comparison, path: str) -> None:
 
 
 def write_window_csv(comparison: Comparison, path: str) -> None:
-    """Final test AUC per task, seed and window start, and each seed's fitted slope."""
+    """Final test AUC per group, task, seed and window start, and each seed's fitted slope."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["task", "seed", "window_start", "final_test_auc", "seed_slope"])
+        writer.writerow(["group", "task", "seed", "window_start", "final_test_auc", "seed_slope"])
         for fit in comparison.windows:
             for seed, points in sorted(fit.per_seed.items()):
                 for w, auc in sorted(points.items()):
-                    writer.writerow([fit.task, seed, repr(w), repr(auc), repr(fit.slopes[seed]) if seed in fit.slopes else ""])
+                    slope = repr(fit.slopes[seed]) if seed in fit.slopes else ""
+                    writer.writerow([fit.group, fit.task, seed, repr(w), repr(auc), slope])

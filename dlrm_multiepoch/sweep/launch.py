@@ -18,18 +18,18 @@ Example::
     failed = launcher.run()
 """
 
-import json
 import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, TextIO
+from typing import Dict, List, Optional, TextIO
 
 from torchx.runner import Runner, get_runner
 from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs import AppDef, AppState
 
 from dlrm_multiepoch import components
+from dlrm_multiepoch.sweep.follow import EvaluationFollower
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, failure_reason, holder_is_job, job_state
 from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
 from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, SweepPlan, read_manifest, run_state
@@ -152,7 +152,7 @@ class SweepLauncher:
     def _follow(self, run: RunSpec) -> None:
         """Print the evaluations of the trainer that holds ``run``'s folder until it lets go."""
         run_dir = os.path.join(self.plan.experiment_dir, run.name)
-        follower = _EvaluationPrinter(os.path.join(run_dir, SUMMARY), self._print)
+        follower = EvaluationFollower(os.path.join(run_dir, SUMMARY), self._print)
         try:
             while live_holder(run_dir) is not None:
                 follower.poll()
@@ -166,7 +166,7 @@ class SweepLauncher:
         start = time.perf_counter()
         cfg = self.scheduler_cfg(run)
         handle = runner.schedule(runner.dryrun(self.app(run), LOCAL, cfg=cfg))
-        follower = _EvaluationPrinter(os.path.join(self.plan.experiment_dir, run.name, SUMMARY), self._print)
+        follower = EvaluationFollower(os.path.join(self.plan.experiment_dir, run.name, SUMMARY), self._print)
         try:
             while True:
                 status, _ = job_state(runner, handle)
@@ -248,47 +248,6 @@ class SweepLauncher:
 
 def _signal_name(e: BaseException) -> str:
     return getattr(getattr(e, "sigval", None), "name", None) or "SIGINT"
-
-
-class _EvaluationPrinter:
-    """Prints each new end-of-epoch evaluation of a run's ``summary.json`` as one line
-    (and the restored best-validation model, for the automatic schedule)."""
-
-    def __init__(self, summary_path: str, emit: Callable[[str], None]):
-        self.path = summary_path
-        self.emit = emit
-        # A resumed run's earlier epochs are not news.
-        self.seen = {e["epoch"] for e in self._read().get("evaluations", [])}
-        self.best_shown = False
-
-    def _read(self) -> dict:
-        try:
-            with open(self.path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return {}
-
-    def poll(self) -> None:
-        summary = self._read()
-        for e in summary.get("evaluations", []):
-            # Mid-epoch evaluations (--eval_every_n_steps, the auto schedule's) stay in the log.
-            if e["epoch"] in self.seen or not float(e["epoch"]).is_integer():
-                continue
-            self.seen.add(e["epoch"])
-            self.emit(f"    epoch {e['epoch']:g}: AUC {_aucs(e)}")
-        best = summary.get("best")
-        if best and not self.best_shown:
-            self.best_shown = True
-            self.emit(f"    kept its best-validation weights (epoch {best['epoch']:.2f}): AUC {_aucs(best)}")
-
-
-def _aucs(evaluation: dict) -> str:
-    """``test like 0.7408 love 0.7956 | train_sample ...`` from one evaluation's per-split metrics."""
-    return " | ".join(
-        f"{split} " + " ".join(f"{task} {m['auc']:.4f}" for task, m in per_task.items())
-        for split, per_task in evaluation.items()
-        if isinstance(per_task, dict) and all(isinstance(m, dict) and "auc" in m for m in per_task.values())
-    )
 
 
 def _epochs(n: int) -> str:

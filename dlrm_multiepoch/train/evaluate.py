@@ -175,7 +175,7 @@ def undefined_metrics(results: Dict[str, TaskMetrics]) -> Dict[Tuple[str, str], 
     """A message per ``(split, task)`` whose metrics are undefined (NaN), saying why.
 
     AUC and NE are undefined when a task's labels are all one class; every metric is
-    when the model's outputs are not finite.
+    on a slice without rows, and when the model's outputs are not finite.
 
     Example::
 
@@ -189,7 +189,12 @@ def undefined_metrics(results: Dict[str, TaskMetrics]) -> Dict[Tuple[str, str], 
             if not undefined:
                 continue
             p = m["positive_rate"]
-            why = f"all {int(m['rows'])} labels are {int(p)}" if p in (0.0, 1.0) else "the model's outputs are not finite"
+            if not m["rows"]:  # an empty slice (e.g. no unseen users on a random split)
+                why = "it has no rows"
+            elif p in (0.0, 1.0):
+                why = f"all {int(m['rows'])} labels are {int(p)}"
+            else:
+                why = "the model's outputs are not finite"
             out[(split, task)] = (
                 f"{split}/{task}: {why}, so {', '.join(undefined)} undefined (TensorBoard gets NaN, summary.json null)"
             )

@@ -1,0 +1,115 @@
+"""Which runs are compared together: configuration groups, and one row per strategy and configuration.
+
+Runs are averaged over seeds only when their whole training configuration is the same
+but for per-run bookkeeping (seed, run folder, resume mode, logging, checkpoints).
+Strategies of one table may differ only in their strategies' own flags (from the
+sweep's manifest; without one, the flags constant within each strategy name and
+different between names, which the table names). Runs whose other flags differ (another
+``--data_path``, ``--embedding_dim``, ...) go to separate, labelled groups; two runs of
+one strategy name with different configurations become separate rows named by the flags
+that differ.
+
+Example::
+
+    for group in config_groups(runs):
+        print(group.label or "all runs", [r.name for r in group.runs], group.strategy_flags)
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Sequence, Set, Tuple
+
+from dlrm_multiepoch.report.runs import RunRecord
+
+# Flags that name, place or log a run but cannot change what it learns.
+BOOKKEEPING = frozenset(
+    {"seed", "run_name", "tensorboard_dir", "resume", "progress_bar", "log_every_n_steps", "cache_dir",
+     "checkpoint", "checkpoint_every_n_steps", "keep_checkpoints", "overwrite"}
+)  # fmt: skip
+# Set per strategy by the sweep (joint runs one epoch more than the budget).
+PER_STRATEGY = frozenset({"epochs"})
+
+
+@dataclass
+class ConfigGroup:
+    """Runs that share every flag but their strategies' own.
+
+    Args:
+        label: ``flag=value, ...`` of the flags that differ between groups ("" when there is one group).
+        runs: its runs.
+        differs: those flags and this group's values.
+        strategy_flags: the flags that differ between its strategies (what the table compares).
+        rows: row label -> runs averaged into it (a strategy name, with the flags that
+            differ when one name has several configurations in the group).
+    """
+
+    label: str
+    runs: List[RunRecord]
+    differs: Dict[str, Any] = field(default_factory=dict)
+    strategy_flags: List[str] = field(default_factory=list)
+    rows: Dict[str, List[RunRecord]] = field(default_factory=dict)
+
+
+def strategy_flag_names(runs: Sequence[RunRecord]) -> Set[str]:
+    """Every flag some strategy of ``runs`` sets: from the manifest, or (without) the flags
+    constant within each strategy name and different between names."""
+    names: Set[str] = set(PER_STRATEGY)
+    unknown = [r for r in runs if r.strategy_flags is None]
+    for run in runs:
+        names.update(run.strategy_flags or ())
+    by_strategy: Dict[str, List[RunRecord]] = {}
+    for run in unknown:
+        by_strategy.setdefault(run.strategy, []).append(run)
+    for key in {k for r in unknown for k in r.config} - BOOKKEEPING:
+        within = all(len({_text(r.config.get(key)) for r in rs}) == 1 for rs in by_strategy.values())
+        if within and len({_text(r.config.get(key)) for r in unknown}) > 1:
+            names.add(key)
+    return names
+
+
+def config_groups(runs: Sequence[RunRecord]) -> List[ConfigGroup]:
+    """``runs`` split by their common configuration (first-seen order), each with its rows."""
+    own = strategy_flag_names(runs)
+    keyed: Dict[Tuple[Tuple[str, str], ...], List[RunRecord]] = {}
+    for run in runs:
+        keyed.setdefault(_key(run, BOOKKEEPING | own), []).append(run)
+    keys = list(keyed)
+    flags = sorted({k for key in keys for k, _ in key})
+    varying = [f for f in flags if len({dict(key).get(f) for key in keys}) > 1]
+    groups = []
+    for key, members in keyed.items():
+        values = dict(key)
+        differs = {f: values.get(f, "unset") for f in varying}
+        label = _label(differs)
+        strategy_flags = sorted(f for f in own if len({_text(r.config.get(f)) for r in members}) > 1)
+        groups.append(ConfigGroup(label, members, differs, strategy_flags, _rows(members)))
+    return groups
+
+
+def _rows(runs: Sequence[RunRecord]) -> Dict[str, List[RunRecord]]:
+    """Strategy name -> runs; a name with several full configurations is split, each named by what differs."""
+    by_name: Dict[str, Dict[Tuple[Tuple[str, str], ...], List[RunRecord]]] = {}
+    for run in runs:
+        by_name.setdefault(run.strategy, {}).setdefault(_key(run, BOOKKEEPING), []).append(run)
+    rows: Dict[str, List[RunRecord]] = {}
+    for name, configs in by_name.items():
+        if len(configs) == 1:
+            rows[name] = next(iter(configs.values()))
+            continue
+        flags = sorted({k for key in configs for k, _ in key})
+        varying = [f for f in flags if len({dict(key).get(f) for key in configs}) > 1]
+        for key, members in configs.items():
+            values = dict(key)
+            rows[f"{name} ({_label({f: values.get(f, 'unset') for f in varying})})"] = members
+    return rows
+
+
+def _key(run: RunRecord, ignored: frozenset) -> Tuple[Tuple[str, str], ...]:
+    return tuple(sorted((k, _text(v)) for k, v in run.config.items() if k not in ignored))
+
+
+def _label(values: Dict[str, str]) -> str:
+    return ", ".join(f"{flag}={value}" for flag, value in values.items())
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else repr(value)

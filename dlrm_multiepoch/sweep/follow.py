@@ -1,0 +1,84 @@
+"""The sweep's console follower: one short line per end-of-epoch evaluation of the run in progress.
+
+It reads the run's ``summary.json`` (rewritten by the training app after every
+evaluation) and prints validation and test AUC per task, short enough for a terminal;
+the row slices (``test.unseen_user``, ...), the train sample, logloss and NE are in
+the run's log, TensorBoard and ``dlrm-multiepoch compare``. An undefined AUC (an empty
+split, labels of one class: ``null`` in the summary) prints as ``n/a``.
+
+Example::
+
+    follower = EvaluationFollower("runs/bx/joint-s0/summary.json", print)
+    follower.poll()   # "    epoch 1: val like 0.7012 love 0.6634 | test like 0.7408 love 0.7956"
+"""
+
+import json
+import math
+from typing import Any, Callable, Dict, Mapping
+
+# The splits the console shows, in this order (the rest stays in TensorBoard and the table).
+SHOWN_SPLITS = ("val", "test")
+
+
+class EvaluationFollower:
+    """Prints each new whole-epoch evaluation of a run's ``summary.json`` as one line
+    (and the restored best-validation model, for the automatic schedule).
+
+    Args:
+        summary_path: the run's ``summary.json`` (it may not exist yet).
+        emit: receives each line.
+    """
+
+    def __init__(self, summary_path: str, emit: Callable[[str], None]):
+        self.path = summary_path
+        self.emit = emit
+        # A resumed run's earlier epochs are not news.
+        self.seen = {e.get("epoch") for e in self._read().get("evaluations", [])}
+        self.best_shown = False
+
+    def _read(self) -> Dict[str, Any]:
+        try:
+            with open(self.path) as f:
+                summary = json.load(f)
+        except (OSError, ValueError):  # not written yet, or caught mid-replace
+            return {}
+        return summary if isinstance(summary, dict) else {}
+
+    def poll(self) -> None:
+        """Emit the evaluations that appeared since the last call."""
+        summary = self._read()
+        for e in summary.get("evaluations", []):
+            epoch = e.get("epoch")
+            # Mid-epoch evaluations (--eval_every_n_steps, the auto schedule's) stay in the log.
+            if epoch in self.seen or not isinstance(epoch, (int, float)) or not float(epoch).is_integer():
+                continue
+            self.seen.add(epoch)
+            self.emit(f"    epoch {epoch:g}: {auc_line(e)}")
+        best = summary.get("best")
+        if isinstance(best, dict) and not self.best_shown:
+            self.best_shown = True
+            epoch = best.get("epoch")
+            at = f"epoch {epoch:.2f}" if isinstance(epoch, (int, float)) else "epoch unknown"
+            self.emit(f"    kept its best-validation weights ({at}): {auc_line(best)}")
+
+
+def auc_line(evaluation: Mapping[str, Any]) -> str:
+    """``val like 0.7012 love n/a | test like 0.7408 love 0.7956`` from one evaluation's per-split metrics.
+
+    Example::
+
+        auc_line({"test": {"like": {"auc": 0.74}, "love": {"auc": None}}})   # "test like 0.7400 love n/a"
+    """
+    parts = []
+    for split in SHOWN_SPLITS:
+        per_task = evaluation.get(split)
+        if isinstance(per_task, dict) and per_task:
+            parts.append(f"{split} " + " ".join(f"{task} {_auc(m)}" for task, m in per_task.items()))
+    return " | ".join(parts) or "no validation or test evaluation"
+
+
+def _auc(metrics: Any) -> str:
+    value = metrics.get("auc") if isinstance(metrics, dict) else None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return f"{value:.4f}"
+    return "n/a"

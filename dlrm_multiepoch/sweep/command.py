@@ -3,12 +3,13 @@
 Usage::
 
     dlrm-multiepoch sweep EXPERIMENT_DIR [STRATEGY ...] [--epochs E] [--seeds 0,1,2] [--windows 0,0.5,1]
-        [-s SCHEDULER] [-j NODESxPROCS] [--dryrun] [-- TRAINING-APP FLAGS COMMON TO EVERY RUN]
+        [--group NAME] [-s SCHEDULER] [-j NODESxPROCS] [--dryrun] [-- TRAINING-APP FLAGS COMMON TO EVERY RUN]
 
     dlrm-multiepoch sweep runs/bx                                     # the default strategies, seed 0
     dlrm-multiepoch sweep runs/bx joint delayed --seeds 0,1,2 -- --model multipath --history_length 10
     dlrm-multiepoch sweep runs/bx 'late=--freeze_schedule "tables=frozen@[0,2) train@[2,end)"'
     dlrm-multiepoch sweep runs/win --windows 0,0.5,1,1.5 --epochs 2 --seeds 0,1,2
+    dlrm-multiepoch sweep runs/win --windows 0,1,2 --epochs 4 --group e4      # another budget: its own group
     dlrm-multiepoch sweep runs/bx -s slurm -j 2x8 --gpu 8 --dryrun   # one job per run; print the sbatch scripts
     dlrm-multiepoch sweep --list                                      # the strategy presets
 

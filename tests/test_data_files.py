@@ -14,15 +14,14 @@ from typing import Dict, List
 import numpy as np
 import pandas as pd
 import pytest
-
 from torchx.specs.finder import get_component
 
-from tests.data_inputs import make_criteo_tsv
-from tests.torchx_cli import torchx
 from dlrm_multiepoch.components import preprocess as preprocess_component
 from dlrm_multiepoch.data.command import main as preprocess_main
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.load import load_dataset, prepare_dataset
+from tests.data_inputs import make_criteo_tsv
+from tests.torchx_cli import torchx
 
 
 def folder_bytes(folder: Path) -> Dict[str, bytes]:

@@ -14,15 +14,14 @@ from typing import Dict, List
 import numpy as np
 import pandas as pd
 import pytest
-
 from torchx.specs.finder import get_component
 
-from tests.data_inputs import make_criteo_tsv
-from tests.torchx_cli import torchx
 from dlrm_multiepoch.components import preprocess as preprocess_component
 from dlrm_multiepoch.data.command import main as preprocess_main
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.load import load_dataset, prepare_dataset
+from tests.data_inputs import make_criteo_tsv
+from tests.torchx_cli import torchx
 
 
 def folder_bytes(folder: Path) -> Dict[str, bytes]:
@@ -227,3 +226,15 @@ def test_preprocess_component_runs_under_torchx_and_writes_the_same_folder(tmp_p
     )  # fmt: skip
     cfg = DataConfig(dataset="criteo", data_path=data_path, criteo_hash_size=300)
     assert folder_bytes(tmp_path / "job") == prepared(cfg, tmp_path / "direct")
+
+
+def test_a_build_removes_the_scratch_that_a_killed_build_left(tmp_path: Path) -> None:
+    tsv, output = tmp_path / "day.tsv", tmp_path / "out"
+    make_criteo_tsv(tsv, rows=60)
+    stale = tmp_path / ".out.tmp-4242" / "scratch"  # a job killed mid-scan (its PID's folder)
+    stale.mkdir(parents=True)
+    (stale / "spill").write_bytes(b"x" * 1000)
+    lines: List[str] = []
+    prepare_dataset(DataConfig(dataset="criteo", data_path=str(tsv)), str(output), log=lines.append)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["day.tsv", "out", "out.lock"]
+    assert f"removing {stale.parent}, left by an interrupted build" in lines

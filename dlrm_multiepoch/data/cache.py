@@ -9,8 +9,10 @@ and share the result.
 import contextlib
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Union
 
 from dlrm_multiepoch.data.workers import map_in_workers
 
@@ -41,6 +43,19 @@ def cache_key(options: Dict[str, Any]) -> str:
     """Short stable hash of everything that affects the arrays."""
     payload = json.dumps({"version": CACHE_VERSION, **options}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+def temporary_folder(folder: Path) -> Path:
+    """Where this process builds ``folder`` before renaming it into place."""
+    return folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+
+
+def remove_leftovers(folder: Path, log: Callable[[str], None]) -> None:
+    """Delete the temporary folders that builds of ``folder`` killed midway left behind
+    (a preprocessing job's scratch can be as large as its input); call under :func:`build_lock`."""
+    for stale in sorted(folder.parent.glob(f".{folder.name}.tmp-*")):
+        log(f"removing {stale}, left by an interrupted build")
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 @contextlib.contextmanager

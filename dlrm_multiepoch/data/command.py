@@ -6,6 +6,8 @@ folder is the cache folder training finds by itself. Imports no torch.
 Example::
 
     dlrm-multiepoch preprocess --dataset criteo --data_path day_0.tsv --output prepped/day_0
+    dlrm-multiepoch preprocess --dataset criteo --data_path day_0,day_1,day_2 --preprocess_workers 3 \\
+        --output prepped/days_0-2
 """
 
 import argparse

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from dlrm_multiepoch.data.cache import build_lock, cache_key, file_digests
+from dlrm_multiepoch.data.cache import build_lock, cache_key, file_digests, remove_leftovers
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.fetch import default_cache_dir
@@ -71,6 +71,7 @@ def prepare_dataset(cfg: DataConfig, output: Optional[str] = None, log: Log = pr
                         f"(differing: {', '.join(changed)}); pick another --output or delete the folder"
                     )
                 return folder
+        remove_leftovers(folder, log)
         start = time.perf_counter()
         log(f"building {cfg.dataset} from {', '.join(map(str, path)) if isinstance(path, list) else path}")
         sources = [str(p) for p in path] if isinstance(path, list) else [str(path)]

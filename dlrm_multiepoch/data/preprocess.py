@@ -22,7 +22,6 @@ blocks of :data:`~dlrm_multiepoch.data.recipe.STAT_BLOCK` values and combined ex
 """
 
 import hashlib
-import os
 import resource
 import shutil
 import time
@@ -32,6 +31,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import numpy as np
 import pyarrow as pa
 
+from dlrm_multiepoch.data.cache import temporary_folder
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, UNKNOWN_ID, Ragged, TableSpec
 from dlrm_multiepoch.data.history import history_blocks
 from dlrm_multiepoch.data.npy import SpillColumn
@@ -73,7 +73,7 @@ def preprocess(
     """
     output = Path(output)
     notes = notes if notes is not None else []
-    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    tmp = temporary_folder(output)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dlrm_multiepoch.data.cache import temporary_folder
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, HISTORY_PAD, InteractionData, Ragged, Split, TableSpec
 from dlrm_multiepoch.data.npy import NpyFile, NpyWriter
 
@@ -390,13 +391,11 @@ def write_dataset(folder: Path, data: InteractionData, notes: Sequence[str], ext
 
         write_dataset(Path("prepped/synthetic"), synthetic_data(100_000), notes=[], extra={})
     """
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    tmp = temporary_folder(folder)
     shutil.rmtree(tmp, ignore_errors=True)
     history = max((s.history_length for s in data.splits.values()), default=0)
     rows = {k: len(v) for k, v in data.splits.items()}
-    writer = DatasetWriter(
-        tmp, data.tables, data.multi_hot, len(data.dense_names), data.tasks, rows, history, data.slices
-    )
+    writer = DatasetWriter(tmp, data.tables, data.multi_hot, len(data.dense_names), data.tasks, rows, history, data.slices)
     for name, split in data.splits.items():
         part = split.read(0, len(split))
         writer.append(name, part.sparse, part.dense, part.labels, part.history, part.slices)

@@ -65,10 +65,6 @@ class TimeFormat:
                 )
             self.kind = ISO8601 if guessed.startswith("%Y-%m-%d") else guessed
 
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(np.float64 if self.kind == NUMBER else np.int64)
-
     def describe(self) -> Dict[str, Any]:
         """What a scan report records of the decision (JSON-able)."""
         return {"kind": self.kind, "first": None if self.first is None else str(self.first)}

@@ -23,7 +23,8 @@ from dlrm_multiepoch.report.runs import RunRecord
 # Flags that name, place or log a run but cannot change what it learns.
 BOOKKEEPING = frozenset(
     {"seed", "run_name", "tensorboard_dir", "resume", "progress_bar", "log_every_n_steps", "cache_dir",
-     "checkpoint", "checkpoint_every_n_steps", "keep_checkpoints", "overwrite"}
+     "checkpoint", "checkpoint_every_n_steps", "keep_checkpoints", "overwrite",
+     "preprocess_workers", "preprocess_chunk_mb"}
 )  # fmt: skip
 # Set per strategy by the sweep (joint runs one epoch more than the budget).
 PER_STRATEGY = frozenset({"epochs"})

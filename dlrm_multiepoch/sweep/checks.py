@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Dict, List
 
 from torchx.runner import Runner
 
+from dlrm_multiepoch.data.config import input_paths
 from dlrm_multiepoch.data.store import META, is_dataset_folder
 from dlrm_multiepoch.sweep.plan import SweepPlan
 
@@ -80,8 +81,9 @@ def check_request(runner: Runner, launcher: "SweepLauncher") -> None:
 def check_data_path(plan: SweepPlan) -> None:
     """A ``--data_path`` that does not exist on this machine (local runs): every run would fail reading it."""
     data_path = flag_value(plan.common_flags, "data_path")
-    if data_path and not os.path.exists(data_path):
-        raise ValueError(f"--data_path {data_path} does not exist (from {os.getcwd()}); every run would fail reading it")
+    for path in input_paths(data_path) if data_path else []:  # one path, or several files read as one dataset
+        if not os.path.exists(path):
+            raise ValueError(f"--data_path {path} does not exist (from {os.getcwd()}); every run would fail reading it")
 
 
 def check_validation_split(plan: SweepPlan) -> None:

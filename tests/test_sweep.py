@@ -13,7 +13,8 @@ import yaml
 import dlrm_multiepoch.components as components
 from dlrm_multiepoch.sweep import DEFAULT_STRATEGIES, STRATEGIES, RunState, build_plan, parse_strategy, run_state, window_strategy
 from dlrm_multiepoch.sweep.command import main as sweep_main
-from dlrm_multiepoch.sweep.plan import update_manifest
+from dlrm_multiepoch.sweep.jobs import failure_reason
+from dlrm_multiepoch.sweep.manifest import check_experiment, update_manifest
 from dlrm_multiepoch.train.config import parse_config
 from tests.torchx_cli import application, scheduler_request, split_torchrun, torchx
 
@@ -72,6 +73,9 @@ def test_plan_gives_each_run_its_flags_and_the_app_parses_them(tmp_path):
         (["auto"], [], "strategy 'auto' decides on a validation split: add --val_fraction"),
         (["x=--freeze_schedule 'tables=frozen@[0,5) train@[5,end)'"], [], "run x-s0: --freeze_schedule: .*"),
         (["x=--embeding_dim 8"], [], "run x-s0: unrecognized arguments: --embeding_dim 8"),
+        (["x=--freeze_schedule delayed --freeze_schedule joint"], [], r"strategy 'x' set --freeze_schedule 2 times \('delayed', 'joint'\); set it once"),
+        (["x=--checkpoint --no-checkpoint"], [], r"strategy 'x' set --checkpoint 2 times \('--checkpoint', '--no-checkpoint'\)"),
+        (["joint"], ["--max_rows", "10", "--max_rows=20"], r"the common flags set --max_rows 2 times \('10', '20'\)"),
     ],
 )
 def test_plan_refuses_bad_sweeps_naming_the_flag(tmp_path, strategies, common, message):
@@ -103,13 +107,10 @@ def test_run_states_and_manifest(tmp_path):
     # Interrupted without a checkpoint (only an incomplete save): starts over.
     _write(exp / "delayed-s0" / "checkpoints" / "step_10.tmp" / "x", "")
     assert run_state(str(exp), delayed).status == "stale"
-    # The manifest keeps each run's flags; other flags for the same run are refused, more epochs are not.
+    # The manifest keeps each run's flags (the group's common flags at the top level).
     update_manifest(plan)
-    update_manifest(build_plan(str(exp), [parse_strategy("joint")], [0], 5, []))
     saved = json.loads((exp / "sweep.json").read_text())
-    assert saved["runs"]["joint-s0"]["epochs"] == 6 and saved["runs"]["early-s0"]["epochs"] == 2
-    with pytest.raises(ValueError, match="run joint-s0 exists in .* with other flags"):
-        update_manifest(build_plan(str(exp), [parse_strategy("joint")], [0], 2, ["--learning_rate", "0.1"]))
+    assert (saved["runs"]["joint-s0"]["epochs"], saved["runs"]["early-s0"]["epochs"], saved["common_flags"]) == (3, 2, [])
 
 
 def _srun_app_args(sbatch: str):
@@ -143,7 +144,8 @@ def test_slurm_dryrun_is_one_job_per_run_and_keeps_a_schedule_with_spaces(tmp_pa
 def test_the_default_sweep_gives_every_run_the_same_validation_split(tmp_path, capsys):
     assert sweep_main([str(tmp_path / "exp"), "-s", "slurm", "--dryrun"]) == 0
     out = capsys.readouterr().out
-    assert "decide(s) on a validation split: every run gets --val_fraction 0.1" in out
+    needing = ", ".join(n for n in DEFAULT_STRATEGIES if STRATEGIES[n].needs_val)
+    assert f"sweep: every run gets --val_fraction 0.1 ({needing} decide(s) on a validation split;" in out
     runs = re.split(r"^=== run (\S+) \(\d+ epochs\) ===$", out, flags=re.M)[1:]
     assert runs[0::2] == [f"{name}-s0" for name in DEFAULT_STRATEGIES]
     assert {parse_config(_srun_app_args(r)[0][1]).data.val_fraction for r in runs[1::2]} == {0.1}
@@ -197,3 +199,108 @@ def test_sweep_component_runs_the_sweep_command_on_every_scheduler(tmp_path):
     (task,) = yaml.safe_load(scheduler_request(k8s.stdout))["spec"]["tasks"]
     (container,) = task["template"]["spec"]["containers"]
     assert container["command"][:3] == ["dlrm-multiepoch", "sweep", "runs/bx"] and container["command"][-len(tail) :] == tail
+
+
+def _app_config(flags):
+    """The config the app records in summary.json and checkpoints for ``flags``."""
+    return json.loads(json.dumps(parse_config(list(flags)).to_dict()))
+
+
+def test_a_run_keeps_its_flags_and_a_group_its_common_flags(tmp_path):
+    exp = str(tmp_path / "exp")
+    common = ["--dataset", "movielens"]
+    plan = build_plan(exp, [parse_strategy("joint-1ep"), parse_strategy("delayed")], [0], 2, common)
+    update_manifest(plan)
+    check_experiment(plan)  # the same sweep again
+    check_experiment(build_plan(exp, [parse_strategy("joint-1ep")], [0], 3, common))  # joint-1ep is 1 epoch whatever the budget
+    with pytest.raises(ValueError, match=re.escape(
+        f"run delayed-s0 in {exp} was trained with other flags (sweep.json): --epochs 2 -> 3 (a schedule is laid out "
+        "over the whole --epochs budget, so a run never continues under another one). Keep its flags, or sweep the new "
+        "configuration as its own group with --group NAME"
+    )):  # fmt: skip
+        check_experiment(build_plan(exp, [parse_strategy("delayed")], [0], 3, common))
+    with pytest.raises(ValueError, match=re.escape(f"{exp} holds runs swept with other common flags: --data_path (not set) -> d")):
+        check_experiment(build_plan(exp, [parse_strategy("early")], [0], 2, [*common, "--data_path", "d"]))
+    # Another configuration as a group of its own: its own folder, its own record in sweep.json.
+    other = build_plan(exp, [parse_strategy("delayed")], [0], 3, [*common, "--data_path", "d"], group="d3")
+    check_experiment(other)
+    (run,) = other.runs
+    assert (run.name, run.group) == ("d3/delayed-s0", "d3")
+    assert parse_config(list(run.flags)).tensorboard_dir == f"{exp}/d3" and parse_config(list(run.flags)).run_name == "delayed-s0"
+    update_manifest(other)
+    saved = json.loads((tmp_path / "exp" / "sweep.json").read_text())
+    assert saved["groups"] == {"d3": {"budget": 3, "common_flags": [*common, "--data_path", "d"]}}
+    assert saved["common_flags"] == common and saved["runs"]["d3/delayed-s0"]["group"] == "d3"
+    with pytest.raises(ValueError, match=re.escape(f"group 'd3' of {exp} holds runs swept with other common flags: --data_path d -> e")):
+        check_experiment(build_plan(exp, [parse_strategy("delayed")], [0], 3, [*common, "--data_path", "e"], group="d3"))
+    (tmp_path / "exp" / "sweep.json").write_text("{")
+    with pytest.raises(ValueError, match=r"sweep.json is not valid JSON"):
+        check_experiment(plan)
+
+
+def test_a_run_folder_speaks_for_its_run_without_the_manifest(tmp_path):
+    exp = tmp_path / "exp"
+    plan = build_plan(str(exp), [parse_strategy("delayed")], [0], 2, [])
+    (run,) = plan.runs
+    _write(exp / "delayed-s0" / "summary.json", json.dumps({"config": _app_config(run.flags), "wall_time_s": 1.0}))
+    check_experiment(plan)  # no sweep.json: the folder's own record agrees
+    longer = build_plan(str(exp), [parse_strategy("delayed")], [0], 3, [])
+    with pytest.raises(ValueError, match=re.escape("run delayed-s0 in ") + ".*" + re.escape("(delayed-s0/summary.json): --epochs 2 -> 3")):
+        check_experiment(longer)
+    # A moved experiment folder is the same experiment (where runs write is not what they are).
+    moved = tmp_path / "moved"
+    exp.rename(moved)
+    check_experiment(build_plan(str(moved), [parse_strategy("delayed")], [0], 2, []))
+    # Without a summary, the newest checkpoint's state file speaks; an older format is named with what to do.
+    (moved / "delayed-s0" / "summary.json").unlink()
+    state = moved / "delayed-s0" / "checkpoints" / "step_5" / "trainer_state.json"
+    _write(state, json.dumps({"format": 2, "config": _app_config(run.flags)}))
+    with pytest.raises(ValueError, match=re.escape("(delayed-s0/checkpoints/step_5/trainer_state.json): --epochs 2 -> 3")):
+        check_experiment(build_plan(str(moved), [parse_strategy("delayed")], [0], 3, []))
+    _write(state, json.dumps({"format": 1, "config": _app_config(run.flags)}))
+    with pytest.raises(ValueError, match=re.escape(
+        f"run delayed-s0: its checkpoint {state.parent} was written by an older version of dlrm-multiepoch (checkpoint "
+        "format 1; this version reads format 2). Finish the run with the version that wrote it, or move its run folder aside"
+    )):  # fmt: skip
+        check_experiment(build_plan(str(moved), [parse_strategy("delayed")], [0], 2, []))
+
+
+def test_launch_parameters_and_data_needs_are_checked_before_anything_is_written(tmp_path, capsys):
+    exp = tmp_path / "exp"
+    data = tmp_path / "prepped"
+    _write(data / "meta.json", json.dumps({"name": "movielens", "splits": {"train": {}, "test": {}}}))
+    cases = [
+        (["-j", "abc"], "-j 'abc': expected {nnodes}x{nproc_per_node} with positive integers"),
+        (["-j", "1x0"], "-j '1x0': expected"),
+        (["-s", "nosuch"], "-s 'nosuch': not a TorchX scheduler; choose one of "),
+        (["--env", "FOO"], "--env 'FOO': expected NAME=VALUE pairs separated by commas, got 'FOO'"),
+        (["--env", "A=1,FOO"], "got 'FOO'"),
+        (["-cfg", "foo"], "-cfg 'foo': "),
+        (["-cfg", "partition=x"], "-cfg 'partition=x': local_cwd has no option 'partition'; its options: log_dir"),
+        (["--group", "a/b"], "--group 'a/b' must start with a letter or digit"),
+        (["auto", "--", "--data_path", str(data)], f"auto decide(s) on a validation split, but --data_path {data} is a "
+         "preprocessed folder with splits ['train', 'test'] (it ignores --val_fraction)"),
+        (["--", "--data_path", str(tmp_path / "nosuch")], f"--data_path {tmp_path / 'nosuch'} does not exist"),
+    ]  # fmt: skip
+    for args, message in cases:
+        own, common = (args[: args.index("--")], args[args.index("--") :]) if "--" in args else (args, [])
+        with pytest.raises(SystemExit) as e:
+            sweep_main([str(exp), "joint", *own, "--script", __file__, *common])
+        assert e.value.code == 2 and message in capsys.readouterr().err, args
+    assert not exp.exists()  # nothing written
+
+
+def test_a_failed_run_is_told_by_the_apps_own_error_line(tmp_path):
+    log = tmp_path / "combined.log"
+    log.write_text(
+        "[0]:[rank0]: Traceback (most recent call last):\n"
+        '[0]:[rank0]:   File "apps/train.py", line 22, in main\n'
+        "[0]:[rank0]: dlrm_multiepoch.train.lock.RunFolderBusy: run folder r is in use by a live trainer (pid 7)\n"
+        "[0]:Traceback (most recent call last):\n"
+        "[0]:torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "[0]:============================================================\n"
+        "[0]:apps/train.py FAILED\n"
+    )
+    assert failure_reason(str(log)) == "RunFolderBusy: run folder r is in use by a live trainer (pid 7)"
+    log.write_text("[0]:Killed\n")
+    assert failure_reason(str(log)) is None and failure_reason(None) is None

@@ -14,23 +14,36 @@ Usage::
 
 A STRATEGY is a preset name or NAME=FLAGS (shell-quoted training-app flags). Rerun the
 same command after an interruption: finished runs are skipped, interrupted ones resume
-from their last checkpoint. Then: ``dlrm-multiepoch compare EXPERIMENT_DIR``.
+from their last checkpoint, and a run whose trainer still runs (a killed sweep's, or
+another sweep's) is followed, never launched twice. A run keeps its flags, ``--epochs``
+included: another configuration in the same experiment needs ``--group NAME``.
+Everything is checked before the first run. Then: ``dlrm-multiepoch compare EXPERIMENT_DIR``.
 """
 
 import argparse
 import os
 import shlex
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from dlrm_multiepoch.sweep.plan import build_plan, split_at_dashes
+from dlrm_multiepoch.sweep import checks
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
+from dlrm_multiepoch.sweep.manifest import check_experiment, group_record
+from dlrm_multiepoch.sweep.plan import SweepPlan, build_plan, read_manifest, split_at_dashes
 from dlrm_multiepoch.sweep.strategies import (
     DEFAULT_STRATEGIES,
     STRATEGIES,
+    Strategy,
     flag_names,
+    flag_value,
     parse_strategy,
     window_strategy,
 )
+
+if TYPE_CHECKING:
+    from torchx.runner import Runner
+
+    from dlrm_multiepoch.sweep.launch import LaunchOptions
 
 DEFAULT_VAL_FRACTION = 0.1  # added to every run when a strategy needs a validation split and none is given
 
@@ -54,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds; each strategy runs once per seed")
     parser.add_argument(
         "--windows", default="", help="update-window sweep: epochs at which the tables start training, e.g. 0,0.5,1,1.5"
+    )
+    parser.add_argument(
+        "--group",
+        default="",
+        help="sweep another configuration (other --epochs or common flags) into the experiment as its own group: "
+        "runs in EXPERIMENT_DIR/GROUP/, recorded in sweep.json",
     )
     parser.add_argument("--list", action="store_true", help="print the strategy presets and exit")
     launch = parser.add_argument_group("launch (the dlrm_multiepoch.train component's job parameters)")
@@ -83,8 +102,6 @@ def list_strategies() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from torchx.util.types import to_dict, to_list
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--list" in split_at_dashes(argv)[0]:
         print(list_strategies())
@@ -92,55 +109,100 @@ def main(argv: Optional[List[str]] = None) -> int:
     own, common = split_at_dashes(argv)
     parser = build_parser()
     args = parser.parse_intermixed_args(own)  # strategies may come before or after the options
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        parser.error(f"--seeds expects comma-separated integers, got {args.seeds!r}")
-    try:
-        windows = [float(w) for w in args.windows.split(",") if w.strip()]
-    except ValueError:
-        parser.error(f"--windows expects comma-separated epochs, got {args.windows!r}")
-    specs = args.strategies or ([] if windows else DEFAULT_STRATEGIES)
-    try:
-        strategies = [parse_strategy(s) for s in specs] + [window_strategy(w, args.epochs) for w in windows]
-        needing_val = [s.name for s in strategies if s.needs_val]
-        if needing_val and "val_fraction" not in flag_names(tuple(common)):
-            common = [*common, "--val_fraction", str(DEFAULT_VAL_FRACTION)]
-            print(
-                f"sweep: {', '.join(needing_val)} decide(s) on a validation split: every run gets "
-                f"--val_fraction {DEFAULT_VAL_FRACTION} (the same training rows for all strategies)",
-                flush=True,
-            )
-        plan = build_plan(args.experiment_dir, strategies, seeds, args.epochs, common)
-    except ValueError as e:
-        parser.error(str(e))
-    if args.scheduler == "local_cwd" and not args.dryrun and not os.path.isfile(args.script):
-        parser.error(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root or pass --script")
-
     from torchx.runner import get_runner
-
-    from dlrm_multiepoch.sweep.launch import LaunchOptions, SweepLauncher
+    from torchx.schedulers.local_scheduler import SignalException
 
     runner = get_runner()
     try:
-        cfg = runner.scheduler_run_opts(args.scheduler).cfg_from_str(args.scheduler_args)
-        options = LaunchOptions(
-            scheduler=args.scheduler, scheduler_cfg=cfg, j=args.j, dryrun=args.dryrun, script=args.script,
-            cpu=args.cpu, gpu=args.gpu, memMB=args.memMB, h=args.h, image=args.image, env=to_dict(args.env),
-            max_retries=args.max_retries, mounts=to_list(args.mounts),
-        )  # fmt: skip
-        runs = len(plan.runs)
-        print(
-            f"sweep: {runs} run(s) = {len(strategies)} strateg{'y' if len(strategies) == 1 else 'ies'} x "
-            f"{len(seeds)} seed(s) in {args.experiment_dir} ({args.scheduler})",
-            flush=True,
-        )
-        failed = SweepLauncher(plan, options, runner=runner).run()
+        try:
+            plan, options = _prepare(args, common, runner)
+        except ValueError as e:
+            parser.error(str(e))
+        return _launch(plan, options, runner, args)
+    except (KeyboardInterrupt, SignalException):  # before or between runs: nothing to stop
+        print("\nsweep: interrupted before any run was launched; nothing to clean up", flush=True)
+        return 130
     finally:
         runner.close()
+
+
+def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "Tuple[SweepPlan, LaunchOptions]":
+    """The plan and launch options, every check done before the first run (ValueError names the flag)."""
+    from torchx.util.types import to_list
+
+    from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
+
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds expects comma-separated integers, got {args.seeds!r}") from None
+    try:
+        windows = [float(w) for w in args.windows.split(",") if w.strip()]
+    except ValueError:
+        raise ValueError(f"--windows expects comma-separated epochs, got {args.windows!r}") from None
+    checks.check_scheduler(runner, args.scheduler)
+    checks.check_j(args.j)
+    options = LaunchOptions(
+        scheduler=args.scheduler, scheduler_cfg=checks.scheduler_cfg(runner, args.scheduler, args.scheduler_args),
+        j=args.j, dryrun=args.dryrun, script=args.script, cpu=args.cpu, gpu=args.gpu, memMB=args.memMB, h=args.h,
+        image=args.image, env=checks.env_dict(args.env), max_retries=args.max_retries, mounts=to_list(args.mounts),
+    )  # fmt: skip
+    local = args.scheduler == LOCAL and not args.dryrun
+    if local and not os.path.isfile(args.script):
+        raise ValueError(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root or pass --script")
+    specs = args.strategies or ([] if windows else DEFAULT_STRATEGIES)
+    strategies = [parse_strategy(s) for s in specs] + [window_strategy(w, args.epochs) for w in windows]
+    common = _with_validation_split(args, strategies, common)
+    # Local runs see this machine's paths: a missing --data_path is named now, not by every run.
+    plan = build_plan(args.experiment_dir, strategies, seeds, args.epochs, common, group=args.group, check_paths=local)
+    if local:
+        checks.check_data_path(plan)
+    checks.check_validation_split(plan)
+    check_experiment(plan)
+    checks.check_request(runner, SweepLauncher(plan, options, runner=runner))
+    return plan, options
+
+
+def _with_validation_split(args: argparse.Namespace, strategies: List[Strategy], common: List[str]) -> List[str]:
+    """Every run gets the same --val_fraction when a strategy decides on validation (or the group had one)."""
+    if "val_fraction" in flag_names(tuple(common)):
+        return common
+    earlier = flag_value(tuple(group_record(_manifest(args.experiment_dir), args.group).get("common_flags", [])), "val_fraction")
+    needing_val = [s.name for s in strategies if s.needs_val]
+    if earlier is None and not needing_val:
+        return common
+    value = earlier or str(DEFAULT_VAL_FRACTION)
+    why = "as the experiment's earlier sweeps" if earlier else f"{', '.join(needing_val)} decide(s) on a validation split"
+    print(f"sweep: every run gets --val_fraction {value} ({why}; the same training rows for all strategies)", flush=True)
+    return [*common, "--val_fraction", value]
+
+
+def _manifest(experiment_dir: str) -> Dict[str, Any]:
+    try:
+        manifest = read_manifest(experiment_dir)
+    except ValueError:
+        return {}  # damaged: check_experiment names it
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _launch(plan: SweepPlan, options: "LaunchOptions", runner: "Runner", args: argparse.Namespace) -> int:
+    """Launch the runs; Ctrl-C, SIGTERM and SIGHUP print one line (exit 130)."""
+    from dlrm_multiepoch.sweep.launch import LOCAL, SweepLauncher
+
+    runs = len(plan.runs)
+    n = len(plan.strategies)
+    where = os.path.join(args.experiment_dir, args.group) if args.group else args.experiment_dir
+    print(f"sweep: {runs} run(s) = {n} strateg{'y' if n == 1 else 'ies'} x {len(plan.seeds)} seed(s) in {where} ({args.scheduler})", flush=True)
+    try:
+        with hangup_stops_the_sweep():
+            failed = SweepLauncher(plan, options, runner=runner).run()
+    except SweepInterrupted as e:
+        stopped = f"; stopped run {e.run}, which resumes from its last checkpoint" if e.run else ""
+        print(f"\nsweep: interrupted ({e.signal_name}){stopped}. Rerun the same command to continue.", flush=True)
+        return 130
     if failed:
         print(f"sweep: {len(failed)} run(s) failed: {', '.join(failed)}; rerun the same command to retry them")
         return 1
-    if not args.dryrun and args.scheduler == "local_cwd":
+    if not args.dryrun and args.scheduler == LOCAL:
         print(f"sweep: done; compare the runs with: dlrm-multiepoch compare {args.experiment_dir}")
     return 0

@@ -2,11 +2,15 @@
 
 Each run is the ``dlrm_multiepoch.train`` component (``apps/train.py`` under
 ``torchrun``) with the run's flags, submitted with TorchX's ``Runner`` to the chosen
-scheduler. Finished runs are skipped; unfinished ones with a checkpoint resume
-(every run gets ``--resume auto``); an unfinished folder without a checkpoint starts
-over. On ``local_cwd`` the sweep waits for each run and prints its evaluations as they
-land; on a cluster scheduler it submits every unfinished run as its own job, records
-the job handles in the manifest, and a later call skips runs whose job is still alive.
+scheduler. Finished runs are skipped; unfinished ones resume from their last
+checkpoint (every run gets ``--resume auto``) or start over in their folder; a run
+folder a live trainer holds (its lock, :mod:`dlrm_multiepoch.train.lock`: a trainer
+left by a killed sweep, or another sweep's) is never launched into: on ``local_cwd``
+the sweep waits for that trainer and follows it, elsewhere it skips the run. On
+``local_cwd`` the sweep waits for each run and prints its evaluations as they land;
+on a cluster scheduler it submits every unfinished run as its own job and records
+each job's handle in the manifest at once; a later call skips runs whose job is
+still alive and treats a job whose state cannot be read as stopped.
 
 Example::
 
@@ -16,20 +20,24 @@ Example::
 
 import json
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, TextIO
 
 from torchx.runner import Runner, get_runner
+from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs import AppDef, AppState
 
 from dlrm_multiepoch import components
-from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, RunState, SweepPlan, read_manifest, run_state, update_manifest
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, failure_reason, holder_is_job, job_state
+from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
+from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, SweepPlan, read_manifest, run_state
+from dlrm_multiepoch.train.lock import live_holder
 
 LOCAL = "local_cwd"
 _POLL_S = 2.0
+_MAX_TURNS = 5  # per run: trainers waited for (another sweep's) before its own launch
 
 
 @dataclass
@@ -89,16 +97,19 @@ class SweepLauncher:
         )  # fmt: skip
 
     def run(self) -> List[str]:
-        """Launch every unfinished run; return the names of runs that failed (local) or could not be submitted."""
-        if not self.options.dryrun:
-            update_manifest(self.plan)
+        """Launch every unfinished run; return the names of runs that failed (local) or could not be submitted.
+
+        Raises:
+            SweepInterrupted: Ctrl-C, SIGTERM or SIGHUP; the local run it stopped is named.
+        """
         runner = self._runner or get_runner()
         try:
             if self.options.dryrun:
                 for run in self.plan.runs:
                     self._print(f"=== run {run.name} ({run.epochs} epochs) ===")
-                    self._print(str(runner.dryrun(self.app(run), self.options.scheduler, cfg=self._cfg(run))))
+                    self._print(str(runner.dryrun(self.app(run), self.options.scheduler, cfg=self.scheduler_cfg(run))))
                 return []
+            update_manifest(self.plan)
             if self.options.scheduler == LOCAL:
                 return self._run_local(runner)
             return self._submit(runner)
@@ -111,89 +122,121 @@ class SweepLauncher:
     def _run_local(self, runner: Runner) -> List[str]:
         # Each run's `bash -c torchrun ...` finds torchrun beside this interpreter.
         os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-        failed = []
         total = len(self.plan.runs)
-        for i, run in enumerate(self.plan.runs, 1):
-            tag = f"[{i}/{total}] {run.name}"
+        return [
+            run.name for i, run in enumerate(self.plan.runs, 1) if not self._run_one(runner, run, f"[{i}/{total}] {run.name}")
+        ]
+
+    def _run_one(self, runner: Runner, run: RunSpec, tag: str) -> bool:
+        waited = False
+        for _ in range(_MAX_TURNS):
             state = run_state(self.plan.experiment_dir, run)
             if state.status == "finished":
-                self._print(f"{tag}: finished earlier ({_epochs(state.epochs_done)}), skipped")
+                by = "by the trainer it waited for" if waited else "earlier"
+                self._print(f"{tag}: finished {by} ({_epochs(state.epochs_done)}), skipped")
+                return True
+            if state.status == "running":
+                self._print(f"{tag}: a trainer already runs in its folder ({state.detail}); following it until it ends")
+                self._follow(run)
+                waited = True
                 continue
-            self._clear_if_stale(run, state, tag)
-            how = f"resuming after epoch {state.epochs_done}" if state.status == "resumable" else "training"
-            self._print(f"{tag}: {how}, {_epochs(run.epochs)}, {self.options.j} ranks under TorchX {LOCAL}")
-            if not self._launch_and_wait(runner, run, tag):
-                failed.append(run.name)
-        return failed
+            how = {"resumable": f"resuming after epoch {state.epochs_done}", "stale": "starting over (no checkpoint)"}
+            self._print(f"{tag}: {how.get(state.status, 'training')}, {_epochs(run.epochs)}, {self.options.j} ranks under TorchX {LOCAL}")
+            result = self._launch_and_wait(runner, run, tag)
+            if result != "busy":
+                return result == "done"
+            waited = True  # another sweep's trainer took the folder first: follow it, then look again
+        self._print(f"{tag}: FAILED: other trainers kept taking its folder; rerun the same command")
+        return False
 
-    def _launch_and_wait(self, runner: Runner, run: RunSpec, tag: str) -> bool:
+    def _follow(self, run: RunSpec) -> None:
+        """Print the evaluations of the trainer that holds ``run``'s folder until it lets go."""
+        run_dir = os.path.join(self.plan.experiment_dir, run.name)
+        follower = _EvaluationPrinter(os.path.join(run_dir, SUMMARY), self._print)
+        try:
+            while live_holder(run_dir) is not None:
+                follower.poll()
+                time.sleep(_POLL_S)
+        except (KeyboardInterrupt, SignalException) as e:
+            raise SweepInterrupted(_signal_name(e)) from None  # not ours to stop: that trainer keeps running
+        follower.poll()
+
+    def _launch_and_wait(self, runner: Runner, run: RunSpec, tag: str) -> str:
+        """``done``, ``failed``, or ``busy`` (its trainer found another live one in the folder)."""
         start = time.perf_counter()
-        cfg = self._cfg(run)
+        cfg = self.scheduler_cfg(run)
         handle = runner.schedule(runner.dryrun(self.app(run), LOCAL, cfg=cfg))
         follower = _EvaluationPrinter(os.path.join(self.plan.experiment_dir, run.name, SUMMARY), self._print)
         try:
             while True:
-                status = runner.status(handle)
+                status, _ = job_state(runner, handle)
                 follower.poll()
                 if status is None or status.is_terminal():
                     break
                 time.sleep(_POLL_S)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SignalException, SweepInterrupted) as e:
             runner.cancel(handle)
-            raise
+            name = e.signal_name if isinstance(e, SweepInterrupted) else _signal_name(e)
+            raise SweepInterrupted(name, run.name) from None
         follower.poll()
         seconds = time.perf_counter() - start
         if status is not None and status.state == AppState.SUCCEEDED:
             self._print(f"    done in {seconds:.0f} s")
-            return True
+            return "done"
+        holder = live_holder(os.path.join(self.plan.experiment_dir, run.name))
+        if holder is not None:
+            self._print(f"{tag}: another trainer took its folder first ({holder.describe()}); following it")
+            return "busy"
         log = _combined_log(str(cfg["log_dir"]))
         state = status.state.name if status is not None else "LOST"
-        self._print(f"{tag}: FAILED ({state}) after {seconds:.0f} s; its log: {log}")
-        if log and os.path.isfile(log):
+        reason = failure_reason(log)
+        self._print(f"{tag}: FAILED ({state}) after {seconds:.0f} s: {reason or 'see its log'}\n    its log: {log}")
+        if reason is None and log and os.path.isfile(log):
             with open(log, errors="replace") as f:
                 tail = f.readlines()[-25:]
             self._print("    " + "    ".join(tail).rstrip())
-        return False
+        return "failed"
 
     # -- clusters: one job per run ------------------------------------------------------
 
     def _submit(self, runner: Runner) -> List[str]:
-        known = read_manifest(self.plan.experiment_dir).get("runs", {})
-        handles: Dict[str, str] = {}
-        failed = []
+        known = read_manifest(self.plan.experiment_dir)
+        submitted, failed = 0, []
         for run in self.plan.runs:
             state = run_state(self.plan.experiment_dir, run)
             if state.status == "finished":
                 self._print(f"{run.name}: finished earlier, skipped")
                 continue
-            handle = known.get(run.name, {}).get("handle")
+            handle = recorded_handle(known, run.name)
+            holder = live_holder(os.path.join(self.plan.experiment_dir, run.name))
             if handle:
-                status = runner.status(handle)
+                status, why = job_state(runner, handle)
                 if status is not None and not status.is_terminal():
                     self._print(f"{run.name}: job {handle} is still {status.state.name}, skipped")
                     continue
-            self._clear_if_stale(run, state, run.name)
+                stopped = why or f"it ended {status.state.name}"
+                self._print(f"{run.name}: job {handle}: {stopped}; the run counts as stopped")
+                if holder is not None and holder_is_job(holder, handle):
+                    holder = None  # that job's lock outlived it (killed before releasing)
+            if holder is not None:
+                self._print(f"{run.name}: a trainer runs in its folder ({holder.describe()}), skipped")
+                continue
             try:
-                handles[run.name] = runner.schedule(runner.dryrun(self.app(run), self.options.scheduler, cfg=self._cfg(run)))
+                new = runner.schedule(runner.dryrun(self.app(run), self.options.scheduler, cfg=self.scheduler_cfg(run)))
             except Exception as e:  # one refused submission must not lose the others' handles
                 self._print(f"{run.name}: submission failed: {e}")
                 failed.append(run.name)
                 continue
-            self._print(f"{run.name}: submitted as {handles[run.name]} ({state.status})")
-        update_manifest(self.plan, handles)
-        if handles:
+            update_manifest(self.plan, {run.name: new})  # at once: an interrupted sweep keeps every handle
+            submitted += 1
+            how = {"resumable": "resumes", "stale": "starts over"}.get(state.status, "new")
+            self._print(f"{run.name}: submitted as {new} ({how})")
+        if submitted:
             self._print(f"when the jobs are done: dlrm-multiepoch compare {self.plan.experiment_dir}")
         return failed
 
-    def _clear_if_stale(self, run: RunSpec, state: RunState, tag: str) -> None:
-        if state.status != "stale":
-            return
-        # Nothing to resume from: clear what the interrupted launch logged, so its curves
-        # do not mix with the new run's in TensorBoard.
-        self._print(f"{tag}: unfinished and without a checkpoint, starting over")
-        shutil.rmtree(os.path.join(self.plan.experiment_dir, run.name))
-
-    def _cfg(self, run: RunSpec) -> Dict[str, object]:
+    def scheduler_cfg(self, run: RunSpec) -> Dict[str, object]:
+        """The scheduler options of ``run``'s job (``local_cwd``: its logs under ``<experiment>/logs/<run>``)."""
         cfg = dict(self.options.scheduler_cfg)
         if self.options.scheduler == LOCAL:
             cfg.setdefault("log_dir", os.path.join(self.plan.experiment_dir, "logs", run.name))
@@ -201,6 +244,10 @@ class SweepLauncher:
 
     def _print(self, line: str) -> None:
         print(line, file=self.out or sys.stdout, flush=True)
+
+
+def _signal_name(e: BaseException) -> str:
+    return getattr(getattr(e, "sigval", None), "name", None) or "SIGINT"
 
 
 class _EvaluationPrinter:

@@ -1,9 +1,10 @@
 """What a sweep trains: one :class:`RunSpec` per strategy and seed, their state on disk, the manifest.
 
 An experiment folder holds one run folder per run (``<strategy>-s<seed>``, the training
-app's ``--tensorboard_dir``/``--run_name``) and ``sweep.json``, the manifest: which
-strategy, seed, epochs and full app flags each run has. ``compare`` reads it to group
-runs; a restarted sweep reads it to refuse a run whose flags changed.
+app's ``--tensorboard_dir``/``--run_name``; ``<group>/<strategy>-s<seed>`` for a sweep
+given ``--group``) and ``sweep.json``, the manifest: which group, strategy, seed, epochs
+and full app flags each run has (:mod:`dlrm_multiepoch.sweep.manifest`). ``compare``
+reads it to group runs; a restarted sweep reads it to refuse a run whose flags changed.
 
 Example::
 
@@ -19,7 +20,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from dlrm_multiepoch.sweep.strategies import Strategy, flag_names, flag_value
+from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
 
 MANIFEST = "sweep.json"
 SUMMARY = "summary.json"
@@ -39,6 +40,7 @@ class RunSpec:
         epochs: its ``--epochs``.
         flags: every training-app flag of the run, in order.
         window: epoch the tables start training, for update-window runs.
+        group: the sweep's ``--group`` ("" for none): its runs live in ``<experiment>/<group>/``.
     """
 
     name: str
@@ -47,6 +49,7 @@ class RunSpec:
     epochs: int
     flags: Tuple[str, ...]
     window: Optional[float] = None
+    group: str = ""
 
 
 @dataclass
@@ -59,6 +62,7 @@ class SweepPlan:
     common_flags: Tuple[str, ...]
     strategies: List[Strategy]
     runs: List[RunSpec] = field(default_factory=list)
+    group: str = ""
 
 
 def split_at_dashes(args: Sequence[str]) -> Tuple[List[str], List[str]]:
@@ -71,15 +75,27 @@ def split_at_dashes(args: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 
 def build_plan(
-    experiment_dir: str, strategies: Sequence[Strategy], seeds: Sequence[int], budget: int, common_flags: Sequence[str]
+    experiment_dir: str,
+    strategies: Sequence[Strategy],
+    seeds: Sequence[int],
+    budget: int,
+    common_flags: Sequence[str],
+    group: str = "",
+    check_paths: bool = False,
 ) -> SweepPlan:
     """Runs for ``strategies`` x ``seeds``, each flag list checked by the training app's parser.
 
+    Args:
+        group: put the runs in ``<experiment_dir>/<group>/`` (a configuration of their own).
+        check_paths: also check the paths the flags name (``--data_path``, ...) on this machine.
+
     Raises:
-        ValueError: a duplicate strategy, a flag the sweep sets itself, a flag set both in
-            the common flags and by a strategy, a strategy for another ``--model``, or
-            flags the training app rejects (the message names the run).
+        ValueError: a duplicate strategy, a flag the sweep sets itself, a flag set twice
+            (in the common flags, in one strategy, or in both), a strategy for another
+            ``--model``, or flags the training app rejects (the message names the run).
     """
+    if group:
+        check_name(group, "--group")
     if budget <= 0:
         raise ValueError(f"--epochs must be positive, got {budget}")
     if not seeds:
@@ -95,9 +111,11 @@ def build_plan(
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ValueError(f"strategies {repeated} are given twice")
+    _refuse_repeated_flags("the common flags", common)
     model = flag_value(common, "model") or "dlrm"
-    plan = SweepPlan(experiment_dir, budget, list(seeds), common, list(strategies))
+    plan = SweepPlan(experiment_dir, budget, list(seeds), common, list(strategies), group=group)
     for strategy in strategies:
+        _refuse_repeated_flags(f"strategy {strategy.name!r}", strategy.flags)
         own = flag_names(strategy.flags)
         for name in own:
             if name in SWEEP_FLAGS[1:]:
@@ -121,24 +139,35 @@ def build_plan(
     for seed in seeds:  # seeds outermost: a stopped sweep has every strategy for the first seeds
         for strategy in strategies:
             epochs = strategy.run_epochs(budget)
-            name = f"{strategy.name}-s{seed}"
+            folder = f"{strategy.name}-s{seed}"
             flags = [*common, *strategy.flags]
             if flag_value(strategy.flags, "epochs") is None:
                 flags += ["--epochs", str(epochs)]
-            flags += ["--seed", str(seed), "--tensorboard_dir", experiment_dir, "--run_name", name, "--resume", "auto"]
-            _check_app_flags(name, flags)
-            plan.runs.append(RunSpec(name, strategy.name, seed, epochs, tuple(flags), strategy.window))
+            parent = os.path.join(experiment_dir, group) if group else experiment_dir
+            flags += ["--seed", str(seed), "--tensorboard_dir", parent, "--run_name", folder, "--resume", "auto"]
+            name = f"{group}/{folder}" if group else folder
+            _check_app_flags(name, flags, check_paths)
+            plan.runs.append(RunSpec(name, strategy.name, seed, epochs, tuple(flags), strategy.window, group))
     return plan
 
 
-def _check_app_flags(run: str, flags: Sequence[str]) -> None:
+def _refuse_repeated_flags(where: str, flags: Sequence[str]) -> None:
+    """A flag given twice would silently keep its last value: refuse it, naming both values."""
+    items = flag_items(flags)
+    names = [name for name, _ in items]
+    for name in dict.fromkeys(n for n in names if names.count(n) > 1):
+        values = [v for n, v in items if n == name]
+        raise ValueError(f"{where} set --{name} {len(values)} times ({', '.join(map(repr, values))}); set it once")
+
+
+def _check_app_flags(run: str, flags: Sequence[str], check_paths: bool = False) -> None:
     """Parse ``flags`` with the training app's parser (no data is loaded); its error names the run."""
     from dlrm_multiepoch.train.config import parse_config  # torch-heavy: imported when a sweep is planned
 
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            parse_config(list(flags))
+            parse_config(list(flags), check_paths=check_paths)
     except SystemExit:
         message = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "invalid flags"
         raise ValueError(f"run {run}: {message.split('error: ', 1)[-1]} (flags: {list(flags)})") from None
@@ -149,9 +178,10 @@ def _check_app_flags(run: str, flags: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class RunState:
-    """Where a run stands: ``new``, ``finished``, ``resumable`` (has a checkpoint) or ``stale``.
+    """Where a run stands: ``new``, ``running``, ``finished``, ``resumable`` (has a checkpoint) or ``stale``.
 
-    ``stale``: an unfinished run folder without a checkpoint; it restarts from scratch.
+    ``running``: a live trainer holds its folder's lock (``detail`` names it). ``stale``:
+    an unfinished run folder without a checkpoint; its next trainer starts over in it.
     """
 
     status: str
@@ -161,17 +191,27 @@ class RunState:
 
 def run_state(experiment_dir: str, run: RunSpec) -> RunState:
     """The state of ``run``'s folder: finished when its summary records the end of a ``run.epochs``-epoch training."""
+    from dlrm_multiepoch.train.lock import live_holder  # beside the trainer that writes it
+
     run_dir = os.path.join(experiment_dir, run.name)
     if not os.path.isdir(run_dir):
         return RunState("new")
+    holder = live_holder(run_dir)
+    if holder is not None:
+        return RunState("running", detail=holder.describe())
     try:
         summary = read_json(os.path.join(run_dir, SUMMARY))
     except ValueError:
         summary = {}  # unreadable: not finished; the run resumes from its checkpoint or starts over
-    done = max((int(e["epoch"]) for e in summary.get("evaluations", []) if float(e["epoch"]).is_integer()), default=0)
+    if not isinstance(summary, dict) or not isinstance(summary.get("config", {}), dict):
+        summary = {}  # not a summary the app wrote: as unreadable
+    try:
+        done = max((int(e["epoch"]) for e in summary.get("evaluations", []) if float(e["epoch"]).is_integer()), default=0)
+    except (TypeError, KeyError, ValueError, OverflowError):
+        done = 0  # damaged evaluations: the epochs done are unknown, the run is not finished (no wall time check)
     # The app records the wall time when its training loop ends: after the last epoch,
-    # or earlier when the automatic schedule stopped the run. A finished run trained for
-    # fewer epochs than asked now (a larger --epochs) resumes.
+    # or earlier when the automatic schedule stopped the run. (A run never continues under
+    # another --epochs: the manifest checks refuse that before any launch.)
     if "wall_time_s" in summary and summary.get("config", {}).get("epochs", 0) >= run.epochs:
         return RunState("finished", done)
     checkpoints = os.path.join(run_dir, CHECKPOINTS)
@@ -181,10 +221,9 @@ def run_state(experiment_dir: str, run: RunSpec) -> RunState:
     if saved:
         step, newest = saved[-1]
         try:
-            progress = read_json(os.path.join(newest, STATE_FILE)).get("parts", {}).get("progress", {})
-        except ValueError:
-            progress = {}  # damaged: the run falls back to an older checkpoint, or refuses naming it
-        epochs = int(progress.get("epoch", 0))
+            epochs = int(read_json(os.path.join(newest, STATE_FILE))["parts"]["progress"]["epoch"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            epochs = 0  # damaged: the run falls back to an older checkpoint, or refuses naming it
         return RunState("resumable", epochs, f"checkpoint at step {step}, {epochs} epoch(s) done")
     return RunState("stale", done, "no checkpoint")
 
@@ -210,51 +249,3 @@ def read_json(path: str) -> Dict[str, Any]:
 def read_manifest(experiment_dir: str) -> Dict[str, Any]:
     """``sweep.json`` of an experiment folder (empty when there is none); invalid JSON raises ValueError."""
     return read_json(os.path.join(experiment_dir, MANIFEST))
-
-
-def update_manifest(plan: SweepPlan, handles: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    """Merge ``plan`` into the experiment's manifest (earlier sweeps' runs stay) and write it.
-
-    Raises:
-        ValueError: a run of ``plan`` already in the manifest with other flags (``--epochs``
-            may grow: the run resumes). Start a new experiment folder for other flags.
-    """
-    manifest = read_manifest(plan.experiment_dir) or {"runs": {}}
-    for run in plan.runs:
-        before = manifest["runs"].get(run.name)
-        if before is not None and _without_epochs(before["flags"]) != _without_epochs(run.flags):
-            raise ValueError(
-                f"run {run.name} exists in {plan.experiment_dir} with other flags:\n  before: {before['flags']}\n"
-                f"  now:    {list(run.flags)}\nuse a new experiment folder (or another strategy name)"
-            )
-        entry = asdict(run)
-        entry["flags"] = list(run.flags)
-        if before is not None and "handle" in before:
-            entry["handle"] = before["handle"]
-        manifest["runs"][run.name] = entry
-    for name, handle in (handles or {}).items():
-        manifest["runs"][name]["handle"] = handle
-    manifest["budget"] = plan.budget
-    manifest["common_flags"] = list(plan.common_flags)
-    manifest["strategies"] = {
-        **manifest.get("strategies", {}),
-        **{s.name: {"flags": list(s.flags), "help": s.help, "window": s.window} for s in plan.strategies},
-    }
-    os.makedirs(plan.experiment_dir, exist_ok=True)
-    path = os.path.join(plan.experiment_dir, MANIFEST)
-    with open(path + ".tmp", "w") as f:
-        json.dump(manifest, f, indent=2)
-    os.replace(path + ".tmp", path)
-    return manifest
-
-
-def _without_epochs(flags: Sequence[str]) -> List[str]:
-    out, skip = [], False
-    for token in flags:
-        if skip:
-            skip = False
-        elif token == "--epochs":
-            skip = True
-        elif not token.startswith("--epochs="):
-            out.append(token)
-    return out

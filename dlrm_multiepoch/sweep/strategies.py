@@ -19,7 +19,7 @@ Example::
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+@-]*$")
 WINDOW_PREFIX = "window@"
@@ -77,7 +77,7 @@ def register_strategy(
     if name in STRATEGIES:
         raise ValueError(f"strategy {name!r} is registered twice")
     strategy = Strategy(
-        _check_name(name),
+        check_name(name),
         tuple(shlex.split(flags)),
         help,
         epochs=epochs,
@@ -111,7 +111,7 @@ def parse_strategy(spec: str) -> Strategy:
         raise ValueError(f"strategy {name!r}: cannot split its flags {flags!r}: {e}") from None
     if tokens and not tokens[0].startswith("--"):
         raise ValueError(f"strategy {name!r}: FLAGS must start with a --flag, got {flags!r}")
-    return Strategy(_check_name(name), tokens, help=f"free: {flags.strip()}")
+    return Strategy(check_name(name), tokens, help=f"free: {flags.strip()}")
 
 
 def window_strategy(start: float, budget: int) -> Strategy:
@@ -140,18 +140,36 @@ def flag_value(flags: Tuple[str, ...], name: str) -> Optional[str]:
 
 def flag_names(flags: Tuple[str, ...]) -> List[str]:
     """The ``--flag`` names a flag list sets (``--no-x`` counts as ``x``)."""
-    names = []
-    for token in flags:
-        if token.startswith("--") and len(token) > 2:
-            name = token[2:].split("=", 1)[0]
-            names.append(name[3:] if name.startswith("no-") else name)
-    return names
+    return [name for name, _ in flag_items(flags)]
 
 
-def _check_name(name: str) -> str:
+def flag_items(flags: Sequence[str]) -> List[Tuple[str, str]]:
+    """``(name, value)`` of each ``--flag`` in a flag list, in order.
+
+    ``--name V`` and ``--name=V`` give ``V``; a switch (``--x``, ``--no-x``, followed by
+    another flag or nothing) gives its own token, and ``--no-x`` is named ``x``.
+
+    Example::
+
+        flag_items(["--data_path", "d", "--no-checkpoint"])  # [("data_path", "d"), ("checkpoint", "--no-checkpoint")]
+    """
+    items = []
+    for i, token in enumerate(flags):
+        if not token.startswith("--") or len(token) <= 2:
+            continue
+        name, eq, value = token[2:].partition("=")
+        if not eq:
+            switch = i + 1 == len(flags) or flags[i + 1].startswith("--")
+            value = token if switch else flags[i + 1]
+        items.append((name[3:] if name.startswith("no-") else name, value))
+    return items
+
+
+def check_name(name: str, what: str = "strategy name") -> str:
+    """``name`` if it can name a run folder, else ValueError naming ``what``."""
     if not NAME_PATTERN.match(name):
         raise ValueError(
-            f"strategy name {name!r} must start with a letter or digit and hold only letters, digits and _.+@- "
+            f"{what} {name!r} must start with a letter or digit and hold only letters, digits and _.+@- "
             "(it names run folders)"
         )
     return name

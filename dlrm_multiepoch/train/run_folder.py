@@ -16,9 +16,8 @@ from dlrm_multiepoch.train.checkpoint import (
     saved_work,
 )
 from dlrm_multiepoch.train.config import TrainConfig
+from dlrm_multiepoch.train.lock import RunFolderBusy, RunLock
 from dlrm_multiepoch.train.metrics_logger import SUMMARY_FILE
-
-
 
 @dataclass
 class RunFolder:
@@ -31,6 +30,7 @@ class RunFolder:
         purge_step: the first step whose earlier TensorBoard events are hidden (the
             step after the checkpoint on resume; 0 on a fresh start over old events).
         job_id: the elastic job's id, or None outside torchrun/TorchX.
+        lock: the folder's lock, held by rank 0 until :meth:`close` (None on other ranks).
     """
 
     path: str
@@ -38,6 +38,12 @@ class RunFolder:
     resume_from: Optional[CheckpointInfo]
     purge_step: Optional[int]
     job_id: Optional[str]
+    lock: Optional[RunLock] = None
+
+    def close(self) -> None:
+        """Release the folder to the next trainer (rank 0; also done at process exit)."""
+        if self.lock is not None:
+            self.lock.release()
 
 
 def default_run_name(cfg: TrainConfig, job_id: Optional[str]) -> str:
@@ -47,14 +53,16 @@ def default_run_name(cfg: TrainConfig, job_id: Optional[str]) -> str:
 
 
 def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print) -> RunFolder:
-    """Name the run folder, find the checkpoint to resume, and clear the way for a fresh start (collective).
+    """Lock the run folder, find the checkpoint to resume, and clear the way for a fresh start (collective).
 
-    A restart of the same torchrun/TorchX job resumes from that job's newest intact
+    Rank 0 takes the folder's lock (:mod:`dlrm_multiepoch.train.lock`) before anything
+    is read or written, so no two trainers ever share a folder. A restart of the same torchrun/TorchX job resumes from that job's newest intact
     checkpoint whatever ``--resume`` says. A fresh start over an earlier run's
     checkpoints or ``summary.json`` is refused unless ``--overwrite``, which deletes
     them and hides the earlier event files' steps in TensorBoard.
 
     Raises:
+        RunFolderBusy: a live trainer of another job holds the folder (naming it).
         ValueError / FileNotFoundError: a refused fresh start or a bad ``--resume``, naming the paths.
 
     Example::
@@ -67,10 +75,34 @@ def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print) -> Run
     # Every rank must write to the same folder: rank 0 names it (the time may differ across ranks).
     name = cfg.run_name or D.broadcast_object(default_run_name(cfg, job_id))
     path = os.path.join(cfg.tensorboard_dir, name)
+    lock = _lock(path, job_id, log)
+    try:
+        return _open(cfg, path, job_id, lock, log)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _lock(path: str, job_id: Optional[str], log: Callable[[str], None]) -> Optional[RunLock]:
+    """Rank 0 takes the folder's lock; every rank raises when it is busy."""
+    lock, busy = None, None
+    if D.rank() == 0:
+        try:
+            lock = RunLock.acquire(path, job_id, log)
+        except RunFolderBusy as e:
+            busy = str(e)
+    busy = D.broadcast_object(busy)
+    if busy:
+        raise RunFolderBusy(busy)
+    return lock
+
+
+def _open(cfg: TrainConfig, path: str, job_id: Optional[str], lock: Optional[RunLock], log: Callable[[str], None]) -> RunFolder:
     checkpoints = os.path.join(path, CHECKPOINTS_DIR)
     resume_from = find_checkpoint(cfg.resume, checkpoints, job_id, log)
     if resume_from is not None:
-        return RunFolder(path, checkpoints, resume_from, resume_from.step + 1, job_id)
+        return RunFolder(path, checkpoints, resume_from, resume_from.step + 1, job_id, lock)
     summary = os.path.join(path, SUMMARY_FILE)
     refusal = D.broadcast_object(refuse_fresh_start(checkpoints, summary, cfg.resume, job_id) if D.rank() == 0 else None)
     if refusal and not cfg.overwrite:
@@ -81,4 +113,4 @@ def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print) -> Run
             shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
     D.barrier()
     old_events = bool(glob.glob(os.path.join(path, "events.out.tfevents.*")))
-    return RunFolder(path, checkpoints, None, 0 if old_events else None, job_id)
+    return RunFolder(path, checkpoints, None, 0 if old_events else None, job_id, lock)

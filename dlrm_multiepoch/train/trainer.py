@@ -191,6 +191,7 @@ class Trainer:
         self.logger.record("eval_time_s", self._eval_seconds)  # part of the wall time (this job's)
         self.logger.record("wall_time_s", self._wall_time())
         self.logger.close()
+        self.run.close()  # the folder is complete: the next trainer may take it
         return self.logger.summary
 
     def run_epoch(self, epoch: int) -> None:

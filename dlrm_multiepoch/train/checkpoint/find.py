@@ -48,6 +48,12 @@ def _read_state(path: str) -> Dict[str, object]:
         raise CheckpointError(f"checkpoint {path}: {e}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
         found = state.get("format") if isinstance(state, dict) else None
+        if isinstance(found, int) and found < FORMAT_VERSION:
+            raise CheckpointError(
+                f"checkpoint {path}: written by an older version of dlrm-multiepoch (format {found}, this version "
+                f"reads format {FORMAT_VERSION}); resume it with the version that wrote it, or start over with "
+                "--overwrite or another --run_name"
+            )
         raise CheckpointError(f"checkpoint {path}: format {found!r}, this version reads format {FORMAT_VERSION}")
     return state
 

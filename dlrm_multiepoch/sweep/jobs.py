@@ -1,0 +1,88 @@
+"""A sweep's view of its jobs and run folders: a job's state that never raises, the trainer
+already in a run folder, a failed run's own error line, and an interrupted sweep.
+
+Example::
+
+    status, why = job_state(runner, handle)   # (None, "its state cannot be read (...)") on Slurm's "CANCELLED by 0"
+    if status is None or status.is_terminal():
+        ...                                   # the run is stopped: resume or restart it from its folder
+"""
+
+import contextlib
+import os
+import re
+import signal
+from typing import Iterator, Optional, Tuple
+
+from torchx.runner import Runner
+from torchx.specs import AppState, AppStatus, parse_app_handle
+
+from dlrm_multiepoch.train.lock import LockHolder
+
+_ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Busy)): (.+)$")
+# torchrun's and TorchX's own wrappers around a worker's error: never the reason.
+_WRAPPERS = ("ChildFailedError", "SignalException", "RendezvousClosedError")
+
+
+class SweepInterrupted(Exception):
+    """The user stopped the sweep (Ctrl-C, SIGTERM, a closed terminal); ``run`` is the run it stopped, if any."""
+
+    def __init__(self, signal_name: str, run: Optional[str] = None):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        self.run = run
+
+
+def job_state(runner: Runner, handle: str) -> Tuple[Optional[AppStatus], str]:
+    """The job's status, or ``(None, why)`` when the scheduler cannot tell.
+
+    TorchX raises on states it cannot translate (0.7.0's Slurm scheduler asserts on
+    ``CANCELLED by <uid>``, the state ``sacct`` gives a user-cancelled job), a scheduler
+    may have forgotten the job, or be unreachable: the run is then treated as stopped
+    (its folder's lock still keeps a second trainer out of a live one's folder).
+    """
+    try:
+        status = runner.status(handle)
+    except Exception as e:  # any scheduler failure means "unknown", never a traceback
+        return None, f"its state cannot be read ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    if status is None:
+        return None, "the scheduler no longer knows it"
+    if status.state == AppState.UNKNOWN:
+        return None, "its state is UNKNOWN"
+    return status, ""
+
+
+def holder_is_job(holder: LockHolder, handle: str) -> bool:
+    """Whether a run folder's lock holder is the job ``handle`` (TorchX passes the app id as the elastic job id)."""
+    try:
+        return holder.job_id is not None and holder.job_id == parse_app_handle(handle).app_id
+    except Exception:  # not a TorchX handle: cannot be that job
+        return False
+
+
+def failure_reason(log_file: Optional[str]) -> Optional[str]:
+    """The app's own one-line error from a failed run's log: the last ``SomeError: message`` a rank
+    raised, not torchrun's ``ChildFailedError`` block around it; None if the log has none."""
+    if not log_file or not os.path.isfile(log_file):
+        return None
+    reason = None
+    with open(log_file, errors="replace") as f:
+        for line in f:
+            match = _ERROR_LINE.match(line.rstrip())
+            if match and not match.group(1).endswith(_WRAPPERS):
+                reason = f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
+    return reason
+
+
+@contextlib.contextmanager
+def hangup_stops_the_sweep() -> Iterator[None]:
+    """A closed terminal (SIGHUP) stops the sweep the way Ctrl-C does (its current run is cancelled)."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SweepInterrupted(signal.Signals(signum).name)
+
+    before = signal.signal(signal.SIGHUP, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, before)

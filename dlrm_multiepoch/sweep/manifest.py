@@ -1,0 +1,219 @@
+"""``sweep.json``, and the checks that keep each run what its flags define.
+
+A run folder belongs to one configuration: every training-app flag of the run,
+``--epochs`` included (a schedule relative to ``end``, ``delayed``'s last epoch, an LR
+decay, joint's extra epoch are laid out over the whole run). A later sweep into the
+same experiment must give each existing run the same flags, and its group the same
+common flags, or it is **refused, naming the flag that differs**; ``--group NAME``
+sweeps another configuration as a group of its own (``<experiment>/NAME/``), recorded
+in the manifest so that ``compare`` keeps the groups apart. The checks read the
+manifest *and* each run folder's own record (its ``summary.json`` config, else its
+newest checkpoint's), so a lost or damaged manifest entry never lets a run change.
+Where a run writes (``--tensorboard_dir``: a moved experiment folder) is not part of it.
+
+Example::
+
+    check_experiment(plan)       # before the first launch; ValueError names the flag
+    update_manifest(plan, {"joint-s0": "slurm://torchx/123"})
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+from dataclasses import asdict
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+
+from dlrm_multiepoch.sweep.plan import CHECKPOINTS, MANIFEST, SUMMARY, RunSpec, SweepPlan, read_json, read_manifest
+from dlrm_multiepoch.sweep.strategies import flag_items
+
+# Where a run writes and how a launch starts: not what the run is.
+PLACE_FLAGS = ("tensorboard_dir", "run_name", "resume", "overwrite", "progress_bar")
+_NOT_SET = "(not set)"
+
+
+def flag_changes(before: Sequence[str], now: Sequence[str], ignore: Sequence[str] = PLACE_FLAGS) -> List[str]:
+    """``--name before -> now`` for each flag whose value differs between two flag lists.
+
+    Example::
+
+        flag_changes(["--epochs", "2"], ["--epochs", "3"])  # ["--epochs 2 -> 3"]
+    """
+    a, b = dict(flag_items(before)), dict(flag_items(now))
+    return [
+        f"--{name} {a.get(name, _NOT_SET)} -> {b.get(name, _NOT_SET)}"
+        for name in dict.fromkeys([*a, *b])
+        if name not in ignore and a.get(name) != b.get(name)
+    ]
+
+
+def check_experiment(plan: SweepPlan) -> None:
+    """Refuse a sweep that would change what an existing run or group of ``plan.experiment_dir`` is.
+
+    Raises:
+        ValueError: other common flags than the group's earlier sweeps, another flag
+            (``--epochs`` too) for an existing run (from the manifest or the run folder's
+            own record), a checkpoint of an older version, or a damaged manifest; each
+            names the flag or file and what to do.
+    """
+    manifest = read_manifest(plan.experiment_dir)
+    if not isinstance(manifest, dict) or (manifest and not isinstance(manifest.get("runs"), dict)):
+        raise ValueError(f"{os.path.join(plan.experiment_dir, MANIFEST)} is not a sweep manifest (no 'runs'); move it aside")
+    recorded = group_record(manifest, plan.group).get("common_flags")
+    changes = flag_changes(recorded, plan.common_flags) if _is_flag_list(recorded) else []
+    if changes:
+        where = f"group {plan.group!r} of {plan.experiment_dir}" if plan.group else plan.experiment_dir
+        raise ValueError(
+            f"{where} holds runs swept with other common flags: {'; '.join(changes)}. Its runs would be compared "
+            f"as one configuration: give the same flags after --, or sweep this configuration as its own group "
+            f"with --group NAME (runs in {os.path.join(plan.experiment_dir, 'NAME')}/), or use a new experiment folder"
+        )
+    for run in plan.runs:
+        entry = manifest.get("runs", {}).get(run.name)
+        before = entry.get("flags") if isinstance(entry, dict) else None
+        changes = flag_changes(before, run.flags) if _is_flag_list(before) else []
+        source = MANIFEST
+        if not changes:
+            changes, source = _folder_changes(plan.experiment_dir, run)
+        if changes:
+            raise ValueError(_redefined(plan, run, changes, source))
+
+
+def _is_flag_list(value: Any) -> bool:
+    """A recorded flag list; anything else is a damaged entry, and the run folder's own record decides."""
+    return isinstance(value, list) and all(isinstance(token, str) for token in value)
+
+
+def _redefined(plan: SweepPlan, run: RunSpec, changes: List[str], source: str) -> str:
+    why = ""
+    if any(c.startswith("--epochs ") for c in changes):
+        why = " (a schedule is laid out over the whole --epochs budget, so a run never continues under another one)"
+    return (
+        f"run {run.name} in {plan.experiment_dir} was trained with other flags ({source}): {'; '.join(changes)}{why}. "
+        f"Keep its flags, or sweep the new configuration as its own group with --group NAME, or use a new "
+        f"experiment folder"
+    )
+
+
+def _folder_changes(experiment_dir: str, run: RunSpec) -> "tuple[List[str], str]":
+    """How ``run``'s flags differ from the config its folder recorded, and which file recorded it."""
+    from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy: existing runs only
+
+    run_dir = os.path.join(experiment_dir, run.name)
+    if not os.path.isdir(run_dir):
+        return [], ""
+    source = os.path.join(run.name, SUMMARY)
+    try:
+        config = read_json(os.path.join(run_dir, SUMMARY)).get("config")
+    except (ValueError, AttributeError):
+        config = None  # damaged summary: the checkpoint speaks for the run
+    saved = complete_checkpoints(os.path.join(run_dir, CHECKPOINTS))
+    if saved:
+        state_file = os.path.join(saved[-1][1], STATE_FILE)
+        _check_format(run, state_file)
+        if config is None:
+            source = os.path.relpath(state_file, experiment_dir)
+            try:
+                config = read_json(state_file).get("config")
+            except (ValueError, AttributeError):
+                config = None  # damaged: the trainer falls back to an older checkpoint, naming it
+    if not isinstance(config, Mapping):
+        return [], ""
+    return _config_changes(config, _config_of(run)), source
+
+
+def _check_format(run: RunSpec, state_file: str) -> None:
+    from dlrm_multiepoch.train.checkpoint.layout import FORMAT_VERSION
+
+    try:
+        found = read_json(state_file).get("format")
+    except (ValueError, AttributeError):
+        return  # damaged, not old: the trainer passes over it, saying so
+    if found != FORMAT_VERSION:
+        raise ValueError(
+            f"run {run.name}: its checkpoint {os.path.dirname(state_file)} was written by an older version of "
+            f"dlrm-multiepoch (checkpoint format {found!r}; this version reads format {FORMAT_VERSION}). Finish the "
+            "run with the version that wrote it, or move its run folder aside to train it again with this one"
+        )
+
+
+def _config_of(run: RunSpec) -> Dict[str, Any]:
+    from dlrm_multiepoch.train.config import parse_config
+    from dlrm_multiepoch.train.json_io import json_safe
+
+    return json.loads(json.dumps(json_safe(parse_config(list(run.flags)).to_dict())))
+
+
+def _config_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> List[str]:
+    """``--field before -> now`` for every config field both record with different values."""
+    a, b = _flat(recorded), _flat(now)
+    return [
+        f"--{key.split('.')[-1]} {a[key]} -> {b[key]}"
+        for key in a
+        if key in b and key.split(".")[-1] not in PLACE_FLAGS and a[key] != b[key]
+    ]
+
+
+def _flat(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def group_record(manifest: Mapping[str, Any], group: str) -> Dict[str, Any]:
+    """What the manifest recorded for a group (budget, common flags); the top level is the default group's."""
+    if not group:
+        return {k: manifest[k] for k in ("budget", "common_flags") if k in manifest}
+    record = manifest.get("groups", {}).get(group) if isinstance(manifest.get("groups"), dict) else None
+    return dict(record) if isinstance(record, dict) else {}
+
+
+def recorded_handle(manifest: Mapping[str, Any], run: str) -> Optional[str]:
+    """The job handle the manifest recorded for ``run`` (None: none, or a damaged entry)."""
+    entry = manifest.get("runs", {}).get(run) if isinstance(manifest.get("runs"), dict) else None
+    handle = entry.get("handle") if isinstance(entry, dict) else None
+    return handle if isinstance(handle, str) else None
+
+
+@contextlib.contextmanager
+def _locked(experiment_dir: str) -> Iterator[None]:
+    """Serialize read-modify-write of the manifest between sweeps sharing an experiment."""
+    os.makedirs(experiment_dir, exist_ok=True)
+    with open(os.path.join(experiment_dir, f".{MANIFEST}.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def update_manifest(plan: SweepPlan, handles: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Merge ``plan`` (and job handles, run name -> handle) into the experiment's manifest and write it.
+
+    Earlier sweeps' runs and groups stay; a run's recorded handle stays until a new one replaces it.
+    """
+    with _locked(plan.experiment_dir):
+        manifest = read_manifest(plan.experiment_dir) or {"runs": {}}
+        for run in plan.runs:
+            entry = {**asdict(run), "flags": list(run.flags)}
+            handle = recorded_handle(manifest, run.name)
+            if handle:
+                entry["handle"] = handle
+            manifest["runs"][run.name] = entry
+        for name, handle in (handles or {}).items():
+            manifest["runs"][name]["handle"] = handle
+        record = {"budget": plan.budget, "common_flags": list(plan.common_flags)}
+        if plan.group:
+            manifest.setdefault("groups", {})[plan.group] = record
+        else:
+            manifest.update(record)
+        manifest["strategies"] = {
+            **manifest.get("strategies", {}),
+            **{s.name: {"flags": list(s.flags), "help": s.help, "window": s.window} for s in plan.strategies},
+        }
+        path = os.path.join(plan.experiment_dir, MANIFEST)
+        with open(path + ".tmp", "w") as f:
+            json.dump(manifest, f, indent=2)
+        os.replace(path + ".tmp", path)
+    return manifest

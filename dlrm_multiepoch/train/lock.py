@@ -1,0 +1,231 @@
+"""One owner per run folder: a lock file naming the trainer that writes there.
+
+Rank 0 of a training job takes ``<run_dir>/trainer.lock`` before it writes anything
+and holds it until the job ends (removed at the end, also on errors). The file holds
+the holder's elastic job id, host, PID (and the PID's start time, so a reused PID is
+not mistaken for it) and start time; the holder keeps an exclusive ``flock`` on it
+and touches it every :data:`HEARTBEAT_S` seconds.
+
+Who may take a lock that exists:
+
+- the same elastic job (torchrun restarting its ranks: the id is the same);
+- anyone, once the holder is dead: on the holder's host, its PID no longer runs (and
+  the ``flock`` is free); on another host, its heartbeat (the file's mtime) is older
+  than :data:`STALE_AFTER_S`. The taker logs whose lock it took over.
+
+Anyone else is refused with :class:`RunFolderBusy`, naming the holder. A sweep asks
+:func:`live_holder` before launching a run, and waits for a live one instead.
+
+Example::
+
+    lock = RunLock.acquire("runs/bx/joint-s0", job_id="local_cwd://torchx/bx-joint-s0-x1", log=print)
+    try:
+        ...  # train
+    finally:
+        lock.release()
+"""
+
+import atexit
+import datetime
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, Optional
+
+LOCK_FILE = "trainer.lock"
+HEARTBEAT_S = 30.0  # how often a holder touches its lock file
+STALE_AFTER_S = 300.0  # a lock from another host without a heartbeat for this long is taken over
+RESTART_WAIT_S = 30.0  # a restarted job waits this long for its old rank 0's lock to drop
+_HELD: Dict[str, "RunLock"] = {}  # lock file (real path) -> this process's lock on it
+
+
+class RunFolderBusy(RuntimeError):
+    """A live trainer holds the run folder; the message names it and its lock file."""
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds (or held) a run folder's lock, as its lock file says.
+
+    Args:
+        job_id: the holder's elastic job id (``TORCHELASTIC_RUN_ID``), or None.
+        host: its host name.
+        pid: its process id on that host (None while it is still writing the file).
+        pid_start: the process's start time in clock ticks since boot (Linux), or None.
+        started: when it took the lock (ISO 8601, UTC).
+    """
+
+    job_id: Optional[str]
+    host: str
+    pid: Optional[int]
+    pid_start: Optional[int]
+    started: str
+
+    def describe(self) -> str:
+        """``job J, pid P on host H since T``."""
+        job = f"job {self.job_id}, " if self.job_id else ""
+        return f"{job}pid {self.pid} on host {self.host} since {self.started}"
+
+    def alive(self, heartbeat_age_s: float) -> bool:
+        """Whether the holder still runs: its PID on this host, else its heartbeat on another."""
+        if self.host != socket.gethostname() or self.pid is None:
+            return heartbeat_age_s < STALE_AFTER_S
+        start = _process_start(self.pid)
+        return start is not None and (self.pid_start is None or start in (-1, self.pid_start))
+
+
+def _process_start(pid: int) -> Optional[int]:
+    """The start time of process ``pid`` (clock ticks since boot), or None if it does not run."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+    except (OSError, IndexError, ValueError):
+        try:
+            os.kill(pid, 0)  # no /proc (macOS): the PID alone
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # runs, as another user
+        return -1
+
+
+def read_holder(run_dir: str) -> Optional[LockHolder]:
+    """The holder named in ``run_dir``'s lock file (alive or not); None when there is no lock file.
+
+    A lock file still being written (empty) names an unknown holder on this host, alive
+    while its heartbeat is fresh.
+    """
+    path = os.path.join(run_dir, LOCK_FILE)
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        fields = json.loads(text)
+        return LockHolder(**{k: fields.get(k) for k in LockHolder.__dataclass_fields__})
+    except (ValueError, TypeError):
+        return LockHolder(None, "?", None, None, "?")
+
+
+def live_holder(run_dir: str) -> Optional[LockHolder]:
+    """The trainer that holds ``run_dir`` now, or None when no live trainer does."""
+    holder = read_holder(run_dir)
+    if holder is None:
+        return None
+    try:
+        age = time.time() - os.path.getmtime(os.path.join(run_dir, LOCK_FILE))
+    except FileNotFoundError:
+        return None  # released meanwhile
+    return holder if holder.alive(age) else None
+
+
+class RunLock:
+    """The lock of one run folder, held by this process (see the module docstring)."""
+
+    def __init__(self, path: str, fd: int, holder: LockHolder):
+        self.path = path
+        self.holder = holder
+        self._fd: Optional[int] = fd
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="run-lock-heartbeat", daemon=True)
+        self._beat.start()
+        atexit.register(self.release)  # an error ending the process releases it too
+
+    @classmethod
+    def acquire(cls, run_dir: str, job_id: Optional[str], log: Callable[[str], None] = print) -> "RunLock":
+        """Take ``run_dir``'s lock (creating the folder), taking over a dead holder's with a log line.
+
+        Raises:
+            RunFolderBusy: a live trainer of another job holds it (the message names it).
+        """
+        os.makedirs(run_dir, exist_ok=True)
+        path = os.path.join(run_dir, LOCK_FILE)
+        held = _HELD.get(os.path.realpath(path))
+        if held is not None:  # this process trains the folder again (an in-process resume): its lock moves on
+            held.release()
+        me = LockHolder(job_id, socket.gethostname(), os.getpid(), _process_start(os.getpid()), _now())
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                flocked = True
+            except BlockingIOError:
+                flocked = False
+            try:
+                same_file = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same_file = False
+            if not same_file:  # released and removed between our open and our flock: try again
+                os.close(fd)
+                continue
+            before = read_holder(run_dir)
+            if before is not None and before.pid is None and flocked:
+                before = None  # an empty file nobody holds: a holder killed while writing it
+            age = time.time() - os.fstat(fd).st_mtime
+            restart = before is not None and job_id is not None and before.job_id == job_id
+            if before is not None and not restart and (not flocked or before.alive(age)):
+                os.close(fd)
+                raise RunFolderBusy(
+                    f"run folder {run_dir} is in use by a live trainer ({before.describe()}; lock file {path}): "
+                    "a second trainer would overwrite its checkpoints and results. Wait for it to end, stop it, "
+                    "or use another --run_name"
+                )
+            if not flocked and not _wait_for_flock(fd, RESTART_WAIT_S):
+                os.close(fd)
+                raise RunFolderBusy(
+                    f"run folder {run_dir}: the earlier rank 0 of job {job_id} ({before.describe()}) still holds "
+                    f"{path} after {RESTART_WAIT_S:.0f} s; stop it and restart"
+                )
+            if before is not None:
+                why = f"restart of job {job_id}" if restart else "its holder is gone"
+                log(f"run folder {run_dir}: taking over the lock of {before.describe()} ({why})")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(asdict(me)).encode(), 0)
+            os.fsync(fd)
+            lock = cls(path, fd, me)
+            _HELD[os.path.realpath(path)] = lock
+            return lock
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                os.utime(self.path)
+            except OSError:
+                return
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock (idempotent)."""
+        if self._fd is None:
+            return
+        self._stop.set()
+        try:
+            if os.fstat(self._fd).st_ino == os.stat(self.path).st_ino:
+                os.remove(self.path)  # removed while held: no one can take a lock on the old file
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+        atexit.unregister(self.release)
+        if _HELD.get(os.path.realpath(self.path)) is self:
+            del _HELD[os.path.realpath(self.path)]
+
+
+def _wait_for_flock(fd: int, seconds: float) -> bool:
+    """Take ``fd``'s flock within ``seconds`` (torchrun is still reaping a restarted job's old ranks)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            time.sleep(0.2)
+    return False
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

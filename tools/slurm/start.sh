@@ -53,10 +53,12 @@ chmod 755 "$STATE"
 # Whatever fails below, stop what was already started.
 trap '"$HERE/stop.sh" "$STATE" >/dev/null 2>&1 || true; echo "start failed; logs in $STATE/log" >&2' ERR
 
-# Start "$@" in the background, record its pid under NAME.
+# Start "$@" in the background in a session of its own, so that a Ctrl-C meant for the
+# tests (SIGINT to the terminal's process group) does not stop the daemons before
+# stop.sh has cancelled their jobs; record its pid under NAME (setsid execs: same pid).
 spawn() {
     local name=$1; shift
-    "$@" > "$STATE/log/$name.out" 2>&1 &
+    setsid "$@" > "$STATE/log/$name.out" 2>&1 < /dev/null &
     echo "$name $!" >> "$STATE/pids"
 }
 

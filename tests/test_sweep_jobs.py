@@ -5,6 +5,7 @@ line; job states TorchX cannot read count as stopped. Real TorchX ``local_cwd`` 
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +23,9 @@ from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.jobs import job_state
 from dlrm_multiepoch.sweep.launch import LaunchOptions, SweepLauncher
 from dlrm_multiepoch.sweep.manifest import update_manifest
-from dlrm_multiepoch.train.lock import LOCK_FILE, RunLock, live_holder, read_holder
+from dlrm_multiepoch.train.config import parse_config
+from dlrm_multiepoch.train.lock import LOCK_FILE, RunFolderBusy, RunLock, live_holder, read_holder
+from dlrm_multiepoch.train.run_folder import open_run_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [
@@ -67,13 +70,11 @@ def test_a_killed_sweeps_trainer_is_followed_not_doubled_and_ctrl_c_prints_one_l
         os.kill(trainer.pid, signal.SIGSTOP)  # paused (alive, no CPU) until the reruns below look at it
         first.kill()  # SIGKILL: the sweep cannot stop its trainer, which runs on
         first.wait()
-        # A second trainer in the folder (the app launched by hand) is refused before it writes anything.
-        second = subprocess.run(
-            [sys.executable, "apps/train.py", *TINY, "--tensorboard_dir", str(exp), "--run_name", "j-s0", "--resume", "auto"],
-            cwd=ROOT, env=env, capture_output=True, text=True,
-        )  # fmt: skip
-        busy = f"RunFolderBusy: run folder {run_dir} is in use by a live trainer ({trainer.describe()}; lock file {run_dir / LOCK_FILE})"
-        assert second.returncode != 0 and busy in second.stderr, second.stderr[-3000:]
+        # A second trainer in the folder is refused before it reads or writes anything (the trainer's first step).
+        second = parse_config([*TINY, "--tensorboard_dir", str(exp), "--run_name", "j-s0", "--resume", "auto"])
+        busy = f"run folder {run_dir} is in use by a live trainer ({trainer.describe()}; lock file {run_dir / LOCK_FILE})"
+        with pytest.raises(RunFolderBusy, match=re.escape(busy)):
+            open_run_folder(second)
         # A rerun finds the live trainer and follows it; Ctrl-C while following prints one line.
         out = _Trigger("following it until it ends", os.getpid(), signal.SIGINT)
         with redirect_stdout(out):
@@ -84,6 +85,11 @@ def test_a_killed_sweeps_trainer_is_followed_not_doubled_and_ctrl_c_prints_one_l
         assert text.rstrip().endswith("sweep: interrupted (SIGINT). Rerun the same command to continue.")
         assert "Traceback" not in text and "SignalException" not in text
         assert live_holder(str(run_dir)) == trainer  # not ours to stop
+        out = _Trigger("following it until it ends", os.getpid(), signal.SIGHUP)  # a closed terminal: the same
+        with redirect_stdout(out):
+            assert sweep_main([str(exp), *SWEEP]) == 130
+        assert out.getvalue().rstrip().endswith("sweep: interrupted (SIGHUP). Rerun the same command to continue.")
+        assert live_holder(str(run_dir)) == trainer
         # Rerun again: it follows the trainer (resumed once followed) to its end and launches nothing.
         out = _Trigger("following it until it ends", trainer.pid, signal.SIGCONT)
         with redirect_stdout(out):
@@ -107,6 +113,14 @@ def test_a_killed_sweeps_trainer_is_followed_not_doubled_and_ctrl_c_prints_one_l
         sweep_main([str(exp), SWEEP[0], "--epochs", "2", *SWEEP[3:]])
     assert f"run j-s0 in {exp} was trained with other flags (sweep.json): --epochs 1 -> 2 (a schedule" in err.getvalue()
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*")} == before
+    # A moved experiment folder is the same experiment: the rerun skips the finished run.
+    moved = tmp_path / "moved"
+    exp.rename(moved)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert sweep_main([str(moved), *SWEEP]) == 0
+    assert "[1/1] j-s0: finished earlier (1 epoch), skipped" in out.getvalue()
+    exp = moved
     # As its own group it is a new run, in its own folder.
     out = io.StringIO()
     with redirect_stdout(out):
@@ -193,3 +207,41 @@ def test_cluster_jobs_whose_state_cannot_be_read_count_as_stopped(tmp_path):
         "cancelled-s0": "slurm://torchx/new-1", "forgotten-s0": "slurm://torchx/new-2", "running-s0": "slurm://torchx/43",
         "lost-s0": "slurm://torchx/new-3", "held-s0": "slurm://torchx/44",
     }  # fmt: skip
+
+
+class _FakeLocal(_FakeSlurm):
+    """A local runner whose job fails at once: another sweep's trainer took the folder in between."""
+
+    def __init__(self, states, on_schedule):
+        super().__init__(states)
+        self.on_schedule = on_schedule
+
+    def schedule(self, app):
+        self.scheduled.append(app.name)
+        self.on_schedule()
+        return "local_cwd://torchx/lost-race"
+
+
+def test_a_launch_that_lost_the_race_for_its_folder_follows_the_winner(tmp_path):
+    exp = tmp_path / "exp"
+    plan = build_plan(str(exp), [parse_strategy("j=--learning_rate 0.01")], [0], 1, ["--dataset", "movielens"])
+    (run,) = plan.runs
+    config = json.loads(json.dumps(parse_config(list(run.flags)).to_dict()))
+    winner = []
+
+    def other_sweep_starts():  # its trainer takes the folder, trains, ends the run
+        winner.append(RunLock.acquire(str(exp / run.name), "other-sweeps-job", log=lambda _: None))
+        threading.Timer(3.0, finish).start()
+
+    def finish():
+        (exp / run.name / "summary.json").write_text(json.dumps({"config": config, "evaluations": [], "wall_time_s": 1.0}))
+        winner[0].release()
+
+    runner = _FakeLocal({"local_cwd://torchx/lost-race": AppState.FAILED}, other_sweep_starts)
+    out = io.StringIO()
+    failed = SweepLauncher(plan, LaunchOptions(), out=out, runner=runner).run()
+    lines = out.getvalue().splitlines()
+    assert failed == [] and len(runner.scheduled) == 1  # launched once; the winner's run is not launched again
+    assert lines[0] == "[1/1] j-s0: training, 1 epoch, 1x2 ranks under TorchX local_cwd"
+    assert lines[1] == f"[1/1] j-s0: another trainer took its folder first ({winner[0].holder.describe()}); following it"
+    assert lines[-1] == "[1/1] j-s0: finished by the trainer it waited for (0 epochs), skipped"

@@ -3,12 +3,13 @@
 Usage::
 
     dlrm-multiepoch sweep EXPERIMENT_DIR [STRATEGY ...] [--epochs E] [--seeds 0,1,2] [--windows 0,0.5,1]
-        [-s SCHEDULER] [-j NODESxPROCS] [--dryrun] [-- TRAINING-APP FLAGS COMMON TO EVERY RUN]
+        [--group NAME] [-s SCHEDULER] [-j NODESxPROCS] [--dryrun] [-- TRAINING-APP FLAGS COMMON TO EVERY RUN]
 
     dlrm-multiepoch sweep runs/bx                                     # the default strategies, seed 0
     dlrm-multiepoch sweep runs/bx joint delayed --seeds 0,1,2 -- --model multipath --history_length 10
     dlrm-multiepoch sweep runs/bx 'late=--freeze_schedule "tables=frozen@[0,2) train@[2,end)"'
     dlrm-multiepoch sweep runs/win --windows 0,0.5,1,1.5 --epochs 2 --seeds 0,1,2
+    dlrm-multiepoch sweep runs/win --windows 0,1,2 --epochs 4 --group e4      # another budget: its own group
     dlrm-multiepoch sweep runs/bx -s slurm -j 2x8 --gpu 8 --dryrun   # one job per run; print the sbatch scripts
     dlrm-multiepoch sweep --list                                      # the strategy presets
 
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from dlrm_multiepoch.sweep import checks
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
-from dlrm_multiepoch.sweep.manifest import check_experiment, group_record
+from dlrm_multiepoch.sweep.manifest import check_experiment, group_record, is_flag_list
 from dlrm_multiepoch.sweep.plan import SweepPlan, build_plan, read_manifest, split_at_dashes
 from dlrm_multiepoch.sweep.strategies import (
     DEFAULT_STRATEGIES,
@@ -120,7 +121,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             parser.error(str(e))
         return _launch(plan, options, runner, args)
     except (KeyboardInterrupt, SignalException):  # before or between runs: nothing to stop
-        print("\nsweep: interrupted before any run was launched; nothing to clean up", flush=True)
+        print("\nsweep: interrupted (no run was running). Rerun the same command to continue.", flush=True)
         return 130
     finally:
         runner.close()
@@ -167,7 +168,8 @@ def _with_validation_split(args: argparse.Namespace, strategies: List[Strategy],
     """Every run gets the same --val_fraction when a strategy decides on validation (or the group had one)."""
     if "val_fraction" in flag_names(tuple(common)):
         return common
-    earlier = flag_value(tuple(group_record(_manifest(args.experiment_dir), args.group).get("common_flags", [])), "val_fraction")
+    recorded = group_record(_manifest(args.experiment_dir), args.group).get("common_flags")
+    earlier = flag_value(tuple(recorded), "val_fraction") if is_flag_list(recorded) else None
     needing_val = [s.name for s in strategies if s.needs_val]
     if earlier is None and not needing_val:
         return common

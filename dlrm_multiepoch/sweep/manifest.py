@@ -22,7 +22,7 @@ import fcntl
 import json
 import os
 from dataclasses import asdict
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.sweep.plan import CHECKPOINTS, MANIFEST, SUMMARY, RunSpec, SweepPlan, read_json, read_manifest
 from dlrm_multiepoch.sweep.strategies import flag_items
@@ -60,7 +60,7 @@ def check_experiment(plan: SweepPlan) -> None:
     if not isinstance(manifest, dict) or (manifest and not isinstance(manifest.get("runs"), dict)):
         raise ValueError(f"{os.path.join(plan.experiment_dir, MANIFEST)} is not a sweep manifest (no 'runs'); move it aside")
     recorded = group_record(manifest, plan.group).get("common_flags")
-    changes = flag_changes(recorded, plan.common_flags) if _is_flag_list(recorded) else []
+    changes = flag_changes(recorded, plan.common_flags) if is_flag_list(recorded) else []
     if changes:
         where = f"group {plan.group!r} of {plan.experiment_dir}" if plan.group else plan.experiment_dir
         raise ValueError(
@@ -71,7 +71,7 @@ def check_experiment(plan: SweepPlan) -> None:
     for run in plan.runs:
         entry = manifest.get("runs", {}).get(run.name)
         before = entry.get("flags") if isinstance(entry, dict) else None
-        changes = flag_changes(before, run.flags) if _is_flag_list(before) else []
+        changes = flag_changes(before, run.flags) if is_flag_list(before) else []
         source = MANIFEST
         if not changes:
             changes, source = _folder_changes(plan.experiment_dir, run)
@@ -79,7 +79,7 @@ def check_experiment(plan: SweepPlan) -> None:
             raise ValueError(_redefined(plan, run, changes, source))
 
 
-def _is_flag_list(value: Any) -> bool:
+def is_flag_list(value: Any) -> bool:
     """A recorded flag list; anything else is a damaged entry, and the run folder's own record decides."""
     return isinstance(value, list) and all(isinstance(token, str) for token in value)
 
@@ -95,7 +95,7 @@ def _redefined(plan: SweepPlan, run: RunSpec, changes: List[str], source: str) -
     )
 
 
-def _folder_changes(experiment_dir: str, run: RunSpec) -> "tuple[List[str], str]":
+def _folder_changes(experiment_dir: str, run: RunSpec) -> Tuple[List[str], str]:
     """How ``run``'s flags differ from the config its folder recorded, and which file recorded it."""
     from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy: existing runs only
 

@@ -1,4 +1,4 @@
-"""What a sweep trains: one :class:`RunSpec` per strategy and seed, their state on disk, the manifest.
+"""What a sweep trains: one :class:`RunSpec` per strategy and seed, and their state on disk.
 
 An experiment folder holds one run folder per run (``<strategy>-s<seed>``, the training
 app's ``--tensorboard_dir``/``--run_name``; ``<group>/<strategy>-s<seed>`` for a sweep
@@ -17,7 +17,7 @@ import contextlib
 import io
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
@@ -126,7 +126,7 @@ def build_plan(
                 f"strategy {strategy.name!r} sets {['--' + n for n in both]}, also given in the common flags; "
                 "set each flag once"
             )
-        if strategy.needs_val and not float(flag_value(common, "val_fraction") or 0):
+        if strategy.needs_val and not _fraction(common, "val_fraction"):
             raise ValueError(
                 f"strategy {strategy.name!r} decides on a validation split: add --val_fraction (e.g. 0.1) to the "
                 "common flags, so that every strategy trains on the same rows"
@@ -149,6 +149,14 @@ def build_plan(
             _check_app_flags(name, flags, check_paths)
             plan.runs.append(RunSpec(name, strategy.name, seed, epochs, tuple(flags), strategy.window, group))
     return plan
+
+
+def _fraction(flags: Sequence[str], name: str) -> float:
+    text = flag_value(tuple(flags), name) or "0"
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--{name} {text!r}: expected a fraction, e.g. 0.1") from None
 
 
 def _refuse_repeated_flags(where: str, flags: Sequence[str]) -> None:

@@ -19,6 +19,7 @@ from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.lock import RunFolderBusy, RunLock
 from dlrm_multiepoch.train.metrics_logger import SUMMARY_FILE
 
+
 @dataclass
 class RunFolder:
     """Where a run writes, and where it continues from.
@@ -56,8 +57,9 @@ def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print) -> Run
     """Lock the run folder, find the checkpoint to resume, and clear the way for a fresh start (collective).
 
     Rank 0 takes the folder's lock (:mod:`dlrm_multiepoch.train.lock`) before anything
-    is read or written, so no two trainers ever share a folder. A restart of the same torchrun/TorchX job resumes from that job's newest intact
-    checkpoint whatever ``--resume`` says. A fresh start over an earlier run's
+    is read or written, so no two trainers ever share a folder. A restart of the same
+    torchrun/TorchX job resumes from that job's newest intact checkpoint whatever
+    ``--resume`` says. A fresh start over an earlier run's
     checkpoints or ``summary.json`` is refused unless ``--overwrite``, which deletes
     them and hides the earlier event files' steps in TensorBoard.
 
@@ -98,7 +100,9 @@ def _lock(path: str, job_id: Optional[str], log: Callable[[str], None]) -> Optio
     return lock
 
 
-def _open(cfg: TrainConfig, path: str, job_id: Optional[str], lock: Optional[RunLock], log: Callable[[str], None]) -> RunFolder:
+def _open(
+    cfg: TrainConfig, path: str, job_id: Optional[str], lock: Optional[RunLock], log: Callable[[str], None]
+) -> RunFolder:
     checkpoints = os.path.join(path, CHECKPOINTS_DIR)
     resume_from = find_checkpoint(cfg.resume, checkpoints, job_id, log)
     if resume_from is not None:

@@ -6,7 +6,8 @@ The tests run against the Slurm that ``make test-cluster`` starts (``tools/slurm
 
 Example::
 
-    handle = submitted_handle(torchx("run", "-s", "slurm", "dlrm_multiepoch.train", *TRAIN_PARAMS, cwd=tmp).stdout)
+    out = torchx("run", "-s", "slurm", "dlrm_multiepoch.train", *train_args(tmp, "run"), cwd=tmp)
+    handle = submitted_handle(out.stdout + out.stderr)
     assert wait_for_job(job_id(handle)) == "COMPLETED"
 """
 
@@ -23,7 +24,7 @@ from tests.torchx_cli import REPO_ROOT
 
 TRAIN_SCRIPT = str(REPO_ROOT / "apps" / "train.py")  # absolute: jobs start in the test's folder
 
-# One run: 2400 MovieLens training rows, 10 steps per epoch at global batch 256, 2 epochs,
+# One run: 2399 MovieLens training rows, 10 steps per epoch at global batch 256, 2 epochs,
 # a checkpoint every 4 steps and at each epoch's end (steps 4, 8, 10, 12, 16, 20), all kept.
 STEPS_PER_EPOCH = 10
 EPOCHS = 2

@@ -70,7 +70,10 @@ def cancelled_sweep(tmp_path_factory: pytest.TempPathFactory) -> Tuple[Path, str
     wait_until(lambda: (exp / "delayed-s0" / "checkpoints" / "step_4").is_dir(), 900, "delayed-s0's step 4 checkpoint")
     scancel(cancelled)
     wait_until(lambda: job_state(cancelled) == "CANCELLED", 120, f"job {cancelled} to be cancelled")
-    assert not (exp / "delayed-s0" / "summary.json").exists() or len(summary_of(exp / "delayed-s0")["evaluations"]) < EPOCHS
+    assert (
+        not (exp / "delayed-s0" / "summary.json").exists()
+        or len(summary_of(exp / "delayed-s0")["evaluations"]) < EPOCHS
+    )
     rerun = _sweep(exp)
     resubmitted = job_id(_handle(exp, "delayed-s0"))
     assert resubmitted != cancelled, rerun
@@ -101,7 +104,9 @@ def test_a_third_call_submits_nothing(cancelled_sweep: Tuple[Path, str, str]) ->
     assert json.loads((exp / "sweep.json").read_text())["runs"] == json.loads(before)["runs"]
 
 
-def test_compare_reads_the_cluster_sweep(cancelled_sweep: Tuple[Path, str, str], reference_run: Tuple[Path, str]) -> None:
+def test_compare_reads_the_cluster_sweep(
+    cancelled_sweep: Tuple[Path, str, str], reference_run: Tuple[Path, str]
+) -> None:
     exp = cancelled_sweep[0]
     with redirect_stdout(io.StringIO()):
         assert compare_main([str(exp)]) == 0
@@ -125,7 +130,9 @@ def test_the_sweep_job_restarted_by_the_scheduler_finishes_every_run(tmp_path: P
         "--", "joint-1ep", "frozen", "--", *DATA_PARAMS, *APP_FLAGS, cwd=tmp_path,
     )  # fmt: skip
     jid = job_id(submitted_handle(out.stdout + out.stderr))
-    wait_until(lambda: (exp / "joint-1ep-s0" / "checkpoints" / "step_4").is_dir(), 600, "joint-1ep-s0's step 4 checkpoint")
+    wait_until(
+        lambda: (exp / "joint-1ep-s0" / "checkpoints" / "step_4").is_dir(), 600, "joint-1ep-s0's step 4 checkpoint"
+    )
     kill_rank(jid, 0)
     assert wait_for_job(jid) == "COMPLETED"
     attempts = [row[0].split()[0] for row in job_records(jid, "State", duplicates=True)]

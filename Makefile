@@ -1,9 +1,11 @@
 # dlrm-multiepoch: install, demo, tests, benchmarks.
 #
-#   make demo     pre-train tables, then compare the default strategies (2 ranks each, under TorchX): table, CSV, PNG, TensorBoard
-#   make test     the test suite; PYTEST_ARGS="tests/test_components.py -x" picks tests
-#   make bench    every benchmarks/*.py, one after the other
-#   make install  only create .venv/ and install into it (the targets above do it first)
+#   make demo          pre-train tables, then compare the default strategies (2 ranks each, under TorchX): table, CSV, PNG, TensorBoard
+#   make test          the test suite; PYTEST_ARGS="tests/test_components.py -x" picks tests
+#   make test-1.9      the tests that reach into TorchRec's internals, on the TorchRec 1.9 stack (.venv-1.9/)
+#   make test-cluster  start a Slurm cluster on this machine, run tests/cluster on it, stop it (needs root)
+#   make bench         every benchmarks/*.py, one after the other
+#   make install       only create .venv/ and install into it (the targets above do it first)
 #
 # Each target creates .venv/ on first use and installs the stack into it; a stamp file
 # makes later calls skip the install until pyproject.toml or this Makefile changes.
@@ -63,7 +65,7 @@ endif
 # index pip takes that index's build of the exact pin.
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
-.PHONY: help install demo test bench
+.PHONY: help install demo test test-1.9 test-cluster bench
 
 help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile
@@ -121,6 +123,27 @@ demo: $(STAMP) $(DEMO_PRETRAINED)/pretrain.json
 
 test: $(STAMP)
 	$(RUN) $(PY) -m pytest $(PYTEST_ARGS)
+
+# The tests that follow TorchRec's private internals (the drop-in wrappers, the semi-sync
+# pipeline, freezing, gates, fused lookups and their optimizer state, resharded
+# checkpoints) and the install checks, on the other TorchRec release than the default:
+# CI runs the whole suite on 1.8 (`make test`) and these on 1.9.
+TORCHREC_INTERNALS_TESTS := tests/test_install.py tests/test_dropin.py tests/test_pipeline_semi_sync.py \
+	tests/test_freeze.py tests/test_freeze_multipath.py tests/test_gates.py tests/test_lookup_fused.py \
+	tests/test_lookup_small_table.py tests/test_lookup_singleton.py tests/test_optim_falr.py tests/test_checkpoint.py
+test-1.9:
+	$(MAKE) test TORCHREC=1.9 PYTEST_ARGS='$(TORCHREC_INTERNALS_TESTS) $(PYTEST_ARGS)'
+
+# A real Slurm on this machine (tools/slurm/start.sh: munged, MariaDB, slurmdbd,
+# slurmctld, two slurmd), tests/cluster run on it, and every daemon it started stopped
+# again, whether the tests pass, fail or are interrupted. Needs root and Debian's
+# slurm-wlm munge slurmdbd mariadb-server (start.sh installs them with apt-get if missing).
+SLURM_STATE ?= /tmp/dlrm-multiepoch-slurm
+test-cluster: $(STAMP)
+	@[ "$$(id -u)" = 0 ] || { echo "make test-cluster: needs root (it starts Slurm, munge and MariaDB daemons); nothing was run" >&2; exit 1; }
+	@trap 'tools/slurm/stop.sh "$(SLURM_STATE)"' EXIT; trap 'exit 130' INT TERM HUP; \
+	tools/slurm/start.sh "$(SLURM_STATE)"; \
+	SLURM_CONF="$(SLURM_STATE)/slurm.conf" $(RUN) $(PY) -m pytest tests/cluster $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@shopt -s nullglob; scripts=(benchmarks/*.py); \

@@ -27,15 +27,17 @@ _SCHEDULER_REQUEST = "=== SCHEDULER REQUEST ==="
 
 
 def torchx(
-    *args: str, timeout: float = 120, env: Optional[Dict[str, str]] = None
+    *args: str, timeout: float = 120, env: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None
 ) -> "subprocess.CompletedProcess[str]":
-    """Run ``torchx ARGS...`` in the repository root and return its completed process.
+    """Run ``torchx ARGS...`` in the repository root (or ``cwd``) and return its completed process.
 
     Args:
         args: the torchx command line after ``torchx``, e.g. ``"run", "--dryrun", ...``.
         timeout: seconds before the command is killed (``subprocess.TimeoutExpired``).
         env: the environment of the command (default: this process's); the
             interpreter's bin directory is put first on its PATH either way.
+        cwd: where to run it (default: the repository root), e.g. a test's own folder
+            for the ``slurm-*.out`` files a Slurm job writes there.
 
     Raises:
         AssertionError: the command exited non-zero; the message holds its stdout and stderr.
@@ -44,7 +46,7 @@ def torchx(
     # Launched jobs run `torchrun` from PATH: take the one beside this interpreter.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     cmd = [sys.executable, "-m", "torchx.cli.main", *args]
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(cmd, cwd=cwd or REPO_ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         raise AssertionError(
             f"`torchx {shlex.join(args)}` exited {proc.returncode}\n"

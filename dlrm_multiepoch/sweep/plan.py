@@ -249,12 +249,13 @@ def update_manifest(plan: SweepPlan, handles: Optional[Dict[str, str]] = None) -
 
 
 def _without_epochs(flags: Sequence[str]) -> List[str]:
+    # How far a run trains (--epochs; --stop_at_epoch, a search's pause) may change between launches.
     out, skip = [], False
     for token in flags:
         if skip:
             skip = False
-        elif token == "--epochs":
+        elif token in ("--epochs", "--stop_at_epoch"):
             skip = True
-        elif not token.startswith("--epochs="):
+        elif not token.startswith(("--epochs=", "--stop_at_epoch=")):
             out.append(token)
     return out

@@ -141,6 +141,9 @@ class ScheduleSearch:
             for name, reason in cuts.items():
                 branches[name].status, branches[name].reason, branches[name].cut_at = "cut", reason, epoch
             kept = [c.name for c in judged if c.name not in cuts]
+            for name in kept:
+                kept_note = f"kept after epoch {epoch} ({curves[name].values[epoch]:.4f})"
+                branches[name].reason = "; ".join(filter(None, [branches[name].reason, kept_note]))
             rungs.append({"epoch": epoch, "judged": [c.name for c in judged], "cuts": cuts, "kept": kept})
             self._say(f"rung after epoch {epoch} (seed {seed}): compared {', '.join(c.name for c in judged)}")
             for c in judged:
@@ -151,7 +154,8 @@ class ScheduleSearch:
         if failed:
             return self._stop(seed, entry, start, failed)
         for c in self._live(seed, branches):
-            branches[c.name].status, branches[c.name].reason = "finished", branches[c.name].reason or "trained to its end"
+            record = branches[c.name]
+            record.status, record.reason = "finished", "; ".join(filter(None, [record.reason, "trained to its end"]))
         self._finish(seed, entry, start)
         return []
 
@@ -172,6 +176,8 @@ class ScheduleSearch:
     def _progress(self, c: Candidate, seed: int) -> Tuple[int, bool]:
         """Whole epochs the branch has trained (0 before its first launch) and whether its run ended."""
         state = run_state(self.dir, RunSpec(run_name(c.name, seed), c.name, seed, c.epochs, ()))
+        if state.status in ("new", "stale"):  # stale: evaluated but no checkpoint to go on from; it starts over
+            return 0, False
         return state.epochs_done, state.status == "finished"
 
     def _curves(self, seed: int, branches: Dict[str, BranchRecord]) -> Dict[str, Curve]:
@@ -319,9 +325,10 @@ class ScheduleSearch:
             f"candidates trains), {cost['launches']} launches, {cost['wall_s']:.0f} s"
         )
         if deploy is not None:
+            test = " ".join(f"{t} {'n/a' if a is None else f'{a:.4f}'}" for t, a in deploy["test_auc"].items())
             self._say(
                 f"  deploy: {deploy['checkpoint']} ({deploy['branch']} after epoch {deploy['epoch']:g}, validation "
-                f"{deploy['val_objective']:.4f}; test AUC {deploy['test_auc']})"
+                f"{deploy['val_objective']:.4f}; test AUC, reported only: {test})"
             )
 
     def _say(self, line: str) -> None:

@@ -80,7 +80,8 @@ def check_compatible(
             )
     saved_tables: Dict[str, int] = info.state["tables"]
     current = {t.name: t.num_embeddings for t in tables}
-    changed_data = [f"--{k.split('.')[-1]}" for k, v in flat_config(saved["data"], "data.").items() if _get(config, k) != v]
+    saved_data = flat_config(saved["data"], "data.")
+    changed_data = [f"--{k.split('.')[-1]}" for k, v in saved_data.items() if _get(config, k) != v]
     for name in sorted(set(saved_tables) | set(current)):
         if saved_tables.get(name) != current.get(name):
             raise ValueError(

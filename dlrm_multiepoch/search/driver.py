@@ -19,6 +19,7 @@ Example::
     failed = search.run()
 """
 
+import math
 import os
 import sys
 import time
@@ -97,7 +98,8 @@ class ScheduleSearch:
         self.out = out
         self.record: Dict[str, Any] = {
             "budget": budget, "metric": settings.metric, "task_weights": settings.task_weights, "eta": settings.eta,
-            "common_flags": self.common, "candidates": [c.name for c in self.tree], "seeds": {},
+            "common_flags": self.common, "candidates": [c.name for c in self.tree],
+            "seeds": dict(read_record(experiment_dir).get("seeds", {})),  # other seeds' searches stay
         }  # fmt: skip
         self._runner: Optional[Runner] = None
 
@@ -129,7 +131,7 @@ class ScheduleSearch:
             roots = [(c, c.epochs) for c in self.tree if c.parent is None]
             return self._launch(seed, roots, branches)
         for epoch in range(1, max(c.epochs for c in self.tree)):
-            live = self._live(seed, branches)
+            live = self._live(seed, branches, epoch)
             if not can_cut(epoch, live):
                 continue
             judged = [c for c in live if c.judged_at(epoch) and c.epochs > epoch]
@@ -137,7 +139,7 @@ class ScheduleSearch:
             if failed:
                 return self._stop(seed, entry, start, failed)
             curves = self._curves(seed, branches)
-            cuts = prune_rung(epoch, self._live(seed, branches), curves, self.settings.eta)
+            cuts = prune_rung(epoch, self._live(seed, branches, epoch), curves, self.settings.eta)
             for name, reason in cuts.items():
                 branches[name].status, branches[name].reason, branches[name].cut_at = "cut", reason, epoch
             kept = [c.name for c in judged if c.name not in cuts]
@@ -159,15 +161,19 @@ class ScheduleSearch:
         self._finish(seed, entry, start)
         return []
 
-    def _live(self, seed: int, branches: Dict[str, BranchRecord]) -> List[Candidate]:
-        """Branches neither cut nor finished (``auto`` may stop itself before its end)."""
+    def _live(self, seed: int, branches: Dict[str, BranchRecord], epoch: float = math.inf) -> List[Candidate]:
+        """Branches neither cut nor ended before ``epoch`` (``auto`` may stop itself before its end).
+
+        A branch that stopped itself after the rung ``epoch`` was live there: a rerun that
+        finds it stopped must judge it at that rung as the first invocation did.
+        """
         live = []
         for c in self.tree:
             record = branches[c.name]
             if record.status == "cut":
                 continue
             done, finished = self._progress(c, seed)
-            if finished and done < c.epochs:
+            if finished and done < min(c.epochs, epoch):
                 record.status, record.reason = "finished", f"stopped itself after epoch {done} (its own validation rule)"
                 continue
             live.append(c)

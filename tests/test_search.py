@@ -100,6 +100,9 @@ def test_the_deployed_checkpoint_is_the_best_validation_one_of_any_branch_cut_or
     # A branch's epochs up to its fork are its parent's checkpoints: joint's epoch 1, not early's.
     peaked = {n: Curve({1: 0.70}) if n in ("joint", "early", "reinit") else Curve({1: 0.5}) for n in RECORDED}
     assert choose(tree, peaked).branch == "joint"
+    # Any other fixed schedule deploys its last epoch, as its preset does: window@1's better epoch 2 does not count.
+    early_peak = {**curves, "window@1": Curve({1: 0.54, 2: 0.65, 3: 0.632})}
+    assert choose(tree, early_peak).__dict__ == {"branch": "delayed", "epoch": 3, "objective": 0.640}
     # auto deploys its restored best-validation weights, whatever its epoch curve.
     with_auto = {**curves, "auto": Curve({2: 0.60, 3: 0.605}, best=(1.7, 0.7))}
     assert choose(tree, with_auto).__dict__ == {"branch": "auto", "epoch": 1.7, "objective": 0.7}

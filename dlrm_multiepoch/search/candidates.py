@@ -43,6 +43,8 @@ class Candidate:
             validation metric says little about where it ends, so it is not compared yet.
         adaptive: it decides its own schedule on validation, stops itself and ends on its
             best-validation weights (``auto``).
+        any_epoch: it is deployed at its best validation epoch (``joint``); any other fixed
+            schedule is deployed as its preset is, after its last epoch.
     """
 
     name: str
@@ -52,6 +54,7 @@ class Candidate:
     fork: int = 0
     tables_from: int = 0
     adaptive: bool = False
+    any_epoch: bool = False
 
     @property
     def judged_from(self) -> int:
@@ -87,7 +90,7 @@ def candidate_tree(budget: int, auto_frozen_cap: float = 0.5) -> List[Candidate]
     if budget < 1:
         raise ValueError(f"--epochs must be at least 1, got {budget}")
     joint, delayed, auto = _preset("joint", budget), _preset("delayed", budget), _preset("auto", budget)
-    tree = [Candidate(joint.name, joint.flags, joint.epochs or budget + 1)]
+    tree = [Candidate(joint.name, joint.flags, joint.epochs or budget + 1, any_epoch=True)]
     if budget >= 2:  # with one epoch, delayed would never train its tables
         tree.append(Candidate(delayed.name, delayed.flags, budget, tables_from=budget - 1))
     cap = math.floor(auto_frozen_cap * budget + 1e-9)  # the latest epoch its tables start

@@ -18,10 +18,11 @@ higher is better):
    (``eta`` = 3 by default, as in Hyperband). A branch at its last epoch is never cut:
    there is nothing left to save.
 
-**Deploy**: the checkpoint with the best validation objective among every branch's
-whole-epoch checkpoints (cut or not: a cut branch's best epoch competes, which is how
-joint at its best validation epoch is a candidate) and ``auto``'s restored best weights.
-Ties go to the earlier candidate and epoch. Test metrics are only ever reported.
+**Deploy**: the best validation objective among what each candidate deploys as a
+preset: joint at its best validation epoch (cut or not: its epochs so far are
+checkpoints), ``auto``'s restored best weights, every other schedule after its last
+epoch (a branch cut before its end has no deployable model). Ties go to the earlier
+candidate and epoch. Test metrics are only ever reported.
 
 Example::
 
@@ -145,19 +146,22 @@ class Choice:
 
 
 def choose(tree: Sequence[Candidate], curves: Mapping[str, Curve]) -> Optional[Choice]:
-    """The best validation objective over every branch's own whole-epoch checkpoints and ``auto``'s best.
+    """The best validation objective over the candidates' deployables (see the module docstring).
 
     A branch's epochs up to its fork are its parent's checkpoints: they count for the
-    parent. None when nothing was evaluated.
+    parent. None when nothing deployable was evaluated.
     """
     best: Optional[Choice] = None
     for c in tree:
         curve = curves.get(c.name)
         if curve is None:
             continue
-        points: List[Tuple[float, float]] = [(e, v) for e, v in sorted(curve.values.items()) if e > c.fork]
         if c.adaptive:
-            points = [curve.best] if curve.best is not None else []
+            points: List[Tuple[float, float]] = [curve.best] if curve.best is not None else []
+        elif c.any_epoch:
+            points = [(e, v) for e, v in sorted(curve.values.items()) if e > c.fork]
+        else:
+            points = [(c.epochs, curve.values[c.epochs])] if c.epochs in curve.values else []
         for epoch, value in points:
             if best is None or _better(value, best.objective):
                 best = Choice(c.name, epoch, value)

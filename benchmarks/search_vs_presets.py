@@ -2,7 +2,7 @@
 
 Reads a search folder (``dlrm-multiepoch search``: ``search.json`` and its branches) and a
 sweep folder of the same setup (``dlrm-multiepoch sweep``: ``<strategy>-s<seed>/summary.json``).
-A preset missing from the sweep folder is read from the search's own branch when that
+A preset missing (or unfinished) in the sweep folder is read from the search's own branch when that
 branch trained to its end (a cut branch has no final result). A fixed preset is judged by what it deploys: joint at its best *validation* epoch (the
 search's objective), ``auto`` its restored best weights, every other preset its last
 epoch. Prints a Markdown table (docs/RESULTS.md, "Schedule search") and the issue's
@@ -76,12 +76,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     presets: Dict[str, Dict[str, List[float]]] = {}
     for preset in args.presets.split(","):
         for seed in record["seeds"]:
-            path = os.path.join(args.sweep_dir, f"{preset}-s{seed}", "summary.json")
-            if not os.path.isfile(path):  # not swept: the search's own branch, if it trained to its end
-                path = os.path.join(args.search_dir, f"{preset}-s{seed}", "summary.json")
-            if not os.path.isfile(path):
-                continue
-            aucs = deployed_test_auc(_read(path), preset, metric, weights)
+            aucs = None
+            for folder in (args.sweep_dir, args.search_dir):  # not swept (or unfinished): the search's own branch
+                path = os.path.join(folder, f"{preset}-s{seed}", "summary.json")
+                aucs = aucs or (deployed_test_auc(_read(path), preset, metric, weights) if os.path.isfile(path) else None)
             for task, auc in (aucs or {}).items():
                 presets.setdefault(preset, {}).setdefault(task, []).append(auc)
     tasks = sorted(searched)

@@ -17,6 +17,7 @@ to deploy. Rerun the same command after an interruption: it continues.
 """
 
 import argparse
+import os
 import sys
 from typing import List, Optional
 
@@ -90,18 +91,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}", flush=True)
     from dlrm_multiepoch.train.config import parse_config  # torch-heavy
 
+    cfg = parse_config([*common, "--epochs", str(args.epochs)])  # a bad app flag exits here, naming it
     try:
-        cfg = parse_config([*common, "--epochs", str(args.epochs)])
         names = [n.strip() for n in args.candidates.split(",") if n.strip()]
         tree = select(candidate_tree(args.epochs, cfg.auto.auto_frozen_cap), names)
         weights = _weights(cfg.auto.auto_task_weights)
-    except (ValueError, SystemExit) as e:
-        parser.error(f"the app flags after --: {e}")
-    if args.scheduler == "local_cwd" and not args.dryrun:
-        import os
-
-        if not os.path.isfile(args.script):
-            parser.error(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root")
+    except ValueError as e:
+        parser.error(str(e))
+    if args.scheduler == "local_cwd" and not args.dryrun and not os.path.isfile(args.script):
+        parser.error(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root")
 
     from torchx.runner import get_runner
 

@@ -24,9 +24,15 @@ from dlrm_multiepoch.auto.policy import AUTO
 from dlrm_multiepoch.optim.options import ReinitSchedule
 from dlrm_multiepoch.schedule import FreezeSchedule, ResolvedSchedule
 from dlrm_multiepoch.train.build import check_resumable
-from dlrm_multiepoch.train.checkpoint import CheckpointError, CheckpointInfo, Checkpointer, check_sharding, table_sharding
+from dlrm_multiepoch.train.checkpoint import (
+    CheckpointError,
+    CheckpointInfo,
+    Checkpointer,
+    check_sharding,
+    table_sharding,
+    verify_checkpoint,
+)
 from dlrm_multiepoch.train.checkpoint.compat import flat_config
-from dlrm_multiepoch.train.checkpoint.find import verify_checkpoint
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.run_folder import RunFolder
 

@@ -26,6 +26,10 @@ SUBCOMMANDS: Dict[str, Subcommand] = {
         "dlrm_multiepoch.sweep.command",
         "train strategies x seeds on one dataset, each run in its own folder (TorchX launches; restart-safe)",
     ),
+    "search": Subcommand(
+        "dlrm_multiepoch.search.command",
+        "decide on validation which schedule to deploy: candidates share prefixes, losers are cut early",
+    ),
     "compare": Subcommand(
         "dlrm_multiepoch.report.command",
         "compare an experiment's runs: table (Markdown, CSV), plots, TensorBoard HParams",

@@ -1,5 +1,6 @@
-"""TorchX components of dlrm-multiepoch: ``train`` (one training run), ``sweep`` (a strategy comparison)
-and ``preprocess`` (input files encoded into a dataset folder, several files at once).
+"""TorchX components of dlrm-multiepoch: ``train`` (one run), ``sweep`` (a strategy comparison), ``search``
+(the schedule to deploy, decided on validation) and ``preprocess`` (input files encoded into a dataset
+folder, several files at once).
 
 This module is the single definition of the components. It is reachable two ways:
 
@@ -207,6 +208,94 @@ def sweep(
 
 
 add_config_params(sweep, SWEEP_PARAMS)
+
+
+def search(
+    *app_args: str,
+    experiment_dir: str,
+    epochs: int = 3,
+    seeds: str = "0",
+    eta: int = 3,
+    candidates: Optional[str] = None,
+    scheduler: str = "local_cwd",
+    scheduler_args: Optional[str] = None,
+    script: str = "apps/train.py",
+    j: str = "1x2",
+    cpu: int = 2,
+    gpu: int = 0,
+    memMB: int = 8192,
+    h: Optional[str] = None,
+    image: str = torchx.IMAGE,
+    name: str = "dlrm_multiepoch/search",
+    env: Optional[Dict[str, str]] = None,
+    max_retries: int = 0,
+    mounts: Optional[List[str]] = None,
+    **config: object,
+) -> specs.AppDef:
+    """A schedule search: ``dlrm-multiepoch search`` as one job that decides on validation which schedule to deploy.
+
+    The job runs the search command, which launches every branch (``apps/train.py`` on
+    ``j`` = nodes x processes) through TorchX's ``scheduler``: with ``local_cwd`` (the
+    default) one after another inside this job's allocation; with a cluster scheduler,
+    one job per branch, in parallel where branches do not wait for a parent. A restarted
+    job (``max_retries``) continues the search. The record is ``EXPERIMENT_DIR/search.json``.
+
+    Example::
+
+        torchx run -s slurm dlrm_multiepoch.search --experiment_dir /shared/runs/ml --seeds 0,1,2 \\
+            --scheduler slurm -- --dataset movielens --val_fraction 0.1
+
+    Args:
+        app_args: training-app flags common to every branch
+        experiment_dir: folder holding one run folder per branch, search.json and sweep.json
+        epochs: epoch budget E of every schedule (joint: E + 1)
+        seeds: comma-separated seeds; one independent search per seed
+        eta: successive halving: the top 1/eta of the judged branches go on at each rung
+        candidates: comma-separated subset of the candidates (default: all; a branch needs its parent)
+        scheduler: TorchX scheduler the branches are launched on from inside this job
+        scheduler_args: that scheduler's options, e.g. queue=default (TorchX -cfg syntax)
+        script: training script, relative to the job's working directory
+        j: {nnodes}x{nproc_per_node} of each branch
+        cpu: CPUs per node
+        gpu: GPUs per node
+        memMB: host memory per node, in MB
+        h: a registered named resource; overrides cpu, gpu and memMB
+        image: container image (kubernetes, docker); ignored by local_cwd and slurm
+        name: job name, {experimentname}/{runname}
+        env: environment variables for the job and its branches, e.g. NCCL_DEBUG=WARN
+        max_retries: how many times the scheduler may restart the job (and each branch) after a failure
+        mounts: mounts into the containers, e.g. type=bind,src=/data,dst=/data
+    """
+    # Every launcher parameter becomes the search command's option of the same name.
+    options = dict(locals())
+    args = ["search", experiment_dir]
+    for option, value in options.items():
+        if option in ("app_args", "experiment_dir", "config", "name") or value is None:
+            continue
+        if isinstance(value, dict):
+            value = ",".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ",".join(value)
+        args += [f"--{option}", str(value)]
+    args += ["--", *config_flags(search, config, app_args), *app_args]
+    return specs.AppDef(
+        name=name.split("/")[-1],
+        roles=[
+            specs.Role(
+                name="search",
+                image=image,
+                entrypoint="dlrm-multiepoch",
+                args=args,
+                env={"PYTHONUNBUFFERED": "1", **(env or {})},
+                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
+                max_retries=max_retries,
+                mounts=specs.parse_mounts(mounts) if mounts else [],
+            )
+        ],
+    )
+
+
+add_config_params(search, SWEEP_PARAMS)
 
 
 # Data flags offered as typed parameters of the preprocessing job; the rest go after "--".

@@ -27,8 +27,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from dlrm_multiepoch.sweep.plan import CHECKPOINTS, MANIFEST, SUMMARY, RunSpec, SweepPlan, read_json, read_manifest
 from dlrm_multiepoch.sweep.strategies import flag_items
 
-# Where a run writes and how a launch starts: not what the run is.
-PLACE_FLAGS = ("tensorboard_dir", "run_name", "resume", "overwrite", "progress_bar")
+# Where a run writes and how a launch starts or pauses (a search's --stop_at_epoch): not what the run is.
+PLACE_FLAGS = ("tensorboard_dir", "run_name", "resume", "overwrite", "progress_bar", "stop_at_epoch")
 _NOT_SET = "(not set)"
 
 

@@ -102,17 +102,18 @@ def build_freeze(
         raise ValueError(f"--freeze_schedule {cfg.freeze_schedule!r}: {e}") from None
 
 
-def check_resumable(info: CheckpointInfo, cfg: TrainConfig, world_size: int) -> None:
+def check_resumable(info: CheckpointInfo, cfg: TrainConfig, world_size: int, flag: str = "--resume") -> None:
     """Refuse a resume that would skip or redo work: ``--epochs`` below what is done, or a moved data position.
 
     A mid-epoch data position is a number of steps into that epoch's order, which
     depends on the batch size and, with the block shuffle, on the number of ranks (each
     rank reads a contiguous share of the shuffled blocks): it continues only where both
-    are the same. An end-of-epoch checkpoint continues anywhere.
+    are the same. An end-of-epoch checkpoint continues anywhere. ``flag`` names the
+    flag that gave the checkpoint (``--resume`` or ``--start_from``) in the messages.
     """
     if info.state.get("kind") == "best":
         raise ValueError(
-            f"--resume {info.path!r} is a best-validation checkpoint (weights to deploy, no data position); "
+            f"{flag} {info.path!r} is a best-validation checkpoint (weights to deploy, no data position); "
             "resume from a step_N checkpoint"
         )
     done = info.parts["progress"]
@@ -126,7 +127,7 @@ def check_resumable(info: CheckpointInfo, cfg: TrainConfig, world_size: int) -> 
     saved_ranks = info.state.get("world_size", world_size)
     if done["batch_in_epoch"] and saved_ranks != world_size:
         raise ValueError(
-            f"--resume {info.path!r} was taken {done['batch_in_epoch']} batches into epoch {done['epoch'] + 1} on "
+            f"{flag} {info.path!r} was taken {done['batch_in_epoch']} batches into epoch {done['epoch'] + 1} on "
             f"{saved_ranks} ranks; the shuffled order of an epoch depends on the number of ranks, so that position "
             f"continues only on {saved_ranks} ranks. Resume on {saved_ranks} ranks, or from an end-of-epoch checkpoint"
         )

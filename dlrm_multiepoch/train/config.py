@@ -120,6 +120,22 @@ class TrainConfig:
             "of the same torchrun/TorchX job always resumes from its own newest checkpoint"
         },
     )
+    start_from: str = field(
+        default="",
+        metadata={
+            "help": "start this run (a new run folder) from another run's step_N checkpoint: weights, optimizer "
+            "state and data position; the freeze schedule and remedies are this run's own flags and must agree "
+            "with what that run did up to the checkpoint (a schedule branch). With --resume auto, the run's own "
+            "newest checkpoint wins once it has one"
+        },
+    )
+    stop_at_epoch: int = field(
+        default=0,
+        metadata={
+            "help": "pause after this many epochs of the --epochs schedule (checkpoint saved, no final records); a "
+            "later launch with --resume auto continues (0: train to --epochs)"
+        },
+    )
     overwrite: bool = field(
         default=False,
         metadata={
@@ -177,6 +193,7 @@ class TrainConfig:
                 "(use per-epoch checkpoints: --checkpoint_every_n_steps 0)"
             )
         self.id_dropout_values()
+        self._validate_branch()
         if self.resume == "auto" and not self.run_name:
             raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
         if self.model.model == "multipath" and self.data.history_length <= 0:
@@ -211,8 +228,28 @@ class TrainConfig:
         self.data.check_paths()
         if self.resume not in ("", "auto") and not os.path.isdir(self.resume):
             raise ValueError(f"--resume {self.resume!r}: no such checkpoint folder (expected '', 'auto' or a folder)")
+        if self.start_from and not os.path.isdir(self.start_from):
+            raise ValueError(f"--start_from {self.start_from!r}: no such checkpoint folder (a run's checkpoints/step_N)")
         if self.pretrained_tables and not os.path.isdir(self.pretrained_tables):
             raise ValueError(f"--pretrained_tables {self.pretrained_tables!r}: no such folder (apps/pretrain.py writes one)")
+
+    def _validate_branch(self) -> None:
+        if not 0 <= self.stop_at_epoch <= self.epochs:
+            raise ValueError(f"--stop_at_epoch must be in [0, --epochs {self.epochs}] (0: no pause), got {self.stop_at_epoch}")
+        if self.stop_at_epoch and not self.checkpoint:
+            raise ValueError("--stop_at_epoch pauses a run to continue it from its checkpoint: drop --no-checkpoint")
+        if not self.start_from:
+            return
+        if self.resume not in ("", "auto"):
+            raise ValueError(
+                f"--start_from {self.start_from!r} with --resume {self.resume!r}: give one checkpoint (--resume auto "
+                "lets a branch continue from its own checkpoints once it has some)"
+            )
+        if self.freeze_schedule.strip() == AUTO:
+            raise ValueError(
+                "--start_from with --freeze_schedule auto: the automatic schedule decides from its own validation "
+                "history since step 0, so it cannot start from another run's checkpoint"
+            )
 
     def id_dropout_values(self) -> TableValues[float]:
         return TableValues.parse(

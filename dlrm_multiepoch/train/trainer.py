@@ -32,13 +32,7 @@ from dlrm_multiepoch.train.build import (
     evaluated_splits,
     load_data,
 )
-from dlrm_multiepoch.train.checkpoint import (
-    CheckpointInfo,
-    Checkpointer,
-    check_compatible,
-    check_sharding,
-    table_sharding,
-)
+from dlrm_multiepoch.train.checkpoint import Checkpointer, check_compatible, table_sharding
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.evaluate import ALL_ROWS, TaskMetrics, evaluate_slices, undefined_metrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
@@ -52,6 +46,7 @@ from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.progress import TrainProgress
 from dlrm_multiepoch.train.remedies import Remedies, table_base_lrs
 from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
+from dlrm_multiepoch.train.start_point import find_branch_point, resume_run, start_branch
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 
 
@@ -100,6 +95,7 @@ class Trainer:
         self.resume_from = self.run.resume_from
         if self.resume_from is not None:
             check_resumable(self.resume_from, cfg, env.world_size)
+        self.start_from = find_branch_point(cfg, self.run, env.world_size, log)  # --start_from: another run's state
         torch.manual_seed(cfg.seed)
         if data is None:
             self.data = load_data(cfg, env)
@@ -109,7 +105,10 @@ class Trainer:
         check_splits(self.data)
         if cfg.freeze_schedule.strip() == AUTO and VAL not in self.data.splits:
             raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {self.data.name!r} has none")
-        changes = check_compatible(self.resume_from, cfg.to_dict(), self.data.tables) if self.resume_from else []
+        if self.start_from is not None:
+            changes = check_compatible(self.start_from, cfg.to_dict(), self.data.tables, flag="--start_from")
+        else:
+            changes = check_compatible(self.resume_from, cfg.to_dict(), self.data.tables) if self.resume_from else []
         self.train_loader = build_loader(cfg, self.data, "train", env, shuffle=True)
         self.eval_loaders = {
             split: build_loader(cfg, self.data, split, env) for split in evaluated_splits(self.data)
@@ -120,7 +119,7 @@ class Trainer:
         model = build_model(self.data, cfg.model, env.device)
         apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.base_table_lr(), base_lrs)
         self.model = shard_model(model, env, cfg.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
-        if cfg.pretrained_tables and self.resume_from is None:  # on resume the checkpoint has the tables
+        if cfg.pretrained_tables and self.resume_from is None and self.start_from is None:  # the checkpoint has them
             options = cfg.data.cache_options()
             load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info, data_options=options)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
@@ -155,7 +154,9 @@ class Trainer:
         self._train_start = time.perf_counter()
         self._log_build()
         if self.resume_from is not None:
-            self._resume(self.resume_from, changes)
+            resume_run(self, self.resume_from, changes)
+        elif self.start_from is not None:
+            start_branch(self, self.start_from, changes)
 
     @property
     def step(self) -> int:
@@ -180,16 +181,22 @@ class Trainer:
     # -- training ---------------------------------------------------------------
 
     def train(self) -> Dict[str, Any]:
-        """Train what is left of ``cfg.epochs``, evaluating and checkpointing as configured; return the summary."""
+        """Train what is left of ``cfg.epochs`` (up to ``--stop_at_epoch``, a pause), evaluating and checkpointing
+        as configured; return the summary."""
         self._train_start = time.perf_counter()
         if self.progress.epoch >= self.cfg.epochs:
             self.logger.info(f"nothing left to train: {self.progress.epoch} of {self.cfg.epochs} epochs are done")
-        while self.progress.epoch < self.cfg.epochs and not self.stopped:
+        end = min(self.cfg.epochs, self.cfg.stop_at_epoch or self.cfg.epochs)
+        while self.progress.epoch < end and not self.stopped:
             self.run_epoch(self.progress.epoch)
-        if self.auto_run is not None:
-            self.auto_run.end_on_best(self.step, self.steps_per_epoch, lambda: self._eval_pass(list(self.eval_loaders)))
-        self.logger.record("eval_time_s", self._eval_seconds)  # part of the wall time (this job's)
-        self.logger.record("wall_time_s", self._wall_time())
+        if self.progress.epoch < self.cfg.epochs and not self.stopped:
+            # Paused by --stop_at_epoch: the run is not over, so no end-of-run records.
+            self.logger.info(f"paused after epoch {end} of {self.cfg.epochs} (--stop_at_epoch); --resume auto continues")
+        else:
+            if self.auto_run is not None:
+                self.auto_run.end_on_best(self.step, self.steps_per_epoch, lambda: self._eval_pass(list(self.eval_loaders)))
+            self.logger.record("eval_time_s", self._eval_seconds)  # part of the wall time (this job's)
+            self.logger.record("wall_time_s", self._wall_time())
         self.logger.close()
         self.run.close()  # the folder is complete: the next trainer may take it
         return self.logger.summary
@@ -238,35 +245,15 @@ class Trainer:
         self.logger.info(f"saved checkpoint {path} ({self.progress}) in {time.perf_counter() - start:.1f}s")
         return path
 
-    def _resume(self, info: CheckpointInfo, changes: List[str]) -> None:
-        """Load ``info``'s state into the built parts; training continues at its data position."""
-        saved_freeze = info.parts.get("freeze")
-        # Compared in normalised form ("delayed" == its expansion, "auto"); None: every group trains.
-        saved_schedule = saved_freeze["schedule"] if saved_freeze is not None else None
-        if saved_schedule != (self.freeze.state_dict()["schedule"] if self.freeze is not None else None):
-            raise ValueError(
-                f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
-                f"{info.state['config']['freeze_schedule']!r}, this run has {self.cfg.freeze_schedule!r}"
-            )
-        changes = changes + check_sharding(info, table_sharding(self.model.plan))
-        self.checkpointer.load(info)
-        if self.auto_run is not None:
-            self.auto_run.check_resumable()
-        self.last_checkpoint = info.path
+    def after_load(self, checkpoint: str) -> None:
+        """Set what follows from the loaded progress (a resume's or a branch's): wall time, skip count, warm-up."""
+        self.last_checkpoint = checkpoint
         self._wall_time_before = self.progress.wall_time_s
         if self.skipper is not None:
             self.skipper.skipped = self.progress.skipped_nonfinite
         if isinstance(self.pipeline, SemiSyncTrainPipeline):
             # Its warm-up counts training batches across epochs, from construction.
             self.pipeline.train_steps = self.step
-        resumed = {"path": info.path, "step": self.step, "epoch": self.progress.epoch, "batch": self.progress.batch_in_epoch}
-        self.logger.record("resumed_from", self.logger.summary.get("resumed_from", []) + [resumed])
-        if info.state["world_size"] != self.env.world_size:
-            changes = changes + [f"world size {info.state['world_size']} -> {self.env.world_size} (tables and optimizer state resharded)"]
-        self.logger.info(
-            f"resumed from {info.path} at {self.progress}; training to epoch {self.cfg.epochs}"
-            + "".join(f"\n  changed since the checkpoint: {change}" for change in changes)
-        )
 
     @property
     def steps_per_epoch(self) -> int:

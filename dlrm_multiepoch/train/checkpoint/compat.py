@@ -34,23 +34,27 @@ def _get(config: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
-def _flat(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+def flat_config(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """A nested config dict as ``{"data.dataset": ..., "epochs": ...}`` (dotted paths to its leaves)."""
     out: Dict[str, Any] = {}
     for key, value in config.items():
         if isinstance(value, Mapping):
-            out |= _flat(value, f"{prefix}{key}.")
+            out |= flat_config(value, f"{prefix}{key}.")
         else:
             out[prefix + key] = value
     return out
 
 
-def check_compatible(info: CheckpointInfo, config: Mapping[str, Any], tables: Sequence[TableSpec]) -> List[str]:
+def check_compatible(
+    info: CheckpointInfo, config: Mapping[str, Any], tables: Sequence[TableSpec], flag: str = "--resume"
+) -> List[str]:
     """Refuse a checkpoint whose shapes differ from this run's; list the other changed settings.
 
     Args:
         info: the checkpoint to resume.
         config: this run's ``TrainConfig.to_dict()``.
         tables: this run's embedding tables (``InteractionData.tables``).
+        flag: the flag that gave the checkpoint (``--resume`` or ``--start_from``), for the messages.
 
     Returns:
         ``"--flag saved -> now"`` for each other setting that differs (e.g. a longer
@@ -68,27 +72,28 @@ def check_compatible(info: CheckpointInfo, config: Mapping[str, Any], tables: Se
     for dotted in SHAPE_FIELDS:
         before, now = _get(saved, dotted), _get(config, dotted)
         if before != now:
-            flag = "--" + dotted.split(".")[-1]
+            field = "--" + dotted.split(".")[-1]
             raise ValueError(
-                f"--resume {info.path!r}: the checkpoint was trained with {flag} {before!r}, this run has {now!r}; "
-                f"{flag} changes parameter shapes, so the checkpoint cannot be loaded (use {flag} {before!r} or "
+                f"{flag} {info.path!r}: the checkpoint was trained with {field} {before!r}, this run has {now!r}; "
+                f"{field} changes parameter shapes, so the checkpoint cannot be loaded (use {field} {before!r} or "
                 f"start fresh)"
             )
     saved_tables: Dict[str, int] = info.state["tables"]
     current = {t.name: t.num_embeddings for t in tables}
-    changed_data = [f"--{k.split('.')[-1]}" for k, v in _flat(saved["data"], "data.").items() if _get(config, k) != v]
+    saved_data = flat_config(saved["data"], "data.")
+    changed_data = [f"--{k.split('.')[-1]}" for k, v in saved_data.items() if _get(config, k) != v]
     for name in sorted(set(saved_tables) | set(current)):
         if saved_tables.get(name) != current.get(name):
             raise ValueError(
-                f"--resume {info.path!r}: table {name!r} has {saved_tables.get(name)} rows in the checkpoint but "
+                f"{flag} {info.path!r}: table {name!r} has {saved_tables.get(name)} rows in the checkpoint but "
                 f"{current.get(name)} in this run's data (data options changed: {changed_data or 'none'}; the "
                 f"dataset's encoding must match)"
             )
-    flat_now = _flat(config)
+    flat_now = flat_config(config)
     return [
         f"--{key.split('.')[-1]} {value!r} -> {flat_now.get(key)!r}"
-        for key, value in _flat(saved).items()
-        if key not in ("resume", "overwrite") and flat_now.get(key) != value
+        for key, value in flat_config(saved).items()
+        if key not in ("resume", "start_from", "stop_at_epoch", "overwrite") and flat_now.get(key) != value
     ]
 
 
@@ -109,7 +114,7 @@ def table_sharding(plan: Any) -> Dict[str, Dict[str, Any]]:
     return out
 
 
-def check_sharding(info: CheckpointInfo, now: Mapping[str, Mapping[str, Any]]) -> List[str]:
+def check_sharding(info: CheckpointInfo, now: Mapping[str, Mapping[str, Any]], flag: str = "--resume") -> List[str]:
     """Refuse a checkpoint whose tables this run's plan shards so that their state differs; list other changes.
 
     The planner may place and shard a table otherwise on another world size, or even
@@ -132,7 +137,7 @@ def check_sharding(info: CheckpointInfo, now: Mapping[str, Mapping[str, Any]]) -
         data_parallel = {before["type"] == "data_parallel", after["type"] == "data_parallel"}
         if len(data_parallel) > 1 or before["column_shards"] != after["column_shards"]:
             raise ValueError(
-                f"--resume {info.path!r}: table {table} was {before['type']} ({before['column_shards']} column "
+                f"{flag} {info.path!r}: table {table} was {before['type']} ({before['column_shards']} column "
                 f"shard(s)) in the checkpoint and the planner made it {after['type']} ({after['column_shards']}) "
                 f"here, which keeps other optimizer state; pass --sharding_types {before['type']} (and the types "
                 f"of the other tables) so the plan matches"

@@ -1,0 +1,128 @@
+"""The candidate schedules a search chooses from, as a tree of shared prefixes.
+
+Every fixed preset of the sweep is a candidate, built from the same registry
+(:mod:`dlrm_multiepoch.sweep.strategies`), plus the greedy ``auto``. Candidates whose
+schedules agree up to a whole epoch share that prefix: the later one is a *branch* that
+starts from the earlier one's checkpoint at that epoch (``--start_from``):
+
+- ``joint`` (tables train every epoch, budget E + 1 epochs so that its best epoch can
+  be past E) is a root; ``early`` (tables train in epoch 1 only) and ``reinit`` (tables
+  re-initialised before every epoch after the first) branch from it after epoch 1.
+- ``delayed`` (tables frozen until epoch E - 1, then trained) is a root;
+  ``window@W`` (tables frozen until epoch W, then trained), for each whole W in
+  1..E-2, branches from it after epoch W. ``window@0`` is ``joint`` over E epochs, so
+  ``joint``'s first E epochs stand for it.
+- ``auto`` is a root: its decisions follow its own validation history from step 0.
+
+Example::
+
+    tree = candidate_tree(3)
+    [c.name for c in tree]            # ['joint', 'delayed', 'auto', 'early', 'reinit', 'window@1']
+    tree[3].parent, tree[3].fork      # ('joint', 1)
+"""
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from dlrm_multiepoch.sweep.strategies import STRATEGIES, Strategy, window_strategy
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One schedule of the search.
+
+    Args:
+        name: its name (the sweep preset's), which names its run folders ``<name>-s<seed>``.
+        flags: its training-app flags (the schedule suffix: ``--freeze_schedule``, ``--reinit``).
+        epochs: its ``--epochs``.
+        parent: the candidate it branches from (None: trained from scratch).
+        fork: the parent's epoch whose checkpoint it starts from (0 for a root).
+        tables_from: the first epoch (0-based) in which its tables train (for ``auto`` the
+            latest it can be: its frozen cap). Before a whole epoch of table training its
+            validation metric says little about where it ends, so it is not compared yet.
+        adaptive: it decides its own schedule on validation, stops itself and ends on its
+            best-validation weights (``auto``).
+        any_epoch: it is deployed at its best validation epoch (``joint``); any other fixed
+            schedule is deployed as its preset is, after its last epoch.
+    """
+
+    name: str
+    flags: Tuple[str, ...]
+    epochs: int
+    parent: Optional[str] = None
+    fork: int = 0
+    tables_from: int = 0
+    adaptive: bool = False
+    any_epoch: bool = False
+
+    @property
+    def judged_from(self) -> int:
+        """The first whole epoch at which its validation metric takes part in pruning: its tables have
+        trained a whole epoch and it has trained a whole epoch of its own (before, it is its parent)."""
+        return min(max(self.tables_from, self.fork) + 1, self.epochs)
+
+    def judged_at(self, epoch: int) -> bool:
+        """Whether the search compares it after ``epoch`` epochs (from its first informative epoch to its end)."""
+        return self.judged_from <= epoch <= self.epochs
+
+    def as_strategy(self) -> Strategy:
+        """The sweep strategy training this candidate from scratch (what a sweep of the same candidates runs)."""
+        return Strategy(self.name, self.flags, help=f"search candidate {self.name}", epochs=self.epochs)
+
+
+def _preset(name: str, budget: int) -> Strategy:
+    strategy = STRATEGIES[name]
+    return Strategy(strategy.name, strategy.flags, strategy.help, epochs=strategy.run_epochs(budget))
+
+
+def candidate_tree(budget: int, auto_frozen_cap: float = 0.5) -> List[Candidate]:
+    """The candidates for an ``budget``-epoch search, roots first, each branch after its parent.
+
+    Args:
+        budget: the epoch budget E (>= 1); joint runs E + 1 epochs, as in the sweep.
+        auto_frozen_cap: ``--auto_frozen_cap`` of the runs: the latest epoch ``auto``'s
+            tables can start is ``floor(cap * E)``.
+
+    Raises:
+        ValueError: a budget below one epoch.
+    """
+    if budget < 1:
+        raise ValueError(f"--epochs must be at least 1, got {budget}")
+    joint, delayed, auto = _preset("joint", budget), _preset("delayed", budget), _preset("auto", budget)
+    tree = [Candidate(joint.name, joint.flags, joint.epochs or budget + 1, any_epoch=True)]
+    if budget >= 2:  # with one epoch, delayed would never train its tables
+        tree.append(Candidate(delayed.name, delayed.flags, budget, tables_from=budget - 1))
+    cap = math.floor(auto_frozen_cap * budget + 1e-9)  # the latest epoch its tables start
+    tree.append(Candidate(auto.name, auto.flags, budget, tables_from=cap, adaptive=True))
+    if budget >= 2:
+        for name in ("early", "reinit"):
+            s = _preset(name, budget)
+            tree.append(Candidate(s.name, s.flags, budget, parent=joint.name, fork=1))
+    for w in range(1, budget - 1):
+        s = window_strategy(w, budget)
+        tree.append(Candidate(s.name, s.flags, budget, parent=delayed.name, fork=w, tables_from=w))
+    return tree
+
+
+def select(tree: List[Candidate], names: List[str]) -> List[Candidate]:
+    """The candidates ``names`` of ``tree`` (all when empty), in tree order.
+
+    Raises:
+        ValueError: an unknown name, or a branch without its parent (its prefix).
+    """
+    if not names:
+        return tree
+    known = {c.name: c for c in tree}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"--candidates: unknown {unknown}; this budget's candidates: {', '.join(known)}")
+    orphans = [f"{n} (from {known[n].parent})" for n in names if known[n].parent and known[n].parent not in names]
+    if orphans:
+        raise ValueError(f"--candidates: {', '.join(orphans)} start from their parent's checkpoint: add the parent")
+    return [c for c in tree if c.name in names]
+
+
+def sweep_epochs(tree: List[Candidate]) -> int:
+    """Epochs a sweep of the same candidates trains (each from scratch, to its end)."""
+    return sum(c.epochs for c in tree)

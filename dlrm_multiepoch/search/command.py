@@ -1,0 +1,139 @@
+"""``dlrm-multiepoch search``: decide on validation which multi-epoch schedule to deploy, cheaper than a sweep.
+
+Usage::
+
+    dlrm-multiepoch search EXPERIMENT_DIR [--epochs E] [--seeds 0,1,2] [--eta 3]
+        [-s SCHEDULER] [-j NODESxPROCS] [--dryrun] [-- TRAINING-APP FLAGS COMMON TO EVERY BRANCH]
+
+    dlrm-multiepoch search runs/ml --seeds 0,1,2 -- --dataset movielens --val_fraction 0.1
+    dlrm-multiepoch search /shared/runs/bx -s slurm -j 2x8 --gpu 8 -- --dataset bookcrossing
+
+The candidates are every fixed preset (joint at its best epoch, early, reinit, tables
+starting at each whole epoch: window@W and delayed) and the greedy ``auto``; branches
+share prefixes through checkpoints (``--start_from``), losers are cut on the validation
+objective (``--auto_metric``, ``--auto_task_weights`` of the runs), and the record of
+every branch goes to the console and ``EXPERIMENT_DIR/search.json`` with the checkpoint
+to deploy. Rerun the same command after an interruption: it continues.
+"""
+
+import argparse
+import os
+import sys
+from typing import List, Optional
+
+from dlrm_multiepoch.search.candidates import candidate_tree, select
+from dlrm_multiepoch.search.pruning import DEFAULT_ETA
+from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION
+from dlrm_multiepoch.sweep.plan import split_at_dashes
+from dlrm_multiepoch.sweep.strategies import flag_names
+
+# App flags the search sets per branch: its schedule, its launch horizon and checkpoints.
+BRANCH_FLAGS = (
+    "freeze_schedule", "reinit", "start_from", "stop_at_epoch", "keep_checkpoints", "checkpoint",
+    "checkpoint_every_n_steps",
+)  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dlrm-multiepoch search",
+        description=__doc__.split("\n\n", 1)[0],
+        epilog="Flags after -- go to every branch's training app (apps/train.py --help lists them).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("experiment_dir", help="folder of the branches (one run folder each), sweep.json and search.json")
+    parser.add_argument("--epochs", type=int, default=3, help="epoch budget E of every schedule (joint: E + 1)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds; one independent search per seed")
+    parser.add_argument(
+        "--candidates", default="", help="comma-separated subset of the candidates (default: all; a branch needs its parent)"
+    )
+    parser.add_argument("--eta", type=int, default=DEFAULT_ETA, help="successive halving: the top 1/eta go on")
+    launch = parser.add_argument_group("launch (as for dlrm-multiepoch sweep)")
+    launch.add_argument("-s", "--scheduler", default="local_cwd", help="TorchX scheduler: local_cwd runs one after another")
+    launch.add_argument("-cfg", "--scheduler_args", default="", help="scheduler options, e.g. queue=default")
+    launch.add_argument("--dryrun", action="store_true", help="print the first launches' scheduler requests, submit nothing")
+    launch.add_argument("-j", "--j", default="1x2", help="{nnodes}x{nproc_per_node} of every branch")
+    launch.add_argument("--script", default="apps/train.py", help="training script, relative to the job's working directory")
+    launch.add_argument("--cpu", type=int, default=2, help="CPUs per node")
+    launch.add_argument("--gpu", type=int, default=0, help="GPUs per node")
+    launch.add_argument("--memMB", type=int, default=8192, help="host memory per node, in MB")
+    launch.add_argument("--h", default=None, help="a registered named resource; overrides cpu, gpu and memMB")
+    launch.add_argument("--image", default="", help="container image (kubernetes, docker)")
+    launch.add_argument("--env", default="", help="environment of every branch, e.g. NCCL_DEBUG=WARN")
+    launch.add_argument("--max_retries", type=int, default=0, help="scheduler restarts of a failed branch")
+    launch.add_argument("--mounts", default="", help="mounts, e.g. type=bind,src=/data,dst=/data")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from torchx.util.types import to_dict, to_list
+
+    own, common = split_at_dashes(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    args = parser.parse_args(own)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        parser.error(f"--seeds expects comma-separated integers, got {args.seeds!r}")
+    if not seeds:
+        parser.error("--seeds must name at least one seed")
+    if args.eta < 2:
+        parser.error(f"--eta must be at least 2, got {args.eta}")
+    taken = sorted(set(flag_names(tuple(common))) & set(BRANCH_FLAGS))
+    if taken:
+        parser.error(
+            f"the app flags set {['--' + n for n in taken]}, which the search sets per branch (the schedule is "
+            "what it searches; checkpoints are how branches share prefixes)"
+        )
+    if "val_fraction" not in flag_names(tuple(common)):
+        common = [*common, "--val_fraction", str(DEFAULT_VAL_FRACTION)]
+        print(f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}", flush=True)
+    from dlrm_multiepoch.train.config import parse_config  # torch-heavy
+
+    cfg = parse_config([*common, "--epochs", str(args.epochs)])  # a bad app flag exits here, naming it
+    try:
+        names = [n.strip() for n in args.candidates.split(",") if n.strip()]
+        tree = select(candidate_tree(args.epochs, cfg.auto.auto_frozen_cap), names)
+        weights = _weights(cfg.auto.auto_task_weights)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.scheduler == "local_cwd" and not args.dryrun and not os.path.isfile(args.script):
+        parser.error(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root")
+
+    from torchx.runner import get_runner
+
+    from dlrm_multiepoch.search.driver import ScheduleSearch, SearchSettings
+    from dlrm_multiepoch.sweep.launch import LaunchOptions
+
+    runner = get_runner()
+    try:
+        cfg_sched = runner.scheduler_run_opts(args.scheduler).cfg_from_str(args.scheduler_args)
+    finally:
+        runner.close()
+    options = LaunchOptions(
+        scheduler=args.scheduler, scheduler_cfg=cfg_sched, j=args.j, dryrun=args.dryrun, script=args.script,
+        cpu=args.cpu, gpu=args.gpu, memMB=args.memMB, h=args.h, image=args.image, env=to_dict(args.env),
+        max_retries=args.max_retries, mounts=to_list(args.mounts),
+    )  # fmt: skip
+    settings = SearchSettings(metric=cfg.auto.auto_metric, task_weights=weights, eta=args.eta)
+    try:
+        search = ScheduleSearch(args.experiment_dir, tree, seeds, args.epochs, common, options, settings)
+        failed = search.run()
+    except ValueError as e:
+        parser.error(str(e))
+    if failed:
+        print(f"search: {len(failed)} launch(es) failed: {', '.join(failed)}; rerun the same command to continue")
+        return 1
+    if not args.dryrun:
+        print(f"search: done; its record is {args.experiment_dir}/search.json (compare the branches: "
+              f"dlrm-multiepoch compare {args.experiment_dir})")
+    return 0
+
+
+def _weights(text: str) -> dict:
+    """``--auto_task_weights`` as ``{task: weight}``; the tasks are checked by the runs (empty: equal weights)."""
+    from dlrm_multiepoch.auto.policy import parse_task_weights
+
+    names = [part.partition(":")[0].strip() for part in text.split(",") if part.strip()]
+    return parse_task_weights(text, names) if names else {}

@@ -1,0 +1,349 @@
+"""The search loop: advance branches rung by rung through TorchX launches, prune, choose what to deploy.
+
+For each seed (an independent search): at every whole epoch where the rule could cut
+something (:func:`~dlrm_multiepoch.search.pruning.can_cut`), each live branch judged
+there is trained up to that epoch (``--stop_at_epoch``; a branch's first launch starts
+from its parent's checkpoint with ``--start_from``, later ones continue with
+``--resume auto``), then :func:`~dlrm_multiepoch.search.pruning.prune_rung` cuts. The
+survivors are then trained to their ends, and :func:`~dlrm_multiepoch.search.pruning.choose`
+picks the checkpoint to deploy. Every launch goes through the sweep's
+:class:`~dlrm_multiepoch.sweep.launch.SweepLauncher`: one after another on ``local_cwd``,
+one job per branch elsewhere (a wave of parents, then a wave of their branches; the
+search waits for each wave's jobs). Everything it decides follows from the run
+folders, so rerunning the same command after an interruption continues.
+
+Example::
+
+    search = ScheduleSearch("runs/search", candidate_tree(3), [0], 3, ["--dataset", "movielens"],
+                            LaunchOptions(scheduler="local_cwd"))
+    failed = search.run()
+"""
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+
+from torchx.runner import Runner, get_runner
+
+from dlrm_multiepoch.search.candidates import Candidate, sweep_epochs
+from dlrm_multiepoch.search.pruning import Curve, can_cut, choose, prune_rung
+from dlrm_multiepoch.search.record import (
+    BranchRecord,
+    branch_dict,
+    deployable,
+    format_curve,
+    read_branch,
+    read_record,
+    run_name,
+    write_record,
+)
+from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
+from dlrm_multiepoch.sweep.plan import RunSpec, build_plan, read_json, read_manifest, run_state
+from dlrm_multiepoch.sweep.strategies import Strategy
+
+_POLL_S = 5.0
+
+
+@dataclass
+class SearchSettings:
+    """What a search decides on: the validation objective and the halving factor.
+
+    Args:
+        metric: validation metric (``auc``, ``logloss``, ``ne``): the runs' ``--auto_metric``.
+        task_weights: ``--auto_task_weights`` of the runs, e.g. ``{"like": 1.0}`` (empty: equal).
+        eta: successive-halving factor: the top ``ceil(n / eta)`` judged branches go on.
+    """
+
+    metric: str
+    task_weights: Dict[str, float]
+    eta: int
+
+
+class ScheduleSearch:
+    """Runs the search of ``tree`` for each seed in ``experiment_dir``.
+
+    Args:
+        experiment_dir: folder of the branches' run folders, ``sweep.json`` and ``search.json``.
+        tree: the candidates (:func:`~dlrm_multiepoch.search.candidates.candidate_tree`).
+        seeds: one independent search per seed.
+        budget: the epoch budget E.
+        common_flags: training-app flags of every branch.
+        options: how runs are launched (the sweep's).
+        settings: objective and halving factor.
+        out: console (default stdout).
+    """
+
+    def __init__(
+        self,
+        experiment_dir: str,
+        tree: Sequence[Candidate],
+        seeds: Sequence[int],
+        budget: int,
+        common_flags: Sequence[str],
+        options: LaunchOptions,
+        settings: SearchSettings,
+        out: Optional[TextIO] = None,
+    ) -> None:
+        self.dir = experiment_dir
+        self.tree = list(tree)
+        self.by_name = {c.name: c for c in self.tree}
+        self.seeds = list(seeds)
+        self.budget = budget
+        self.common = list(common_flags)
+        self.options = options
+        self.settings = settings
+        self.out = out
+        self.record: Dict[str, Any] = {
+            "budget": budget, "metric": settings.metric, "task_weights": settings.task_weights, "eta": settings.eta,
+            "common_flags": self.common, "candidates": [c.name for c in self.tree],
+            "seeds": dict(read_record(experiment_dir).get("seeds", {})),  # other seeds' searches stay
+        }  # fmt: skip
+        self._runner: Optional[Runner] = None
+
+    def run(self) -> List[str]:
+        """Search every seed; returns the branches whose launch failed (empty: done)."""
+        self._runner = get_runner()
+        try:
+            for seed in self.seeds:
+                failed = self._search(seed)
+                if failed:
+                    return failed
+        finally:
+            self._runner.close()
+        return []
+
+    # -- one seed --------------------------------------------------------------------
+
+    def _search(self, seed: int) -> List[str]:
+        start = time.perf_counter()
+        branches = {c.name: BranchRecord.of(c) for c in self.tree}
+        before = read_record(self.dir).get("seeds", {}).get(str(seed), {})
+        for name, earlier in before.get("branches", {}).items():  # an interrupted or finished earlier invocation
+            if name in branches:
+                branches[name].launches = list(earlier.get("launches", []))
+        rungs: List[Dict[str, Any]] = []
+        entry = {"branches": branches, "rungs": rungs, "previous_wall_s": float(before.get("cost", {}).get("wall_s", 0.0))}
+        self._say(f"search seed {seed}: {len(self.tree)} candidates, budget {self.budget} epochs, eta {self.settings.eta}")
+        if self.options.dryrun:  # what follows depends on the results: show the roots' launches
+            roots = [(c, c.epochs) for c in self.tree if c.parent is None]
+            return self._launch(seed, roots, branches)
+        for epoch in range(1, max(c.epochs for c in self.tree)):
+            live = self._live(seed, branches, epoch)
+            if not can_cut(epoch, live):
+                continue
+            judged = [c for c in live if c.judged_at(epoch) and c.epochs > epoch]
+            failed = self._advance(seed, [(c, epoch) for c in judged], branches)
+            if failed:
+                return self._stop(seed, entry, start, failed)
+            curves = self._curves(seed, branches)
+            cuts = prune_rung(epoch, self._live(seed, branches, epoch), curves, self.settings.eta)
+            for name, reason in cuts.items():
+                branches[name].status, branches[name].reason, branches[name].cut_at = "cut", reason, epoch
+            kept = [c.name for c in judged if c.name not in cuts]
+            for name in kept:
+                kept_note = f"kept after epoch {epoch} ({curves[name].values[epoch]:.4f})"
+                branches[name].reason = "; ".join(filter(None, [branches[name].reason, kept_note]))
+            rungs.append({"epoch": epoch, "judged": [c.name for c in judged], "cuts": cuts, "kept": kept})
+            self._say(f"rung after epoch {epoch} (seed {seed}): compared {', '.join(c.name for c in judged)}")
+            for c in judged:
+                verdict = f"CUT, {cuts[c.name]}" if c.name in cuts else "kept"
+                self._say(f"    {c.name:<10} val {format_curve(branches[c.name].curve)}  -> {verdict}")
+        live = self._live(seed, branches)
+        failed = self._advance(seed, [(c, c.epochs) for c in live], branches)
+        if failed:
+            return self._stop(seed, entry, start, failed)
+        for c in self._live(seed, branches):
+            record = branches[c.name]
+            record.status, record.reason = "finished", "; ".join(filter(None, [record.reason, "trained to its end"]))
+        self._finish(seed, entry, start)
+        return []
+
+    def _live(self, seed: int, branches: Dict[str, BranchRecord], epoch: float = math.inf) -> List[Candidate]:
+        """Branches neither cut nor ended before ``epoch`` (``auto`` may stop itself before its end).
+
+        A branch that stopped itself after the rung ``epoch`` was live there: a rerun that
+        finds it stopped must judge it at that rung as the first invocation did.
+        """
+        live = []
+        for c in self.tree:
+            record = branches[c.name]
+            if record.status == "cut":
+                continue
+            done, finished = self._progress(c, seed)
+            if finished and done < min(c.epochs, epoch):
+                record.status, record.reason = "finished", f"stopped itself after epoch {done} (its own validation rule)"
+                continue
+            live.append(c)
+        return live
+
+    def _progress(self, c: Candidate, seed: int) -> Tuple[int, bool]:
+        """Whole epochs the branch has trained (0 before its first launch) and whether its run ended."""
+        state = run_state(self.dir, RunSpec(run_name(c.name, seed), c.name, seed, c.epochs, ()))
+        if state.status in ("new", "stale"):  # stale: evaluated but no checkpoint to go on from; it starts over
+            return 0, False
+        return state.epochs_done, state.status == "finished"
+
+    def _curves(self, seed: int, branches: Dict[str, BranchRecord]) -> Dict[str, Curve]:
+        """Every branch's validation curve (a branch not started yet: its parent's, up to the fork)."""
+        curves: Dict[str, Curve] = {}
+        for c in self.tree:
+            curve, facts = read_branch(self._run_dir(c, seed), self.settings.metric, self.settings.task_weights)
+            if not curve.values and c.parent is not None:
+                curve = Curve({e: v for e, v in curves[c.parent].values.items() if e <= c.fork})
+            curves[c.name] = curve
+            record = branches[c.name]
+            record.curve = {str(e): v for e, v in sorted(curve.values.items())}
+            record.test_auc = {str(e): aucs for e, aucs in sorted(facts["test_auc"].items())}
+            record.trained_steps = max(facts["last_step"] - facts["start_step"], 0)
+        return curves
+
+    # -- launching ---------------------------------------------------------------------
+
+    def _advance(self, seed: int, targets: List[Tuple[Candidate, int]], branches: Dict[str, BranchRecord]) -> List[str]:
+        """Train each ``(branch, epoch)`` up to that epoch, parents first; returns the failed runs."""
+        waves: List[Dict[str, int]] = [{}, {}]
+        for c, epoch in targets:
+            if self._progress(c, seed)[0] >= epoch:
+                continue
+            if c.parent is not None and self._progress(c, seed)[0] == 0:
+                parent = self.by_name[c.parent]
+                if self._progress(parent, seed)[0] < c.fork:
+                    # Never compared before its end (delayed): trained through in one launch.
+                    to = parent.epochs if parent.judged_from >= parent.epochs else c.fork
+                    waves[0][parent.name] = max(waves[0].get(parent.name, 0), to)
+                    waves[1][c.name] = epoch
+                    continue
+            waves[0][c.name] = max(waves[0].get(c.name, 0), epoch)
+        for wave in waves:
+            if not wave:
+                continue
+            failed = self._launch(seed, [(self.by_name[n], e) for n, e in wave.items()], branches)
+            if failed:
+                return failed
+        return []
+
+    def _strategy(self, c: Candidate, seed: int, stop: int) -> Strategy:
+        flags = [*c.flags, "--stop_at_epoch", str(stop), "--keep_checkpoints", str(c.epochs + 1)]
+        if c.parent is not None:
+            flags += ["--start_from", self._fork_checkpoint(c, seed)]
+        return Strategy(c.name, tuple(flags), help=f"search branch of {c.parent or 'nothing'}", epochs=c.epochs)
+
+    def _fork_checkpoint(self, c: Candidate, seed: int) -> str:
+        """The parent's checkpoint after ``c.fork`` whole epochs."""
+        from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy
+
+        folder = os.path.join(self._run_dir(self.by_name[str(c.parent)], seed), "checkpoints")
+        for _, path in complete_checkpoints(folder) if os.path.isdir(folder) else []:
+            progress = read_json(os.path.join(path, STATE_FILE)).get("parts", {}).get("progress", {})
+            if progress.get("epoch") == c.fork and progress.get("batch_in_epoch") == 0:
+                return path
+        raise FileNotFoundError(f"branch {c.name}: {folder} holds no checkpoint after epoch {c.fork} to start from")
+
+    def _launch(self, seed: int, items: List[Tuple[Candidate, int]], branches: Dict[str, BranchRecord]) -> List[str]:
+        """Launch ``(branch, stop epoch)`` runs: one after another locally, as parallel jobs elsewhere."""
+        strategies = [self._strategy(c, seed, stop) for c, stop in items]
+        if self.options.scheduler == LOCAL or self.options.dryrun:
+            failed = []
+            for (c, stop), strategy in zip(items, strategies):
+                t0 = time.perf_counter()
+                failed += self._launcher([strategy], seed).run()
+                branches[c.name].launches.append({"to_epoch": stop, "wall_s": round(time.perf_counter() - t0, 1)})
+            return failed
+        t0 = time.perf_counter()
+        launcher = self._launcher(strategies, seed)
+        failed = launcher.run()
+        failed += self._wait([r.name for r in launcher.plan.runs if r.name not in failed])
+        wall = round(time.perf_counter() - t0, 1)
+        for c, stop in items:
+            branches[c.name].launches.append({"to_epoch": stop, "wall_s": wall, "parallel": True})
+        return failed
+
+    def _launcher(self, strategies: List[Strategy], seed: int) -> SweepLauncher:
+        plan = build_plan(self.dir, strategies, [seed], self.budget, self.common)
+        return SweepLauncher(plan, self.options, out=self.out, runner=self._runner)
+
+    def _wait(self, names: List[str]) -> List[str]:
+        """Wait for the submitted jobs of ``names`` (cluster schedulers); return those that did not succeed."""
+        assert self._runner is not None
+        handles = {n: read_manifest(self.dir)["runs"][n].get("handle") for n in names}
+        pending = {n: h for n, h in handles.items() if h}
+        failed = []
+        while pending:
+            for name, handle in list(pending.items()):
+                status = self._runner.status(handle)
+                if status is None or status.is_terminal():
+                    del pending[name]
+                    if status is None or status.state.name != "SUCCEEDED":
+                        failed.append(name)
+                        self._say(f"{name}: job {handle} ended {status.state.name if status else 'LOST'}")
+            time.sleep(_POLL_S if pending else 0)
+        return failed
+
+    # -- the record ----------------------------------------------------------------------
+
+    def _run_dir(self, c: Candidate, seed: int) -> str:
+        return os.path.join(self.dir, run_name(c.name, seed))
+
+    def _stop(self, seed: int, entry: Dict[str, Any], start: float, failed: List[str]) -> List[str]:
+        self._save(seed, entry, start, None)
+        self._say(f"search seed {seed}: {len(failed)} launch(es) failed ({', '.join(failed)}); rerun the same command")
+        return failed
+
+    def _finish(self, seed: int, entry: Dict[str, Any], start: float) -> None:
+        curves = self._curves(seed, entry["branches"])
+        choice = choose(self.tree, curves)
+        deploy = None
+        if choice is not None:
+            run_dir = self._run_dir(self.by_name[choice.branch], seed)
+            deploy = deployable(run_dir, choice, self.settings.metric, self.settings.task_weights)
+        self._save(seed, entry, start, deploy)
+        self._summarise(seed, entry, deploy)
+
+    def _save(self, seed: int, entry: Dict[str, Any], start: float, deploy: Optional[Dict[str, Any]]) -> None:
+        branches: Dict[str, BranchRecord] = entry["branches"]
+        wall = entry["previous_wall_s"] + time.perf_counter() - start
+        own = sum(b.trained_steps for b in branches.values())
+        steps_per_epoch = _steps_per_epoch([self._run_dir(c, seed) for c in self.tree if c.parent is None], self.settings)
+        cost = {
+            "trained_steps": own, "sweep_steps": sweep_epochs(self.tree) * steps_per_epoch,
+            "steps_per_epoch": steps_per_epoch, "wall_s": round(wall, 1),
+            "launch_wall_s": round(sum(l["wall_s"] for b in branches.values() for l in b.launches), 1),
+            "launches": sum(len(b.launches) for b in branches.values()),
+        }  # fmt: skip
+        self.record["seeds"][str(seed)] = {
+            "branches": {n: branch_dict(b) for n, b in branches.items()}, "rungs": entry["rungs"],
+            "deploy": deploy, "cost": cost,
+        }  # fmt: skip
+        write_record(self.dir, self.record)
+
+    def _summarise(self, seed: int, entry: Dict[str, Any], deploy: Optional[Dict[str, Any]]) -> None:
+        self._say(f"search seed {seed}: every branch (validation {self.settings.metric} objective per epoch)")
+        for b in entry["branches"].values():
+            origin = f"from {b.parent}@{b.fork}" if b.parent else "from scratch"
+            self._say(f"  {b.name:<10} {origin:<14} {b.status:<8} {format_curve(b.curve)}  {b.reason}")
+        cost = self.record["seeds"][str(seed)]["cost"]
+        share = cost["trained_steps"] / cost["sweep_steps"] if cost["sweep_steps"] else float("nan")
+        self._say(
+            f"  cost: {cost['trained_steps']} trained steps ({share:.0%} of the {cost['sweep_steps']} a sweep of the same "
+            f"candidates trains), {cost['launches']} launches, {cost['wall_s']:.0f} s"
+        )
+        if deploy is not None:
+            test = " ".join(f"{t} {'n/a' if a is None else f'{a:.4f}'}" for t, a in deploy["test_auc"].items())
+            self._say(
+                f"  deploy: {deploy['checkpoint']} ({deploy['branch']} after epoch {deploy['epoch']:g}, validation "
+                f"{deploy['val_objective']:.4f}; test AUC, reported only: {test})"
+            )
+
+    def _say(self, line: str) -> None:
+        print(line, file=self.out or sys.stdout, flush=True)
+
+
+def _steps_per_epoch(run_dirs: List[str], settings: SearchSettings) -> int:
+    for run_dir in run_dirs:
+        _, facts = read_branch(run_dir, settings.metric, settings.task_weights)
+        if 1 in facts["steps"]:
+            return facts["steps"][1]
+    return 0

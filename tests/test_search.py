@@ -1,0 +1,144 @@
+"""The schedule search's candidate tree and pruning rule, on recorded validation curves (no training)."""
+
+import math
+import re
+
+import pytest
+
+from dlrm_multiepoch.search import Curve, can_cut, candidate_tree, choose, objective, prune_rung, select
+from dlrm_multiepoch.search.candidates import sweep_epochs
+from dlrm_multiepoch.search.command import main as search_main
+from dlrm_multiepoch.sweep.strategies import STRATEGIES, window_strategy
+
+
+def test_the_tree_holds_every_fixed_preset_and_auto_with_their_shared_prefixes() -> None:
+    tree = candidate_tree(3)
+    by = {c.name: c for c in tree}
+    assert [c.name for c in tree] == ["joint", "delayed", "auto", "early", "reinit", "window@1"]
+    # The sweep's own flags, from its registry: a candidate is the preset it names.
+    for name in ("joint", "delayed", "auto", "early", "reinit"):
+        assert by[name].flags == STRATEGIES[name].flags
+    assert by["window@1"].flags == window_strategy(1, 3).flags
+    assert [(c.name, c.parent, c.fork, c.epochs) for c in tree if c.parent] == [
+        ("early", "joint", 1, 3), ("reinit", "joint", 1, 3), ("window@1", "delayed", 1, 3),
+    ]  # fmt: skip
+    assert by["joint"].epochs == 4 and by["delayed"].epochs == 3
+    # Judged once its tables and its own suffix have trained a whole epoch.
+    assert {c.name: c.judged_from for c in tree} == {
+        "joint": 1, "delayed": 3, "auto": 2, "early": 2, "reinit": 2, "window@1": 2,
+    }  # fmt: skip
+    assert sweep_epochs(tree) == 4 + 3 * 5
+    four = candidate_tree(4)
+    assert [(c.name, c.parent, c.fork) for c in four if c.name.startswith("window")] == [
+        ("window@1", "delayed", 1), ("window@2", "delayed", 2),
+    ]  # fmt: skip
+    assert [c.name for c in candidate_tree(1)] == ["joint", "auto"]
+    assert {c.name: c.judged_from for c in candidate_tree(1)} == {"joint": 1, "auto": 1}
+
+
+def test_a_subset_must_keep_each_branch_with_its_parent() -> None:
+    tree = candidate_tree(3)
+    assert [c.name for c in select(tree, ["joint", "early"])] == ["joint", "early"]
+    with pytest.raises(ValueError, match=r"early \(from joint\) start from their parent's checkpoint"):
+        select(tree, ["early"])
+    with pytest.raises(ValueError, match=r"unknown \['window@2'\]"):
+        select(tree, ["window@2"])
+
+
+def test_the_objective_follows_auto_metric_and_task_weights() -> None:
+    val = {"like": {"auc": 0.70, "logloss": 0.60}, "love": {"auc": 0.80, "logloss": 0.40}}
+    assert objective(val, "auc", {}) == pytest.approx(0.75)
+    assert objective(val, "auc", {"like": 1.0, "love": 0.0}) == pytest.approx(0.70)
+    assert objective(val, "logloss", {"like": 1.0, "love": 1.0}) == pytest.approx(-0.50)  # higher is better
+    assert math.isnan(objective({"like": {"auc": None}}, "auc", {}))
+
+
+# Validation AUC curves recorded on the shape of the issue's MovieLens time split: joint
+# peaks at epoch 1, early and auto fall behind, reinit and window@1 climb, delayed wins last.
+RECORDED = {
+    "joint": {1: 0.610, 2: 0.598, 3: 0.590, 4: 0.585},
+    "delayed": {1: 0.540, 2: 0.552, 3: 0.640},
+    "auto": {1: 0.545, 2: 0.600, 3: 0.605},
+    "early": {1: 0.610, 2: 0.604, 3: 0.601},
+    "reinit": {1: 0.610, 2: 0.625, 3: 0.636},
+    "window@1": {1: 0.540, 2: 0.630, 3: 0.632},
+}
+
+
+def _curves(upto: int) -> dict:
+    return {n: Curve({e: v for e, v in c.items() if e <= upto}) for n, c in RECORDED.items()}
+
+
+def test_pruning_cuts_the_peaked_and_halves_the_rest_and_never_judges_frozen_tables() -> None:
+    tree = candidate_tree(3)
+    assert not can_cut(1, tree)  # only joint is judged after epoch 1: nothing to compare yet
+    cuts = prune_rung(2, tree, _curves(2), eta=3)
+    assert set(cuts) == {"joint", "auto", "early"}
+    assert cuts["joint"].startswith("past its peak: validation 0.5980 after epoch 2 is below 0.6100 after epoch 1")
+    # auto is never cut for a fall (it keeps its own best); halving: 4 ranked, the top ceil(4/3) = 2 go on.
+    assert cuts["auto"] == "halving: rank 4 of 4 after epoch 2 (validation 0.6000); the top 2 go on"
+    assert cuts["early"] == "halving: rank 3 of 4 after epoch 2 (validation 0.6040); the top 2 go on"
+    assert "delayed" not in cuts  # tables frozen until epoch 2: not judged before its end
+    live = [c for c in tree if c.name not in cuts]
+    assert not can_cut(3, live)  # every survivor ends at epoch 3
+    with pytest.raises(ValueError, match=r"no validation evaluation after epoch 2 for \['reinit'\]"):
+        prune_rung(2, tree, {**_curves(2), "reinit": Curve({1: 0.61})})
+    with pytest.raises(ValueError, match="--eta must be at least 2"):
+        prune_rung(2, tree, _curves(2), eta=1)
+
+
+def test_with_eta_2_more_branches_go_on() -> None:
+    rising = {**_curves(2), "joint": Curve({1: 0.610, 2: 0.620})}  # 5 ranked: window@1, reinit, joint, early, auto
+    assert set(prune_rung(2, candidate_tree(3), rising, eta=3)) == {"joint", "early", "auto"}
+    assert set(prune_rung(2, candidate_tree(3), rising, eta=2)) == {"early", "auto"}
+
+
+def test_the_deployed_checkpoint_is_the_best_validation_one_of_any_branch_cut_or_not() -> None:
+    tree = candidate_tree(3)
+    curves = _curves(3)
+    assert choose(tree, curves).__dict__ == {"branch": "delayed", "epoch": 3, "objective": 0.640}
+    # A branch's epochs up to its fork are its parent's checkpoints: joint's epoch 1, not early's.
+    peaked = {n: Curve({1: 0.70}) if n in ("joint", "early", "reinit") else Curve({1: 0.5}) for n in RECORDED}
+    assert choose(tree, peaked).branch == "joint"
+    # Any other fixed schedule deploys its last epoch, as its preset does: window@1's better epoch 2 does not count.
+    early_peak = {**curves, "window@1": Curve({1: 0.54, 2: 0.65, 3: 0.632})}
+    assert choose(tree, early_peak).__dict__ == {"branch": "delayed", "epoch": 3, "objective": 0.640}
+    # auto deploys its restored best-validation weights, whatever its epoch curve.
+    with_auto = {**curves, "auto": Curve({2: 0.60, 3: 0.605}, best=(1.7, 0.7))}
+    assert choose(tree, with_auto).__dict__ == {"branch": "auto", "epoch": 1.7, "objective": 0.7}
+    assert choose(tree, {}) is None
+
+
+def test_search_refuses_flags_it_sets_per_branch(capsys: pytest.CaptureFixture) -> None:
+    for flags, expected in [
+        (["--", "--freeze_schedule", "delayed"], "['--freeze_schedule'], which the search sets per branch"),
+        (["--eta", "1"], "--eta must be at least 2"),
+        (["--candidates", "early"], "start from their parent's checkpoint: add the parent"),
+        (["--", "--learning_rate", "-1"], "--learning_rate must be a finite number > 0"),
+    ]:
+        with pytest.raises(SystemExit):
+            search_main(["runs/x", *flags])
+        assert expected in capsys.readouterr().err
+
+
+def test_search_component_runs_the_search_command(tmp_path) -> None:
+    from contextlib import redirect_stdout
+
+    from dlrm_multiepoch import components
+
+    app = components.search(
+        "--val_fraction", "0.2", experiment_dir=str(tmp_path / "s"), seeds="0", eta=2, j="1x2", max_rows=3000,
+        dataset="movielens",
+    )  # fmt: skip
+    (role,) = app.roles
+    assert role.entrypoint == "dlrm-multiepoch" and role.args[:2] == ["search", str(tmp_path / "s")]
+    at = role.args.index("--")
+    assert role.args[at:] == ["--", "--dataset=movielens", "--max_rows=3000", "--val_fraction", "0.2"]
+    assert role.args[role.args.index("--eta") + 1] == "2"
+    # The job's command line is one the search command takes: its dry run shows the roots' launches.
+    out = tmp_path / "out.txt"
+    with open(out, "w") as f, redirect_stdout(f):
+        assert search_main([*role.args[1:at], "--dryrun", *role.args[at:]]) == 0
+    assert re.findall(r"^=== run (\S+) \((\d) epochs\)", out.read_text(), flags=re.M) == [
+        ("joint-s0", "4"), ("delayed-s0", "3"), ("auto-s0", "3"),
+    ]  # fmt: skip

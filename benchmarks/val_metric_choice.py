@@ -108,7 +108,7 @@ def report(folder: Path, budget: int, metrics: Sequence[str], min_tables_epochs:
     tasks = sorted(next(iter(runs.values()))[0][1][0]["test"])
     first = next(iter(runs.values()))[0][1][-1]
     lines = [
-        f"{folder}: {sum(map(len, runs.values()))} runs ({', '.join(f'{k} x{len(v)}' for k, v in runs.items())}); "
+        f"{folder}: fixed-schedule runs {', '.join(f'{k} x{len(v)}' for k, v in runs.items() if 'auto' not in k)}; "
         + "positive rate val / test: "
         + ", ".join(f"{t} {first['val'][t]['positive_rate']:.3f} / {first['test'][t]['positive_rate']:.3f}" for t in tasks),
         "",

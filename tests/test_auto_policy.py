@@ -38,7 +38,10 @@ def summary(decisions: Sequence[Decision]) -> List[Tuple[int, str, str, bool, bo
 
 
 def cfg(**kw) -> AutoScheduleConfig:
-    base = dict(auto_patience=2, auto_min_improvement=0.01, auto_frozen_cap=0.5)
+    # The scripted curves are logloss, and their phases may end within one epoch.
+    base = dict(
+        auto_patience=2, auto_min_improvement=0.01, auto_frozen_cap=0.5, auto_metric="logloss", auto_min_tables_epochs=0.0
+    )
     return AutoScheduleConfig(**(base | kw))
 
 
@@ -195,6 +198,7 @@ def test_bad_settings_name_their_flag() -> None:
         (dict(auto_metric="accuracy"), "--auto_metric"),
         (dict(auto_min_improvement=float("nan")), "--auto_min_improvement"),
         (dict(auto_evals_per_epoch=0), "--auto_evals_per_epoch"),
+        (dict(auto_min_tables_epochs=-1.0), "--auto_min_tables_epochs"),
     ]:
         with pytest.raises(ValueError, match=flag):
             AutoSchedulePolicy(10, 10, ["like"], cfg(**kw))
@@ -206,3 +210,35 @@ def test_bad_settings_name_their_flag() -> None:
     policy.observe(10, val(0.5))
     with pytest.raises(ValueError, match="must increase: got 10 after 10"):
         policy.observe(10, val(0.5))
+
+
+def test_tables_phase_lasts_one_whole_pass_before_a_plateau_ends_it() -> None:
+    # Joint training with early stopping, epochs of 60 steps: validation is flat at steps 30-40
+    # (within the tables' first pass) and improves again at 60.
+    curve = [0.60, 0.55, 0.56, 0.57, 0.58, 0.50, 0.51, 0.52]
+    joint_stop = dict(auto_frozen_cap=0.0, auto_after_tables="stop")
+    first = run(AutoSchedulePolicy(60, 5, ["like"], cfg(**joint_stop)), curve)
+    assert [(d.step, d.transition, d.best_step) for d in first if d.transition] == [(40, "joint->done", 20)]
+    whole = run(AutoSchedulePolicy(60, 5, ["like"], cfg(**joint_stop, auto_min_tables_epochs=1.0)), curve)
+    assert [(d.step, d.transition, d.best_step, d.restore_best) for d in whole if d.transition] == [
+        (80, "joint->done", 60, True)
+    ]
+    # After a frozen epoch (tables start at step 40 of 40-step epochs) the pass ends at step 80:
+    # the plateau at 70 waits for it and, still flat there, ends the phase at 80.
+    frozen_then_joint = [0.70, 0.69, 0.69, 0.69, 0.55, 0.56, 0.57, 0.58, 0.50, 0.49]
+    policy = AutoSchedulePolicy(40, 5, ["like"], cfg(auto_frozen_cap=0.2, auto_min_tables_epochs=1.0))
+    got = run(policy, frozen_then_joint)
+    assert [(d.step, d.transition) for d in got if d.transition] == [(40, "frozen->joint"), (80, "joint->dense")]
+    assert "3 evaluations without" in got[7].reason and got[7].restore_best and got[7].best_step == 50
+    early = run(AutoSchedulePolicy(40, 5, ["like"], cfg(auto_frozen_cap=0.2)), frozen_then_joint)
+    assert [(d.step, d.transition) for d in early if d.transition][:2] == [(40, "frozen->joint"), (70, "joint->dense")]
+
+
+def test_default_objective_is_the_calibration_free_ne() -> None:
+    config = AutoScheduleConfig()
+    assert (config.auto_metric, config.auto_min_tables_epochs) == ("cal_ne", 1.0)
+    policy = AutoSchedulePolicy(10, 3, ["like", "love"], config)
+    metrics = {"like": {"cal_ne": 0.90, "logloss": 0.6}, "love": {"cal_ne": 0.80, "logloss": 0.4}}
+    assert policy.objective(metrics) == pytest.approx(-0.85)  # lower NE is better: negated
+    weighted = AutoSchedulePolicy(10, 3, ["like", "love"], AutoScheduleConfig(auto_task_weights="like:3,love:1"))
+    assert weighted.objective(metrics) == pytest.approx(-(3 * 0.90 + 0.80) / 4)

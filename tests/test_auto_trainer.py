@@ -37,7 +37,10 @@ def _cfg(tmp: str, run_name: str, **overrides: Any) -> TrainConfig:
     settings: Dict[str, Any] = dict(
         epochs=3, batch_size=256, eval_batch_size=1024, train_eval_rows=500, log_every_n_steps=4,
         progress_bar=False, freeze_schedule="auto", sharding_types="table_wise",
-        auto=AutoScheduleConfig(auto_evals_per_epoch=4, auto_patience=1),
+        # Logloss and phases ended by the first plateau: the curve below goes through every phase.
+        auto=AutoScheduleConfig(
+            auto_evals_per_epoch=4, auto_patience=1, auto_metric="logloss", auto_min_tables_epochs=0.0
+        ),
     )  # fmt: skip
     model = ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16,8", over_arch_layer_sizes="16")
     return TrainConfig(
@@ -105,7 +108,8 @@ def _auto_runs(rank: int, world_size: int, tmp: str) -> None:
         assert sorted(os.listdir(f"{tmp}/a/checkpoints")) == expected
 
     # E: the semi-synchronous pipeline follows the decisions too: its lookups are exact
-    # (no stale rows) exactly while the auto schedule keeps the tables frozen.
+    # (no stale rows) exactly while the auto schedule keeps the tables frozen. Default
+    # objective (the calibration-free NE) and minimum tables phase.
     few_evals = AutoScheduleConfig(auto_evals_per_epoch=2, auto_patience=1)
     settings = dict(pipeline="semi_sync", log_every_n_steps=1, pipeline_staleness_interval=1, auto=few_evals)
     e = Trainer(_cfg(tmp, "e", **settings), env)

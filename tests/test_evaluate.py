@@ -3,6 +3,7 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from torchmetrics.functional.classification import binary_auroc
@@ -111,3 +112,47 @@ def _two_ranks(rank: int, world_size: int) -> None:
 
 def test_metrics_over_two_ranks_equal_gathered_metrics() -> None:
     run_on_ranks(_two_ranks, 2)
+
+
+def platt_ne(logits: np.ndarray, labels: np.ndarray) -> float:
+    """Reference: NE of sigmoid(a * logit + b) fitted to every row by L-BFGS in float64."""
+    x, y = torch.tensor(logits, dtype=torch.float64), torch.tensor(labels, dtype=torch.float64)
+    theta = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS(
+        [theta], max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-15, line_search_fn="strong_wolfe"
+    )
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(theta[0] * x + theta[1], y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    plain = exact(logits, labels)
+    return closure().item() * plain["ne"] / plain["logloss"]  # over the base-rate entropy
+
+
+def test_cal_ne_equals_a_platt_fit_and_ignores_affine_miscalibration() -> None:
+    logits, labels = sample(5000, 2)
+    want = platt_ne(logits[:, 0], labels[:, 0])
+    seen = []
+    for scale, shift in [(1.0, 0.0), (3.0, -2.0), (0.25, 1.5)]:  # over/under-confident, base rate shifted
+        metrics = BinaryMetrics(["like"])
+        scores = torch.from_numpy(scale * logits[:, :1] + np.float32(shift))
+        metrics.update(scores, torch.from_numpy(labels[:, :1]), torch.ones(5000))
+        got = metrics.compute()["like"]
+        # Bin centres stand for the logits (0.05% apart): the fit matches to 1e-5 of NE.
+        assert abs(got["cal_ne"] - want) < 1e-5
+        seen.append(got)
+    assert len({round(m["ne"], 3) for m in seen}) == 3  # plain NE moves with the miscalibration
+    assert all(m["cal_ne"] <= m["ne"] + 1e-12 for m in seen)  # the identity is one of the fits
+
+
+def test_cal_ne_is_undefined_with_one_class_and_one_for_uninformative_scores() -> None:
+    metrics = BinaryMetrics(["t"])
+    metrics.update(torch.randn(100, 1), torch.zeros(100, 1), torch.ones(100))
+    assert math.isnan(metrics.compute()["t"]["cal_ne"])
+    flat = BinaryMetrics(["t"])
+    flat.update(torch.full((100, 1), 0.3), (torch.arange(100) % 4 == 0).float()[:, None], torch.ones(100))
+    assert flat.compute()["t"]["cal_ne"] == pytest.approx(1.0, abs=1e-12)

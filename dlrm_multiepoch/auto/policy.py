@@ -17,7 +17,10 @@ Keras/Lightning early stopping):
    others were seen once, and repeated rows are what the tables memorise.
 2. ``joint``: tables train with the rest. An optional gate (e.g. ``feature_cross``)
    closes when the relative train/validation gap has grown by ``gate_gap`` since the
-   phase began. Ends on a plateau.
+   phase began. Ends on a plateau, but not before the tables have trained
+   ``min_tables_epochs`` (one whole pass): within their first pass every row is new to
+   them, so a flat stretch there is noise, not memorisation, and the best model of
+   this phase sits at the end of that pass where the one-epoch phenomenon shows.
 3. ``dense`` (``after_tables="refreeze"``): tables frozen again, the dense part goes on
    while it improves validation. Ends on a plateau. With ``after_tables="stop"`` the run
    ends after phase 2 instead.
@@ -45,7 +48,9 @@ AUTO = "auto"  # the --freeze_schedule value that selects this schedule
 FROZEN, JOINT, DENSE, DONE = "frozen", "joint", "dense", "done"
 PHASES = (FROZEN, JOINT, DENSE, DONE)
 # Metric name -> +1 when higher is better, -1 when lower is.
-METRIC_SIGN = {"auc": 1.0, "logloss": -1.0, "ne": -1.0}
+# cal_ne: NE after refitting sigmoid(a * logit + b) on the split (train/recalibrated.py),
+# blind to a shift of the positive rate between train and validation.
+METRIC_SIGN = {"auc": 1.0, "logloss": -1.0, "ne": -1.0, "cal_ne": -1.0}
 AFTER_TABLES = ("refreeze", "stop")
 
 TaskMetrics = Mapping[str, Mapping[str, float]]
@@ -114,8 +119,19 @@ class AutoScheduleConfig:
             "part continue while it improves, or 'stop' the run"
         },
     )
+    auto_min_tables_epochs: float = field(
+        default=1.0,
+        metadata={
+            "help": "auto schedule: epochs the tables train before a validation plateau may end their phase "
+            "(1: one whole pass over the data; 0: the first plateau)"
+        },
+    )
     auto_metric: str = field(
-        default="logloss", metadata={"help": "auto schedule: validation metric it follows: logloss, auc or ne"}
+        default="cal_ne",
+        metadata={
+            "help": "auto schedule: validation metric it follows: cal_ne (NE after refitting the scores' "
+            "calibration on the split: blind to a drifting positive rate), auc, logloss or ne"
+        },
     )
     auto_task_weights: str = field(
         default="", metadata={"help": "auto schedule: weights of the tasks' metrics, e.g. 'like:1,love:0.5' (empty: equal)"}
@@ -138,7 +154,7 @@ class AutoScheduleConfig:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.auto_frozen_cap <= 1.0:
             raise ValueError(f"--auto_frozen_cap must be in [0, 1], got {self.auto_frozen_cap}")
-        for name in ("auto_min_improvement", "auto_gate_gap"):
+        for name in ("auto_min_improvement", "auto_gate_gap", "auto_min_tables_epochs"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"--{name} must be a finite number >= 0, got {value}")
@@ -346,13 +362,18 @@ class AutoSchedulePolicy:
                     f"tables frozen for the cap: step {step} >= {cfg.auto_frozen_cap:g} of the budget, "
                     f"rounded down to whole epochs ({self.cap_step} steps)"
                 )
-        elif self.phase == JOINT and self._plateau():
+        elif self.phase == JOINT and self._plateau() and step >= self._tables_min_end():
             if cfg.auto_after_tables == "refreeze":
                 return DENSE, self._plateau_reason() + "; tables frozen again, the dense part continues"
             return DONE, self._plateau_reason() + "; run stopped"
         elif self.phase == DENSE and self._plateau():
             return DONE, self._plateau_reason() + "; run stopped"
         return None
+
+    def _tables_min_end(self) -> int:
+        """First step at which a plateau may end the tables' phase."""
+        started = self.phase_history[-1][0]
+        return started + math.ceil(self.config.auto_min_tables_epochs * self.steps_per_epoch - 1e-9)
 
     def _check_gate(self, value: float, train: Optional[TaskMetrics]) -> str:
         if train is None:

@@ -208,10 +208,12 @@ register_strategy(
 )  # fmt: skip
 # The automatic schedule (dlrm_multiepoch/auto): decided on a validation split; the run
 # ends holding its best-validation weights, which the comparison reports as its result.
+# Not in the default sweep: it misses the issue-18 target on MovieLens with a random split
+# (below joint after 3 epochs by more than a seed std; docs/RESULTS.md, "today's verdicts").
 register_strategy(
     "auto", "--freeze_schedule auto",
     "validation-driven: tables frozen until val plateaus, trained until it stops improving, then the rest alone",
-    default=True, needs_val=True,
+    default=False, needs_val=True,
 )  # fmt: skip
 register_strategy(
     "joint-early-stop", "--freeze_schedule auto --auto_frozen_cap 0 --auto_after_tables stop",

@@ -7,6 +7,8 @@ exact ``BinaryAUROC`` keep every prediction and gather them all; their state-sum
 variants bin scores on a fixed threshold grid with no error bound.)
 
 - logloss, NE, positive rate, rows: sums, exact up to float64 summation order.
+- calibration-free NE (``cal_ne``): the NE of the best affine recalibration of the
+  logits, fitted on the same histograms (:mod:`recalibrated`).
 - AUC: from per-label histograms of the float32 logits over the top
   :data:`SCORE_BITS` bits of their order-preserving integer form (sign, exponent and
   11 mantissa bits: a bin spans 0.05% of its logit's magnitude). Rows in one bin count
@@ -24,6 +26,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from dlrm_multiepoch.models.dlrm import ModelOutput
+from dlrm_multiepoch.train.recalibrated import recalibrated_ne
 
 TaskMetrics = Dict[str, Dict[str, float]]
 SCORE_BITS = 20
@@ -139,8 +142,9 @@ def _task_metrics(hist: torch.Tensor, sums: torch.Tensor) -> Dict[str, float]:
     p = positives / rows if rows else float("nan")
     base = -(p * math.log(p) + (1 - p) * math.log(1 - p)) if 0.0 < p < 1.0 else float("nan")
     logloss = bce / rows if rows else float("nan")
-    auc = bound = float("nan")
+    auc = bound = cal_ne = float("nan")
     if n_pos and n_neg:
+        cal_ne = recalibrated_ne(neg, pos)
         below = torch.cumsum(neg, 0) - neg
         auc = float((pos * (below + 0.5 * neg)).sum()) / (n_pos * n_neg)
         bound = 0.5 * float((pos * neg).sum()) / (n_pos * n_neg)
@@ -148,6 +152,7 @@ def _task_metrics(hist: torch.Tensor, sums: torch.Tensor) -> Dict[str, float]:
         "auc": auc,
         "logloss": logloss,
         "ne": logloss / base,
+        "cal_ne": cal_ne,
         "positive_rate": p,
         "rows": rows,
         "auc_error_bound": bound,

@@ -93,13 +93,14 @@ class MetricsLogger:
 
 
 def metric_scalars(results: Mapping[str, Mapping[str, Mapping[str, float]]]) -> Dict[str, float]:
-    """``{split: {task: {metric: value}}}`` -> TensorBoard scalars ``split/task/metric`` (AUC, logloss, NE)."""
+    """``{split: {task: {metric: value}}}`` -> TensorBoard scalars ``split/task/metric``
+    (AUC, logloss, NE and the calibration-free NE)."""
     return {
         f"{split}/{task}/{name}": value
         for split, per_task in results.items()
         for task, metrics in per_task.items()
         for name, value in metrics.items()
-        if name in ("auc", "logloss", "ne")
+        if name in ("auc", "logloss", "ne", "cal_ne")
     }
 
 

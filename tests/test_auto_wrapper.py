@@ -36,7 +36,7 @@ def test_auto_schedule_freezes_trains_and_refreezes_tables_at_the_decided_steps(
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)  # unsharded: the tables train by the dense optimizer
     config = AutoScheduleConfig(
         auto_evals_per_epoch=2, auto_patience=1, auto_min_improvement=0.0, auto_gate="feature_cross",
-        auto_gate_gap=0.05,
+        auto_gate_gap=0.05, auto_metric="logloss", auto_min_tables_epochs=0.0,  # the scripted curves are logloss
     )  # fmt: skip
     auto = AutoFreezeSchedule(model, STEPS_PER_EPOCH, 3, data.tasks, optimizer=opt, config=config)
     assert auto.eval_every_n_steps == 2 and auto.frozen_tables() == ["item", "user"]

@@ -88,7 +88,8 @@ def test_a_sweep_on_a_split_where_every_user_was_seen_prints_and_compares(tmp_pa
     summary = json.loads((exp / "joint-1ep-s0" / "summary.json").read_text())
     (evaluation,) = summary["evaluations"]
     assert evaluation["test.unseen_user"]["like"] == {
-        "auc": None, "logloss": None, "ne": None, "positive_rate": None, "rows": 0.0, "auc_error_bound": None,
+        "auc": None, "logloss": None, "ne": None, "cal_ne": None, "positive_rate": None, "rows": 0.0,
+        "auc_error_bound": None,
     }  # fmt: skip
     assert evaluation["test"]["a/b"]["auc"] is None and evaluation["test"]["a/b"]["positive_rate"] == 0.0
     val, test = evaluation["val"]["like"]["auc"], evaluation["test"]["like"]["auc"]

@@ -18,7 +18,7 @@ that both forms can parse: hence the symlink rather than a re-export. TorchX als
 lists every function of this module as a component, so keep helpers out of it.
 """
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torchx
 import torchx.components.dist as dist
@@ -177,34 +177,11 @@ def sweep(
         max_retries: how many times the scheduler may restart the job (and each run) after a failure
         mounts: mounts into the containers, e.g. type=bind,src=/data,dst=/data
     """
-    # Every launcher parameter becomes the sweep command's option of the same name.
-    options = dict(locals())
+    options = _option_flags(locals(), skip=("sweep_args", "experiment_dir", "config", "name"))
     strategies, common = split_at_dashes(sweep_args)
-    args = ["sweep", experiment_dir]
-    for option, value in options.items():
-        if option in ("sweep_args", "experiment_dir", "config", "name") or value is None:
-            continue
-        if isinstance(value, dict):
-            value = ",".join(f"{k}={v}" for k, v in value.items())
-        elif isinstance(value, list):
-            value = ",".join(value)
-        args += [f"--{option}", str(value)]
-    args += [*strategies, "--", *config_flags(sweep, config, common), *common]
-    return specs.AppDef(
-        name=name.split("/")[-1],
-        roles=[
-            specs.Role(
-                name="sweep",
-                image=image,
-                entrypoint="dlrm-multiepoch",
-                args=args,
-                env={"PYTHONUNBUFFERED": "1", **(env or {})},
-                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                max_retries=max_retries,
-                mounts=specs.parse_mounts(mounts) if mounts else [],
-            )
-        ],
-    )
+    args = ["sweep", experiment_dir, *options, *strategies, "--", *config_flags(sweep, config, common), *common]
+    resource = specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h)
+    return _cli_job("sweep", args, name, image, env, resource, max_retries, mounts)
 
 
 add_config_params(sweep, SWEEP_PARAMS)
@@ -266,33 +243,10 @@ def search(
         max_retries: how many times the scheduler may restart the job (and each branch) after a failure
         mounts: mounts into the containers, e.g. type=bind,src=/data,dst=/data
     """
-    # Every launcher parameter becomes the search command's option of the same name.
-    options = dict(locals())
-    args = ["search", experiment_dir]
-    for option, value in options.items():
-        if option in ("app_args", "experiment_dir", "config", "name") or value is None:
-            continue
-        if isinstance(value, dict):
-            value = ",".join(f"{k}={v}" for k, v in value.items())
-        elif isinstance(value, list):
-            value = ",".join(value)
-        args += [f"--{option}", str(value)]
-    args += ["--", *config_flags(search, config, app_args), *app_args]
-    return specs.AppDef(
-        name=name.split("/")[-1],
-        roles=[
-            specs.Role(
-                name="search",
-                image=image,
-                entrypoint="dlrm-multiepoch",
-                args=args,
-                env={"PYTHONUNBUFFERED": "1", **(env or {})},
-                resource=specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h),
-                max_retries=max_retries,
-                mounts=specs.parse_mounts(mounts) if mounts else [],
-            )
-        ],
-    )
+    options = _option_flags(locals(), skip=("app_args", "experiment_dir", "config", "name"))
+    args = ["search", experiment_dir, *options, "--", *config_flags(search, config, app_args), *app_args]
+    resource = specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h)
+    return _cli_job("search", args, name, image, env, resource, max_retries, mounts)
 
 
 add_config_params(search, SWEEP_PARAMS)
@@ -347,21 +301,50 @@ def preprocess(
     if config.get("preprocess_workers") is None and not passed:
         config["preprocess_workers"] = cpu
     args = ["preprocess", "--output", output, *config_flags(preprocess, config, preprocess_args), *preprocess_args]
+    resource = specs.resource(cpu=cpu, gpu=0, memMB=memMB, h=h)
+    return _cli_job("preprocess", args, name, image, env, resource, max_retries, mounts)
+
+
+add_config_params(preprocess, PREPROCESS_PARAMS)
+
+
+def _option_flags(params: Dict[str, object], skip: Sequence[str]) -> List[str]:
+    """A component's launcher parameters as the command's options of the same names (None: not given)."""
+    flags: List[str] = []
+    for option, value in params.items():
+        if option in skip or value is None:
+            continue
+        if isinstance(value, dict):
+            value = ",".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ",".join(value)
+        flags += [f"--{option}", str(value)]
+    return flags
+
+
+def _cli_job(
+    command: str,
+    args: List[str],
+    name: str,
+    image: str,
+    env: Optional[Dict[str, str]],
+    resource: specs.Resource,
+    max_retries: int,
+    mounts: Optional[List[str]],
+) -> specs.AppDef:
+    """One role running ``dlrm-multiepoch <args>`` (the sweep, search and preprocess jobs)."""
     return specs.AppDef(
         name=name.split("/")[-1],
         roles=[
             specs.Role(
-                name="preprocess",
+                name=command,
                 image=image,
                 entrypoint="dlrm-multiepoch",
                 args=args,
                 env={"PYTHONUNBUFFERED": "1", **(env or {})},
-                resource=specs.resource(cpu=cpu, gpu=0, memMB=memMB, h=h),
+                resource=resource,
                 max_retries=max_retries,
                 mounts=specs.parse_mounts(mounts) if mounts else [],
             )
         ],
     )
-
-
-add_config_params(preprocess, PREPROCESS_PARAMS)

@@ -26,7 +26,7 @@ from dlrm_multiepoch.train.config import OptimConfig, TrainConfig, parse_config
 from dlrm_multiepoch.train.start_point import check_branch
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.multiprocess import run_on_ranks
-from tests.resume_helpers import SCHEDULE, STEPS_PER_EPOCH, assert_bitwise_equal, resume_config
+from tests.resume_helpers import STEPS_PER_EPOCH, assert_bitwise_equal, resume_config
 
 # Tables keep training in epoch 2 (S freezes them); the over arch as in S.
 OTHER_SUFFIX = "tables=train; module:over_arch.*=frozen@[0,1) train@[1,end)"

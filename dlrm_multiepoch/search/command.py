@@ -17,13 +17,12 @@ to deploy. Rerun the same command after an interruption: it continues.
 """
 
 import argparse
-import os
 import sys
 from typing import List, Optional
 
 from dlrm_multiepoch.search.candidates import candidate_tree, select
 from dlrm_multiepoch.search.pruning import DEFAULT_ETA
-from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION
+from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
 from dlrm_multiepoch.sweep.plan import split_at_dashes
 from dlrm_multiepoch.sweep.strategies import flag_names
 
@@ -49,26 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--candidates", default="", help="comma-separated subset of the candidates (default: all; a branch needs its parent)"
     )
     parser.add_argument("--eta", type=int, default=DEFAULT_ETA, help="successive halving: the top 1/eta go on")
-    launch = parser.add_argument_group("launch (as for dlrm-multiepoch sweep)")
-    launch.add_argument("-s", "--scheduler", default="local_cwd", help="TorchX scheduler: local_cwd runs one after another")
-    launch.add_argument("-cfg", "--scheduler_args", default="", help="scheduler options, e.g. queue=default")
-    launch.add_argument("--dryrun", action="store_true", help="print the first launches' scheduler requests, submit nothing")
-    launch.add_argument("-j", "--j", default="1x2", help="{nnodes}x{nproc_per_node} of every branch")
-    launch.add_argument("--script", default="apps/train.py", help="training script, relative to the job's working directory")
-    launch.add_argument("--cpu", type=int, default=2, help="CPUs per node")
-    launch.add_argument("--gpu", type=int, default=0, help="GPUs per node")
-    launch.add_argument("--memMB", type=int, default=8192, help="host memory per node, in MB")
-    launch.add_argument("--h", default=None, help="a registered named resource; overrides cpu, gpu and memMB")
-    launch.add_argument("--image", default="", help="container image (kubernetes, docker)")
-    launch.add_argument("--env", default="", help="environment of every branch, e.g. NCCL_DEBUG=WARN")
-    launch.add_argument("--max_retries", type=int, default=0, help="scheduler restarts of a failed branch")
-    launch.add_argument("--mounts", default="", help="mounts, e.g. type=bind,src=/data,dst=/data")
+    add_launch_args(parser, "branch", "as for dlrm-multiepoch sweep")
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from torchx.util.types import to_dict, to_list
-
     own, common = split_at_dashes(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(own)
@@ -98,24 +82,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         weights = _weights(cfg.auto.auto_task_weights)
     except ValueError as e:
         parser.error(str(e))
-    if args.scheduler == "local_cwd" and not args.dryrun and not os.path.isfile(args.script):
-        parser.error(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root")
 
     from torchx.runner import get_runner
 
     from dlrm_multiepoch.search.driver import ScheduleSearch, SearchSettings
-    from dlrm_multiepoch.sweep.launch import LaunchOptions
 
     runner = get_runner()
     try:
-        cfg_sched = runner.scheduler_run_opts(args.scheduler).cfg_from_str(args.scheduler_args)
+        options = launch_options(args, runner)
+    except ValueError as e:
+        parser.error(str(e))
     finally:
         runner.close()
-    options = LaunchOptions(
-        scheduler=args.scheduler, scheduler_cfg=cfg_sched, j=args.j, dryrun=args.dryrun, script=args.script,
-        cpu=args.cpu, gpu=args.gpu, memMB=args.memMB, h=args.h, image=args.image, env=to_dict(args.env),
-        max_retries=args.max_retries, mounts=to_list(args.mounts),
-    )  # fmt: skip
     settings = SearchSettings(metric=cfg.auto.auto_metric, task_weights=weights, eta=args.eta)
     try:
         search = ScheduleSearch(args.experiment_dir, tree, seeds, args.epochs, common, options, settings)

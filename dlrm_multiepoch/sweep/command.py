@@ -76,21 +76,44 @@ def build_parser() -> argparse.ArgumentParser:
         "runs in EXPERIMENT_DIR/GROUP/, recorded in sweep.json",
     )
     parser.add_argument("--list", action="store_true", help="print the strategy presets and exit")
-    launch = parser.add_argument_group("launch (the dlrm_multiepoch.train component's job parameters)")
+    add_launch_args(parser, "run", "the dlrm_multiepoch.train component's job parameters")
+    return parser
+
+
+def add_launch_args(parser: argparse.ArgumentParser, unit: str, title: str) -> None:
+    """The launch options of every ``unit`` (run, branch): TorchX scheduler and the train component's job parameters."""
+    launch = parser.add_argument_group(f"launch ({title})")
     launch.add_argument("-s", "--scheduler", default="local_cwd", help="TorchX scheduler: local_cwd runs one after another")
     launch.add_argument("-cfg", "--scheduler_args", default="", help="scheduler options, e.g. queue=default (TorchX -cfg)")
-    launch.add_argument("--dryrun", action="store_true", help="print each run's scheduler request, submit nothing")
-    launch.add_argument("-j", "--j", default="1x2", help="{nnodes}x{nproc_per_node} of every run")
+    launch.add_argument("--dryrun", action="store_true", help=f"print each {unit}'s scheduler request, submit nothing")
+    launch.add_argument("-j", "--j", default="1x2", help=f"{{nnodes}}x{{nproc_per_node}} of every {unit}")
     launch.add_argument("--script", default="apps/train.py", help="training script, relative to the job's working directory")
     launch.add_argument("--cpu", type=int, default=2, help="CPUs per node")
     launch.add_argument("--gpu", type=int, default=0, help="GPUs per node")
     launch.add_argument("--memMB", type=int, default=8192, help="host memory per node, in MB")
     launch.add_argument("--h", default=None, help="a registered named resource; overrides cpu, gpu and memMB")
     launch.add_argument("--image", default="", help="container image (kubernetes, docker)")
-    launch.add_argument("--env", default="", help="environment of every run, e.g. NCCL_DEBUG=WARN,LOGLEVEL=INFO")
-    launch.add_argument("--max_retries", type=int, default=0, help="scheduler restarts of a failed run")
+    launch.add_argument("--env", default="", help=f"environment of every {unit}, e.g. NCCL_DEBUG=WARN,LOGLEVEL=INFO")
+    launch.add_argument("--max_retries", type=int, default=0, help=f"scheduler restarts of a failed {unit}")
     launch.add_argument("--mounts", default="", help="mounts, e.g. type=bind,src=/data,dst=/data")
-    return parser
+
+
+def launch_options(args: argparse.Namespace, runner: "Runner") -> "LaunchOptions":
+    """The options :func:`add_launch_args` parsed, each checked (ValueError names the flag), the script too."""
+    from torchx.util.types import to_list
+
+    from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions
+
+    checks.check_scheduler(runner, args.scheduler)
+    checks.check_j(args.j)
+    options = LaunchOptions(
+        scheduler=args.scheduler, scheduler_cfg=checks.scheduler_cfg(runner, args.scheduler, args.scheduler_args),
+        j=args.j, dryrun=args.dryrun, script=args.script, cpu=args.cpu, gpu=args.gpu, memMB=args.memMB, h=args.h,
+        image=args.image, env=checks.env_dict(args.env), max_retries=args.max_retries, mounts=to_list(args.mounts),
+    )  # fmt: skip
+    if args.scheduler == LOCAL and not args.dryrun and not os.path.isfile(args.script):
+        raise ValueError(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root or pass --script")
+    return options
 
 
 def list_strategies() -> str:
@@ -129,9 +152,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "Tuple[SweepPlan, LaunchOptions]":
     """The plan and launch options, every check done before the first run (ValueError names the flag)."""
-    from torchx.util.types import to_list
-
-    from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
+    from dlrm_multiepoch.sweep.launch import LOCAL, SweepLauncher
 
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -141,16 +162,8 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
         windows = [float(w) for w in args.windows.split(",") if w.strip()]
     except ValueError:
         raise ValueError(f"--windows expects comma-separated epochs, got {args.windows!r}") from None
-    checks.check_scheduler(runner, args.scheduler)
-    checks.check_j(args.j)
-    options = LaunchOptions(
-        scheduler=args.scheduler, scheduler_cfg=checks.scheduler_cfg(runner, args.scheduler, args.scheduler_args),
-        j=args.j, dryrun=args.dryrun, script=args.script, cpu=args.cpu, gpu=args.gpu, memMB=args.memMB, h=args.h,
-        image=args.image, env=checks.env_dict(args.env), max_retries=args.max_retries, mounts=to_list(args.mounts),
-    )  # fmt: skip
+    options = launch_options(args, runner)
     local = args.scheduler == LOCAL and not args.dryrun
-    if local and not os.path.isfile(args.script):
-        raise ValueError(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root or pass --script")
     specs = args.strategies or ([] if windows else DEFAULT_STRATEGIES)
     strategies = [parse_strategy(s) for s in specs] + [window_strategy(w, args.epochs) for w in windows]
     common = _with_validation_split(args, strategies, common)

@@ -18,7 +18,6 @@ Runs are deterministic (``derandomize``, no example database) and bounded; set
 import contextlib
 import hashlib
 import io
-import os
 import re
 from pathlib import Path
 from typing import List, Optional
@@ -26,24 +25,20 @@ from typing import List, Optional
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.load import load_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
-from dlrm_multiepoch.train.build import check_splits
-from dlrm_multiepoch.train.config import build_parser, check_freeze_schedule, parse_config
 from dlrm_multiepoch.schedule import FreezeSchedule
-
-EXAMPLES = int(os.environ.get("DLRM_BAD_INPUT_EXAMPLES", "40"))
-CASES = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+from dlrm_multiepoch.train.build import check_splits
+from dlrm_multiepoch.train.config import (
+    build_parser,
+    check_freeze_schedule,
+    parse_config,
 )
+from tests.fuzz_settings import CASES
 
 
 def cli_error(argv: List[str]) -> Optional[str]:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Dict
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from dlrm_multiepoch.sweep import build_plan, parse_strategy, run_state
@@ -33,15 +33,7 @@ from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.manifest import check_experiment, update_manifest
 from dlrm_multiepoch.train.config import parse_config
 from dlrm_multiepoch.train.lock import LOCK_FILE, STALE_AFTER_S
-
-EXAMPLES = int(os.environ.get("DLRM_BAD_INPUT_EXAMPLES", "40"))
-CASES = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+from tests.fuzz_settings import CASES
 
 # -- sweep arguments ------------------------------------------------------------------
 

@@ -56,14 +56,14 @@ def parse_pretrain_config(argv: Optional[Sequence[str]] = None) -> Tuple[TrainCo
     cfg = parse_config(rest)
     pretrain = PretrainConfig(
         **{f.name: getattr(ns, f"pretrain_{f.name}") for f in _own_fields()},
-        batch_size=cfg.batch_size,
+        batch_size=cfg.loader.batch_size,
         embedding_optimizer=cfg.optim.embedding_optimizer,
         embedding_learning_rate=cfg.optim.embedding_learning_rate,
         learning_rate=cfg.optim.learning_rate,
-        sharding_types=cfg.sharding_type_list,
+        sharding_types=cfg.pipeline.sharding_type_list,
         seed=cfg.seed,
-        log_every_n_steps=cfg.log_every_n_steps,
-        limit_batches=cfg.limit_train_batches,
+        log_every_n_steps=cfg.metrics.log_every_n_steps,
+        limit_batches=cfg.loader.limit_train_batches,
     )
     try:
         pretrain.validate()

@@ -68,7 +68,7 @@ def worker(args: argparse.Namespace) -> None:
     from dlrm_multiepoch.train.trainer import Trainer, build_loader
 
     env = init_distributed()
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_flags(
         data=DataConfig(dataset="criteo", data_path=args.data),
         model=ModelConfig(embedding_dim=16),
         batch_size=args.batch_size,

@@ -50,7 +50,7 @@ def resume_config(tmp: str, run_name: str, **overrides: Any) -> TrainConfig:
         freeze_schedule=SCHEDULE,
         checkpoint_every_n_steps=4,
     )
-    return TrainConfig(
+    return TrainConfig.from_flags(
         data=DataConfig(dataset="movielens", max_rows=3000),
         model=ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16,8", over_arch_layer_sizes="16"),
         tensorboard_dir=tmp,

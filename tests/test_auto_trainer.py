@@ -43,7 +43,7 @@ def _cfg(tmp: str, run_name: str, **overrides: Any) -> TrainConfig:
         ),
     )  # fmt: skip
     model = ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16,8", over_arch_layer_sizes="16")
-    return TrainConfig(
+    return TrainConfig.from_flags(
         data=DataConfig(dataset="movielens", max_rows=3000, val_fraction=0.2),
         model=model,
         tensorboard_dir=tmp,

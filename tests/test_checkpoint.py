@@ -274,7 +274,7 @@ def test_a_fresh_start_refuses_earlier_work_unless_overwrite(tmp_path: Path, mon
     (run / "events.out.tfevents.1.host").write_bytes(b"")
     (run / "summary.json").write_text("{}")
     removed: List[str] = []
-    folder = open_run_folder(replace(cfg, overwrite=True), log=removed.append)
+    folder = open_run_folder(cfg.with_flags(overwrite=True), log=removed.append)
     assert (folder.resume_from, folder.purge_step) == (None, 0)  # the old events are hidden in TensorBoard
     assert len(removed) == 3 and not (run / "summary.json").exists() and os.listdir(run / "checkpoints") == []
 
@@ -283,7 +283,7 @@ def test_a_fresh_start_refuses_earlier_work_unless_overwrite(tmp_path: Path, mon
     (run / "summary.json").write_text(json.dumps({"job_id": "job-1"}))
     with pytest.raises(ValueError, match=r"summary\.json"):
         open_run_folder(cfg, log=lambda _: None)
-    assert open_run_folder(replace(cfg, resume="auto"), log=lambda _: None).resume_from is None
+    assert open_run_folder(cfg.with_flags(resume="auto"), log=lambda _: None).resume_from is None
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-1")
     assert open_run_folder(cfg, log=lambda _: None).job_id == "job-1"
 
@@ -386,27 +386,27 @@ def test_a_resume_may_not_skip_or_redo_work(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"--epochs 1 is below what checkpoint ckpt has trained \(epoch 2, batch 4\); pass --epochs 2"):
         check_resumable(info, replace(cfg, epochs=1), 2)
     with pytest.raises(ValueError, match=r"--batch_size 512: checkpoint ckpt was taken 4 batches into an epoch at --batch_size 256"):
-        check_resumable(info, replace(cfg, batch_size=512), 2)
+        check_resumable(info, cfg.with_flags(batch_size=512), 2)
     with pytest.raises(ValueError, match=r"taken 4 batches into epoch 2 on 2 ranks; .* continues only on 2 ranks"):
         check_resumable(info, cfg, 1)
     progress["batch_in_epoch"] = 0  # at an epoch's end any batch size and world size continue
-    check_resumable(info, replace(cfg, batch_size=512), 1)
+    check_resumable(info, cfg.with_flags(batch_size=512), 1)
 
 
 def test_checkpoint_flags(tmp_path: Path) -> None:
     cfg = parse_config(["--no-checkpoint", "--keep_checkpoints", "3", "--resume", "auto", "--run_name", "r"])
-    assert (cfg.checkpoint, cfg.keep_checkpoints, cfg.resume) == (False, 3, "auto")
+    assert (cfg.checkpoint.enabled, cfg.checkpoint.keep_checkpoints, cfg.checkpoint.resume) == (False, 3, "auto")
     cfg = parse_config(["--checkpoint_every_n_steps", "50", "--overwrite", "--skip_nonfinite_batches"])
-    assert (cfg.checkpoint_every_n_steps, cfg.overwrite, cfg.skip_nonfinite_batches) == (50, True, True)
-    assert parse_config([]).checkpoint is True and parse_config([]).keep_checkpoints == 2
+    assert (cfg.checkpoint.checkpoint_every_n_steps, cfg.checkpoint.overwrite, cfg.pipeline.skip_nonfinite_batches) == (50, True, True)
+    assert parse_config([]).checkpoint.enabled is True and parse_config([]).checkpoint.keep_checkpoints == 2
     with pytest.raises(ValueError, match="--resume auto needs --run_name"):
-        replace(cfg, resume="auto", run_name="").validate()
+        cfg.with_flags(resume="auto", run_name="").validate()
     with pytest.raises(ValueError, match="--keep_checkpoints must be >= 1, got 0"):
-        replace(cfg, keep_checkpoints=0).validate()
+        cfg.with_flags(keep_checkpoints=0).validate()
     with pytest.raises(ValueError, match="--checkpoint_every_n_steps must be >= 0"):
-        replace(cfg, checkpoint_every_n_steps=-1).validate()
+        cfg.with_flags(checkpoint_every_n_steps=-1).validate()
     with pytest.raises(ValueError, match=r"--resume '\S+nope': no such checkpoint folder"):
-        replace(cfg, resume=str(tmp_path / "nope")).check_paths()
+        cfg.with_flags(resume=str(tmp_path / "nope")).check_paths()
 
 
 def test_the_planner_sees_sharding_types_in_the_given_order() -> None:

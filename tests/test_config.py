@@ -1,8 +1,18 @@
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
-from dlrm_multiepoch.train.config import _SECTIONS, TrainConfig, _leaf_fields, build_parser, config_fields, parse_config
+from dlrm_multiepoch.config_section import flag_fields, flag_name
+from dlrm_multiepoch.optim.options import ReinitSchedule, TableLRSchedule
+from dlrm_multiepoch.schedule import FreezeSchedule
+from dlrm_multiepoch.train.config import _SECTIONS, TrainConfig, _top_fields, build_parser, config_fields, parse_config
+from dlrm_multiepoch.train.sections import PipelineConfig
+
+# A run record (TrainConfig.to_dict()) written by main at 1b46590, before the config had sections,
+# from a flag in every section: old run folders resume and branch only if records keep this shape.
+RECORD_BEFORE_SECTIONS = Path(__file__).parent / "fixtures" / "train_config_record_1b46590.json"
 
 
 def test_defaults_and_overrides_land_in_their_sections():
@@ -21,7 +31,8 @@ def test_every_flag_has_help():
 
 def test_flag_names_are_unique_across_sections():
     # Count the leaf fields themselves: config_fields() keys by name, so repeats would hide there.
-    names = [f.name for cls in (TrainConfig, *_SECTIONS.values()) for f in _leaf_fields(cls)]
+    names = [f.name for f in _top_fields()] + [flag_name(f) for cls in _SECTIONS.values() for f in flag_fields(cls)]
+    assert len(names) == len(set(names)) == len(config_fields())
     assert sorted(names) == sorted(config_fields())
     dests = [a.dest for a in build_parser()._actions if a.dest != "help"]
     assert sorted(dests) == sorted(names)
@@ -35,6 +46,54 @@ def test_a_field_repeated_in_two_sections_is_refused(monkeypatch):
     monkeypatch.setitem(_SECTIONS, "clash", Clash)
     with pytest.raises(TypeError, match="--epochs is a field of both TrainConfig and Clash"):
         config_fields()
+
+
+def test_a_flag_renamed_onto_another_is_refused(monkeypatch):
+    @dataclasses.dataclass
+    class Clash:
+        kind: str = dataclasses.field(default="x", metadata={"flag": "pipeline"})  # the pipeline section's --pipeline
+
+    monkeypatch.setitem(_SECTIONS, "clash", Clash)
+    with pytest.raises(TypeError, match="--pipeline is a field of both PipelineConfig and Clash"):
+        config_fields()
+
+
+def test_run_records_keep_their_shape_from_before_the_sections():
+    before = json.loads(RECORD_BEFORE_SECTIONS.read_text())
+    cfg = parse_config(before["argv"])
+    assert json.loads(json.dumps(cfg.to_dict())) == before["record"]
+    assert TrainConfig.from_flags(**cfg.flags()).to_dict() == cfg.to_dict()  # the flat view round-trips
+
+
+def test_flags_land_in_their_sections():
+    cfg = parse_config(["--batch_size", "256", "--pipeline", "semi_sync", "--no-checkpoint", "--run_name", "r"])
+    assert (cfg.loader.batch_size, cfg.pipeline.name, cfg.checkpoint.enabled, cfg.metrics.run_name) == (256, "semi_sync", False, "r")
+    assert {f.path for f in config_fields().values() if f.name in ("pipeline", "checkpoint")} == {"pipeline.name", "checkpoint.enabled"}
+    assert cfg.with_flags(batch_size=512).loader.batch_size == 512 and cfg.loader.batch_size == 256
+    with pytest.raises(TypeError, match=r"\['batch'\] are not flags"):
+        TrainConfig.from_flags(batch=3)
+
+
+def test_validation_parses_each_text_flag_once_into_its_typed_value():
+    argv = ["--epochs", "3", "--freeze_schedule", "delayed", "--sharding_types", "table_wise,row_wise", "--id_dropout",
+            "0.02,t_user=0", "--table_lr", "t_item=0.5", "--table_lr_warmup", "10%", "--table_lr_decay", "cosine",
+            "--falr", "power", "--falr_ref", "100", "--falr_tables", "t_user", "--reinit", "table:t_user@1,2"]  # fmt: skip
+    cfg = parse_config(argv)
+    assert cfg.freeze.schedule == FreezeSchedule.parse("delayed") and not cfg.freeze.is_auto
+    assert cfg.pipeline.sharding_type_list == ("table_wise", "row_wise")
+    assert (cfg.remedies.id_dropout_values.get("t_user"), cfg.remedies.id_dropout_values.get("t_item")) == (0.0, 0.02)
+    assert (cfg.optim.table_lr_values.get("t_item"), cfg.optim.table_lr_values.get("t_user")) == (0.5, 0.05)
+    assert cfg.optim.lr_schedule == TableLRSchedule.parse("10%", "cosine", 0.0)
+    assert (cfg.optim.falr_config.kind, cfg.optim.falr_config.ref, cfg.optim.falr_table_list) == ("power", 100, ("t_user",))
+    assert cfg.optim.reinit_schedule == ReinitSchedule((("table:t_user", (1, 2)),))
+    # Parsed values are not flags: records hold the text as given, and equal configs compare equal.
+    assert cfg.to_dict()["freeze_schedule"] == "delayed" and "schedule" not in cfg.to_dict()
+    assert cfg == parse_config(argv) and parse_config([]).optim.falr_config is None
+    auto = parse_config(["--freeze_schedule", "auto", "--val_fraction", "0.1"])
+    assert auto.freeze.is_auto and auto.freeze.schedule is None
+    pipeline = PipelineConfig(sharding_types="row_wise,nope")
+    with pytest.raises(ValueError, match="--sharding_types 'row_wise,nope': expected a comma-separated subset of"):
+        pipeline.validate()
 
 
 def test_unknown_flag_is_rejected_by_name(capsys):
@@ -55,7 +114,7 @@ def test_bad_value_names_the_flag(capsys):
 
 def test_model_and_pipeline_choices(capsys):
     cfg = parse_config(["--model", "multipath", "--history_length", "5", "--pipeline", "semi_sync"])
-    assert cfg.model.model == "multipath" and cfg.pipeline == "semi_sync"
+    assert cfg.model.model == "multipath" and cfg.pipeline.name == "semi_sync"
     with pytest.raises(SystemExit):
         parse_config(["--model", "multipath"])
     assert "--model multipath needs --history_length > 0" in capsys.readouterr().err
@@ -71,7 +130,7 @@ def test_bad_pipeline_and_schedule_name_the_flag(capsys):
 
 
 def test_boolean_flags_take_no_prefix():
-    assert parse_config(["--no-progress_bar"]).progress_bar is False
+    assert parse_config(["--no-progress_bar"]).metrics.progress_bar is False
 
 
 def test_auto_schedule_flags_and_their_errors(capsys):

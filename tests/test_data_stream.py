@@ -215,7 +215,7 @@ def _two_ranks(rank: int, world_size: int, tmp: str) -> None:
         assert sorted(r for rows, _ in everything for r in rows) == list(range(len(data.splits["train"])))
         assert everything[0][1] == everything[1][1], "ranks disagree on batch sizes"
     # A folder of TorchRec's Criteo day files trains.
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_flags(
         data=DataConfig(dataset="criteo", data_path=os.path.join(tmp, "days"), criteo_hash_size=500),
         model=ModelConfig(embedding_dim=4, dense_arch_layer_sizes="8,4", over_arch_layer_sizes="8"),
         epochs=1, batch_size=128, eval_batch_size=256, train_eval_rows=300, progress_bar=False, checkpoint=False,

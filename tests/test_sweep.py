@@ -57,7 +57,7 @@ def test_plan_gives_each_run_its_flags_and_the_app_parses_them(tmp_path):
         "--tensorboard_dir", exp, "--run_name", "late-s0", "--resume", "auto",
     )  # fmt: skip
     cfg = parse_config(list(late.flags))
-    assert (cfg.freeze_schedule, cfg.epochs, cfg.seed, cfg.run_name, cfg.resume) == (LATE, 3, 0, "late-s0", "auto")
+    assert (cfg.freeze.freeze_schedule, cfg.epochs, cfg.seed, cfg.metrics.run_name, cfg.checkpoint.resume) == (LATE, 3, 0, "late-s0", "auto")
     assert [r.epochs for r in plan.runs[:3]] == [1, 4, 3]
 
 
@@ -136,8 +136,8 @@ def test_slurm_dryrun_is_one_job_per_run_and_keeps_a_schedule_with_spaces(tmp_pa
         for opts, app_args in groups:
             assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("2", "2")
             cfg = parse_config(app_args)
-            assert (cfg.run_name, cfg.tensorboard_dir, cfg.resume, cfg.data.dataset) == (name, exp, "auto", "movielens")
-            assert cfg.freeze_schedule == (LATE if name.startswith("late") else "joint")
+            assert (cfg.metrics.run_name, cfg.metrics.tensorboard_dir, cfg.checkpoint.resume, cfg.data.dataset) == (name, exp, "auto", "movielens")
+            assert cfg.freeze.freeze_schedule == (LATE if name.startswith("late") else "joint")
     assert not (tmp_path / "exp").exists()  # a dry run writes nothing
 
 

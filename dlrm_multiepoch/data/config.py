@@ -5,10 +5,8 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from dlrm_multiepoch.names import DATASETS, POOLINGS, check_name
 from dlrm_multiepoch.table_values import TableValues
-
-# The built-in sources (data/*.py register them; others may register more).
-BUILTIN_DATASETS = ("bookcrossing", "movielens", "interactions", "criteo")
 
 
 def split_list(value: str) -> List[str]:
@@ -54,7 +52,7 @@ class DataConfig:
 
     dataset: str = field(
         default="bookcrossing",
-        metadata={"help": f"dataset: {' | '.join(BUILTIN_DATASETS)} (or a source registered with register_source)"},
+        metadata={"help": f"dataset: {' | '.join(DATASETS)} (or a source registered with register_source)"},
     )
     data_path: Optional[str] = field(
         default=None,
@@ -184,9 +182,9 @@ class DataConfig:
         Checks that need the source (a required ``--data_path``, columns, the file's
         content) run when the data is loaded, before any training.
         """
-        from dlrm_multiepoch.data.registry import get_source  # names registered sources; imports the built-ins
+        from dlrm_multiepoch.data.registry import check_dataset  # registered sources; imports none
 
-        get_source(self.dataset)
+        check_dataset(self.dataset)
         if self.history_length < 0:
             raise ValueError(f"--history_length must be >= 0 (0: no history feature), got {self.history_length}")
         if self.dataset == "criteo" and self.history_length:
@@ -208,8 +206,7 @@ class DataConfig:
             names = split_list(getattr(self, flag))
             if len(set(names)) != len(names):
                 raise ValueError(f"--{flag} names a column twice: {getattr(self, flag)!r}")
-        if self.multi_hot_pooling not in ("sum", "mean"):
-            raise ValueError(f"--multi_hot_pooling must be sum or mean, got {self.multi_hot_pooling!r}")
+        check_name("--multi_hot_pooling", self.multi_hot_pooling, POOLINGS)
         self.preprocess_chunk_bytes  # raises naming --preprocess_chunk_mb
         if self.preprocess_workers < 1:
             raise ValueError(f"--preprocess_workers must be >= 1, got {self.preprocess_workers}")

@@ -12,13 +12,14 @@ from typing import Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
+from dlrm_multiepoch.names import POOLINGS  # re-exported: the sources check --multi_hot_pooling
+
 # Row 0 of every table is the reserved "unknown" row: ids unseen in the train split
 # (or folded rare ids) map there.
 UNKNOWN_ID = 0
 # History sequences are padded with this value; it never reaches a KJT.
 HISTORY_PAD = -1
 HISTORY_FEATURE = "history"
-POOLINGS = ("sum", "mean")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
+from dlrm_multiepoch.names import DATASETS
+
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
     from dlrm_multiepoch.data.dataset import InteractionData
@@ -50,12 +52,7 @@ class Source:
 
 SOURCES: Dict[str, Source] = {}
 # Modules that register the built-in sources, in the order ``--dataset`` lists them.
-BUILTIN_SOURCES = (
-    "dlrm_multiepoch.data.bookcrossing",
-    "dlrm_multiepoch.data.movielens",
-    "dlrm_multiepoch.data.interactions",
-    "dlrm_multiepoch.data.criteo",
-)
+BUILTIN_SOURCES = tuple(f"dlrm_multiepoch.data.{name}" for name in DATASETS)
 
 
 def register_source(source: Source) -> Source:
@@ -66,14 +63,17 @@ def register_source(source: Source) -> Source:
 
 def get_source(name: str) -> Source:
     """The source registered as ``name`` (the built-in sources register on first call)."""
+    check_dataset(name)
     for module in BUILTIN_SOURCES:
         importlib.import_module(module)
-    if name not in SOURCES:
-        from dlrm_multiepoch.data.config import BUILTIN_DATASETS
-
-        choices = [n for n in BUILTIN_DATASETS if n in SOURCES] + [n for n in SOURCES if n not in BUILTIN_DATASETS]
-        raise ValueError(f"--dataset {name!r} is unknown; choices: {', '.join(choices)}")
     return SOURCES[name]
+
+
+def check_dataset(name: str) -> None:
+    """Refuse a ``--dataset`` that is neither built in nor registered, without importing a source."""
+    if name not in DATASETS and name not in SOURCES:
+        choices = [*DATASETS, *(n for n in SOURCES if n not in DATASETS)]
+        raise ValueError(f"--dataset {name!r} is unknown; choices: {', '.join(choices)}")
 
 
 def require_file(cfg: "DataConfig", what: str) -> Path:

@@ -4,7 +4,7 @@ import math
 from dataclasses import dataclass, field
 from typing import List
 
-MODEL_NAMES = ("dlrm", "dlrm_dcn", "multipath")
+from dlrm_multiepoch.names import MODELS, check_name
 
 
 def int_list(text: str, flag: str) -> List[int]:
@@ -76,8 +76,7 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the flag and the expected value; needs no data."""
-        if self.model not in MODEL_NAMES:
-            raise ValueError(f"--model must be one of {', '.join(MODEL_NAMES)}; got {self.model!r}")
+        check_name("--model", self.model, MODELS)
         positive = ("embedding_dim", "dcn_num_layers", "dcn_low_rank_dim", "transformer_layers")
         positive += ("transformer_heads", "transformer_ff_dim")
         for name in positive:

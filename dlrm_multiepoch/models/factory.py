@@ -8,14 +8,16 @@ from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import build_dlrm
 from dlrm_multiepoch.models.multipath import build_multipath
+from dlrm_multiepoch.names import MODELS, check_name
 
 ModelBuilder = Callable[[InteractionData, ModelConfig, torch.device], torch.nn.Module]
 
-MODELS: Dict[str, ModelBuilder] = {
+BUILDERS: Dict[str, ModelBuilder] = {
     "dlrm": build_dlrm,
     "dlrm_dcn": build_dlrm,
     "multipath": build_multipath,
 }
+assert tuple(BUILDERS) == MODELS, "a --model name without a builder (or the reverse): see dlrm_multiepoch/names.py"
 
 
 def build_model(data: InteractionData, cfg: ModelConfig, dense_device: torch.device) -> torch.nn.Module:
@@ -23,6 +25,5 @@ def build_model(data: InteractionData, cfg: ModelConfig, dense_device: torch.dev
 
     Embedding tables are created on the meta device, for ``DistributedModelParallel``.
     """
-    if cfg.model not in MODELS:
-        raise ValueError(f"--model must be one of {sorted(MODELS)}, got {cfg.model!r}")
-    return MODELS[cfg.model](data, cfg, dense_device)
+    check_name("--model", cfg.model, MODELS)
+    return BUILDERS[cfg.model](data, cfg, dense_device)

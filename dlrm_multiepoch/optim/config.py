@@ -1,15 +1,17 @@
 """The optimizer section of the training config: the fused table optimizer, the dense
 Adam, and the table remedies' flags (torch-free: the ``dlrm-multiepoch`` command
-validates runs' flags without loading torch)."""
+validates runs' flags without loading torch). ``validate()`` parses the remedies' text
+flags once into the typed values the builders read (``table_lr_values``, ``lr_schedule``,
+``falr_config``, ``falr_table_list``, ``reinit_schedule``)."""
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Optional, Tuple
 
+from dlrm_multiepoch.config_section import parsed
+from dlrm_multiepoch.names import EMBEDDING_OPTIMIZERS, check_name
 from dlrm_multiepoch.optim.options import FALRConfig, ReinitSchedule, TableLRSchedule, check_accumulation, parse_falr_ref
 from dlrm_multiepoch.table_values import TableValues
-
-EMBEDDING_OPTIMIZER_NAMES = ("rowwise_adagrad", "adagrad", "sgd")
 
 
 @dataclass
@@ -67,47 +69,41 @@ class OptimConfig:
     grad_accum_lr_rule: str = field(
         default="1/N", metadata={"help": "fused table LR under accumulation: '1/N' (rescaled) or 'none'"}
     )
+    # Parsed by validate() from the flags above.
+    table_lr_values: TableValues[float] = parsed()  # --table_lr over the base table LR
+    lr_schedule: TableLRSchedule = parsed()  # --table_lr_warmup, --table_lr_decay, --table_lr_final
+    falr_config: Optional[FALRConfig] = parsed()  # --falr and its knobs; None: off
+    falr_table_list: Optional[Tuple[str, ...]] = parsed()  # --falr_tables; None: every fused table
+    reinit_schedule: ReinitSchedule = parsed()  # --reinit against --epochs
 
     def validate(self, epochs: int) -> None:
-        """Syntax and range checks of every optimizer flag (tables are checked once the model exists)."""
+        """Syntax and range checks of every optimizer flag, and the parsed values (tables are checked
+        once the model exists).
+
+        Args:
+            epochs: the run's ``--epochs`` (``--reinit`` epochs must fall inside it).
+        """
         for name in ("learning_rate", "embedding_learning_rate"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"--{name} must be a finite number > 0, got {value}")
         if not (math.isfinite(self.embedding_lr_scale) and self.embedding_lr_scale >= 0):
             raise ValueError(f"--embedding_lr_scale must be a finite number >= 0 (0: off), got {self.embedding_lr_scale}")
-        if self.embedding_optimizer not in EMBEDDING_OPTIMIZER_NAMES:
-            raise ValueError(
-                f"--embedding_optimizer must be one of {', '.join(EMBEDDING_OPTIMIZER_NAMES)}; "
-                f"got {self.embedding_optimizer!r}"
-            )
-        self.table_lr_values()
-        self.lr_schedule()
-        self.falr_config()
-        self.reinit_schedule(epochs)
+        check_name("--embedding_optimizer", self.embedding_optimizer, EMBEDDING_OPTIMIZERS)
+        self.table_lr_values = TableValues.parse(
+            self.table_lr, "--table_lr", float, default=self.base_table_lr(),
+            check=lambda v: math.isfinite(v) and v >= 0, expected="must be a finite number >= 0",
+        )  # fmt: skip
+        self.lr_schedule = TableLRSchedule.parse(self.table_lr_warmup, self.table_lr_decay, self.table_lr_final)
+        self.falr_config = (
+            FALRConfig(self.falr, power=self.falr_power, floor=self.falr_floor, ref=parse_falr_ref(self.falr_ref))
+            if self.falr
+            else None
+        )
+        self.falr_table_list = tuple(t.strip() for t in self.falr_tables.split(",") if t.strip()) or None
+        self.reinit_schedule = ReinitSchedule.parse(self.reinit, epochs)
         check_accumulation(self.grad_accum_steps, self.grad_accum_lr_rule)
 
     def base_table_lr(self) -> float:
         """The table LR before per-table overrides and schedules."""
         return self.embedding_lr_scale * self.learning_rate if self.embedding_lr_scale > 0 else self.embedding_learning_rate
-
-    def table_lr_values(self) -> TableValues[float]:
-        return TableValues.parse(
-            self.table_lr, "--table_lr", float, default=self.base_table_lr(),
-            check=lambda v: math.isfinite(v) and v >= 0, expected="must be a finite number >= 0",
-        )  # fmt: skip
-
-    def lr_schedule(self) -> TableLRSchedule:
-        return TableLRSchedule.parse(self.table_lr_warmup, self.table_lr_decay, self.table_lr_final)
-
-    def falr_config(self) -> Optional[FALRConfig]:
-        if not self.falr:
-            return None
-        return FALRConfig(self.falr, power=self.falr_power, floor=self.falr_floor, ref=parse_falr_ref(self.falr_ref))
-
-    def falr_table_list(self) -> Optional[List[str]]:
-        names = [t.strip() for t in self.falr_tables.split(",") if t.strip()]
-        return names or None
-
-    def reinit_schedule(self, epochs: int) -> ReinitSchedule:
-        return ReinitSchedule.parse(self.reinit, epochs)

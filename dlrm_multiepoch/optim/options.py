@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
+from dlrm_multiepoch.names import FALR_KINDS, TABLE_LR_DECAYS
 from dlrm_multiepoch.schedule import Bound
 
 if TYPE_CHECKING:  # tensors only in FALRConfig.multiplier's signature: this module loads without torch
     import torch
-
-FALR_KINDS = ("log", "power")
-DECAYS = ("constant", "linear", "cosine")
 
 
 @dataclass(frozen=True)
@@ -109,8 +107,8 @@ class TableLRSchedule:
             raise ValueError(f"--table_lr_warmup: {e}") from None
         if bound.from_end:
             raise ValueError(f"--table_lr_warmup must count from the start of the run, got {warmup!r}")
-        if decay not in DECAYS:
-            raise ValueError(f"--table_lr_decay must be one of {', '.join(DECAYS)}, got {decay!r}")
+        if decay not in TABLE_LR_DECAYS:
+            raise ValueError(f"--table_lr_decay must be one of {', '.join(TABLE_LR_DECAYS)}, got {decay!r}")
         if not 0.0 <= final <= 1.0:
             raise ValueError(f"--table_lr_final must be in [0, 1], got {final}")
         return TableLRSchedule(bound, decay, final)

@@ -1,13 +1,14 @@
 """Build the train pipeline the app's ``--pipeline`` flag names."""
 
-from typing import Any, Callable, Collection, Optional, Tuple
+from typing import Any, Callable, Collection, Optional
 
 import torch
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSemiSync, TrainPipelineSparseDist
 
+from dlrm_multiepoch.names import PIPELINES, check_name
 from dlrm_multiepoch.pipeline.semi_sync import STALENESS_INTERVAL, SemiSyncTrainPipeline
 
-PIPELINES: Tuple[str, ...] = ("sparse_dist", "semi_sync", "torchrec_semi_sync")
+__all__ = ["PIPELINES", "make_train_pipeline"]
 
 
 def make_train_pipeline(
@@ -39,6 +40,7 @@ def make_train_pipeline(
 
         pipeline = make_train_pipeline(args.pipeline, dmp, optimizer, env.device, warmup_batches=100)
     """
+    check_name("--pipeline", name, PIPELINES)
     if name == "sparse_dist":
         return TrainPipelineSparseDist(model, optimizer, device, **kwargs)
     if name == "semi_sync":
@@ -46,11 +48,9 @@ def make_train_pipeline(
             model, optimizer, device, staleness=1, warmup_batches=warmup_batches, frozen_tables=frozen_tables,
             staleness_interval=staleness_interval, **kwargs
         )
-    if name == "torchrec_semi_sync":
-        if device.type != "cuda":
-            raise ValueError(
-                "--pipeline torchrec_semi_sync needs CUDA: TorchRec 1.8's TrainPipelineSemiSync calls "
-                "record_stream on CPU tensors (RuntimeError: unknown parameter type); use --pipeline semi_sync"
-            )
-        return TrainPipelineSemiSync(model, optimizer, device, start_batch=warmup_batches, **kwargs)
-    raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {name!r}")
+    if device.type != "cuda":  # the last name: torchrec_semi_sync
+        raise ValueError(
+            "--pipeline torchrec_semi_sync needs CUDA: TorchRec 1.8's TrainPipelineSemiSync calls "
+            "record_stream on CPU tensors (RuntimeError: unknown parameter type); use --pipeline semi_sync"
+        )
+    return TrainPipelineSemiSync(model, optimizer, device, start_batch=warmup_batches, **kwargs)

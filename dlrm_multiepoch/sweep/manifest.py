@@ -97,11 +97,11 @@ def _redefined(plan: SweepPlan, run: RunSpec, changes: List[str], source: str) -
 
 def _folder_changes(experiment_dir: str, run: RunSpec) -> Tuple[List[str], str]:
     """How ``run``'s flags differ from the config its folder recorded, and which file recorded it."""
-    from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy: existing runs only
-
     run_dir = os.path.join(experiment_dir, run.name)
     if not os.path.isdir(run_dir):
         return [], ""
+    from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy: existing runs only
+
     source = os.path.join(run.name, SUMMARY)
     try:
         config = read_json(os.path.join(run_dir, SUMMARY)).get("config")

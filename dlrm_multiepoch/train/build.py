@@ -6,7 +6,7 @@ import numpy as np
 from torchrec.distributed import DistributedModelParallel
 from torchrec.optim.keyed import CombinedOptimizer
 
-from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
+from dlrm_multiepoch.auto import AutoFreezeSchedule
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.load import load_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
@@ -36,9 +36,9 @@ def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
 
     Drawn without a permutation of all rows: memory stays flat as the split grows.
     """
-    if cfg.train_eval_rows:
+    if cfg.metrics.train_eval_rows:
         train = data.splits["train"]
-        size = min(cfg.train_eval_rows, len(train))
+        size = min(cfg.metrics.train_eval_rows, len(train))
         rows = np.random.default_rng(cfg.seed).choice(len(train), size=size, replace=False)
         data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
 
@@ -50,14 +50,14 @@ def build_loader(
     return BatchLoader(
         data,
         split,
-        cfg.batch_size if shuffle else cfg.eval_batch_size,
+        cfg.loader.batch_size if shuffle else cfg.loader.eval_batch_size,
         env.rank,
         env.world_size,
         shuffle=shuffle,
         seed=cfg.seed,
-        block_rows=cfg.shuffle_block_rows,
-        buffer_rows=cfg.shuffle_buffer_rows,
-        prefetch_batches=cfg.prefetch_batches,
+        block_rows=cfg.loader.shuffle_block_rows,
+        buffer_rows=cfg.loader.shuffle_buffer_rows,
+        prefetch_batches=cfg.loader.prefetch_batches,
         pin_memory=env.device.type == "cuda",
     )
 
@@ -92,14 +92,14 @@ def build_freeze(
     tasks: List[str],
 ) -> Optional[Freeze]:
     """The freeze-schedule controller of ``--freeze_schedule``; None when everything trains."""
-    if cfg.freeze_schedule == "joint":
+    if cfg.freeze.freeze_schedule == "joint":
         return None
-    if cfg.freeze_schedule.strip() == AUTO:
+    if cfg.freeze.is_auto:
         return AutoFreezeSchedule(model, steps_per_epoch, cfg.epochs, tasks, optimizer=optimizer, config=cfg.auto)
     try:
-        return FreezeScheduleWrapper(model, cfg.freeze_schedule, steps_per_epoch, cfg.epochs, optimizer=optimizer)
+        return FreezeScheduleWrapper(model, cfg.freeze.schedule, steps_per_epoch, cfg.epochs, optimizer=optimizer)
     except ValueError as e:
-        raise ValueError(f"--freeze_schedule {cfg.freeze_schedule!r}: {e}") from None
+        raise ValueError(f"--freeze_schedule {cfg.freeze.freeze_schedule!r}: {e}") from None
 
 
 def check_resumable(info: CheckpointInfo, cfg: TrainConfig, world_size: int, flag: str = "--resume") -> None:
@@ -132,9 +132,9 @@ def check_resumable(info: CheckpointInfo, cfg: TrainConfig, world_size: int, fla
             f"continues only on {saved_ranks} ranks. Resume on {saved_ranks} ranks, or from an end-of-epoch checkpoint"
         )
     saved_batch = info.state["config"]["batch_size"]
-    if done["batch_in_epoch"] and saved_batch != cfg.batch_size:
+    if done["batch_in_epoch"] and saved_batch != cfg.loader.batch_size:
         raise ValueError(
-            f"--batch_size {cfg.batch_size}: checkpoint {info.path} was taken {done['batch_in_epoch']} batches into "
+            f"--batch_size {cfg.loader.batch_size}: checkpoint {info.path} was taken {done['batch_in_epoch']} batches into "
             f"an epoch at --batch_size {saved_batch}, a data position that only that batch size continues; "
             f"resume with --batch_size {saved_batch} (or from an end-of-epoch checkpoint)"
         )

@@ -1,26 +1,49 @@
-"""The one dataclass config the training app builds everything from, and its CLI.
+"""The one dataclass config the training app builds everything from, in sections, and its CLI.
+
+Sections: ``data``, ``model``, ``optim`` (with the table remedies), ``auto`` (the automatic
+schedule), ``loader``, ``pipeline``, ``freeze``, ``remedies``, ``checkpoint``, ``metrics``
+(:mod:`dlrm_multiepoch.train.sections`); ``epochs`` and ``seed`` stay at the top. Each
+leaf field is one ``--flag``; flag names do not depend on the sections.
 
 ``TrainConfig.validate()`` checks every flag before any data is read, each message
-naming the flag and the value it expects; only checks that need the data (table
-names in a freeze schedule, step-unit windows, one weight per task) wait until it is
-loaded, and still run before the first training step.
+naming the flag and the value it expects, and parses each text flag once into the
+typed value its builder reads (``cfg.freeze.schedule``, ``cfg.optim.lr_schedule``, ...);
+only checks that need the data (table names in a freeze schedule, step-unit windows,
+one weight per task) wait until it is loaded, and still run before the first training step.
 """
 
 import argparse
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
-from dlrm_multiepoch.auto.policy import AUTO, AutoScheduleConfig
+from dlrm_multiepoch.auto.policy import AutoScheduleConfig
+from dlrm_multiepoch.config_section import flag_fields, flag_name, flag_values
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.optim.config import OptimConfig
-from dlrm_multiepoch.schedule import FreezeSchedule
-from dlrm_multiepoch.table_values import TableValues
+from dlrm_multiepoch.train.sections import (
+    CheckpointConfig,
+    FreezeConfig,
+    LoaderConfig,
+    MetricsConfig,
+    PipelineConfig,
+    RemedyConfig,
+    check_freeze_schedule,
+)
 
-SHARDING_TYPE_NAMES = ("data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise", "table_column_wise")
+__all__ = ["TrainConfig", "ConfigField", "config_fields", "build_parser", "parse_config", "check_freeze_schedule"]
+
+# Sections whose flags run records keep nested under the section's name (``to_dict()["data"]``),
+# and sections whose flags they keep at the top (as before these were sections): the records'
+# shape is what resume and --start_from compare, so old run folders keep resuming.
+NESTED_SECTIONS: Dict[str, Type[Any]] = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "auto": AutoScheduleConfig}
+FLAT_SECTIONS: Dict[str, Type[Any]] = {
+    "loader": LoaderConfig, "pipeline": PipelineConfig, "freeze": FreezeConfig, "remedies": RemedyConfig,
+    "checkpoint": CheckpointConfig, "metrics": MetricsConfig,
+}  # fmt: skip
+_SECTIONS = {**NESTED_SECTIONS, **FLAT_SECTIONS}
 
 
 @dataclass
@@ -30,193 +53,93 @@ class TrainConfig:
     Example::
 
         cfg = parse_config(["--dataset", "movielens", "--epochs", "2"])
+        cfg.loader.batch_size, cfg.freeze.schedule        # 1024, FreezeSchedule(...)
         Trainer(cfg, init_distributed()).train()
+
+        cfg = TrainConfig.from_flags(epochs=2, batch_size=256, data=DataConfig(dataset="movielens"))
     """
 
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     auto: AutoScheduleConfig = field(default_factory=AutoScheduleConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    freeze: FreezeConfig = field(default_factory=FreezeConfig)
+    remedies: RemedyConfig = field(default_factory=RemedyConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     epochs: int = field(default=3, metadata={"help": "passes over the train split"})
-    batch_size: int = field(default=1024, metadata={"help": "global batch size (summed over ranks)"})
-    eval_batch_size: int = field(default=4096, metadata={"help": "global batch size for evaluation"})
     seed: int = field(default=0, metadata={"help": "seed of model init and shuffling"})
-    shuffle_block_rows: int = field(
-        default=4096,
-        metadata={"help": "train shuffle: rows of consecutive blocks whose order is permuted each epoch"},
-    )
-    shuffle_buffer_rows: int = field(
-        default=1 << 18,
-        metadata={"help": "train shuffle: rows each rank reads and shuffles together (its memory: this many rows)"},
-    )
-    prefetch_batches: int = field(
-        default=2, metadata={"help": "batches a background thread prepares ahead of training (0: none)"}
-    )
-    sharding_types: str = field(
-        default="table_wise,row_wise,column_wise",
-        metadata={"help": "sharding types the planner may use (add data_parallel to allow replicated tables)"},
-    )
-    freeze_schedule: str = field(
-        default="joint",
-        metadata={
-            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen), e.g. "
-            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)', "
-            "or 'auto': decided from the validation split (needs --val_fraction; knobs --auto_*)"
-        },
-    )
-    pretrained_tables: str = field(
-        default="",
-        metadata={"help": "checkpoint folder of pre-trained tables (apps/pretrain.py) to start from; empty: fresh"},
-    )
-    pipeline: str = field(
-        default="sparse_dist",
-        metadata={
-            "help": "train pipeline: sparse_dist (TorchRec's, synchronous), semi_sync (ours: next batch's lookup "
-            "overlaps this batch's backward, staleness 1), torchrec_semi_sync (TorchRec's, CUDA only)"
-        },
-    )
-    pipeline_warmup_batches: int = field(
-        default=0, metadata={"help": "synchronous batches before a semi-sync pipeline starts overlapping"}
-    )
-    pipeline_staleness_interval: int = field(
-        default=20,
-        metadata={"help": "semi_sync: measure the stale-row fraction on one step in N (1: every step, exact)"},
-    )
-    id_dropout: str = field(
-        default="",
-        metadata={
-            "help": "during training, look up this seeded fraction of ids as the unknown row 0, so it trains: "
-            "'0.02' (every table) or '0.02,t_age=0' (per table); empty: off"
-        },
-    )
-    tensorboard_dir: str = field(default="runs", metadata={"help": "parent folder of run folders"})
-    run_name: str = field(default="", metadata={"help": "run folder name under --tensorboard_dir (default: derived)"})
-    eval_every_n_steps: int = field(default=0, metadata={"help": "also evaluate every N train steps (0: per epoch only)"})
-    train_eval_rows: int = field(
-        default=20000, metadata={"help": "rows of a fixed train sample evaluated each time (memorisation check)"}
-    )
-    log_every_n_steps: int = field(default=20, metadata={"help": "train loss/throughput logging interval"})
-    limit_train_batches: int = field(default=0, metadata={"help": "stop each epoch after N steps (0: no limit)"})
-    progress_bar: bool = field(default=True, metadata={"help": "show a tqdm progress bar on rank 0"})
-    checkpoint: bool = field(
-        default=True,
-        metadata={"help": "save the training state to <run folder>/checkpoints/step_N after each epoch's evaluation (and every --checkpoint_every_n_steps)"},
-    )
-    checkpoint_every_n_steps: int = field(
-        default=0,
-        metadata={
-            "help": "also checkpoint every N train steps, with the data position, so a resume continues mid-epoch "
-            "(0: after each epoch only)"
-        },
-    )
-    keep_checkpoints: int = field(
-        default=2, metadata={"help": "complete checkpoints to keep (older ones are deleted; protected ones stay)"}
-    )
-    resume: str = field(
-        default="",
-        metadata={
-            "help": "empty: start fresh; 'auto': resume from this run folder's newest intact checkpoint if one "
-            "exists (needs --run_name); or a checkpoint folder (e.g. runs/NAME/checkpoints/step_240). A restart "
-            "of the same torchrun/TorchX job always resumes from its own newest checkpoint"
-        },
-    )
-    start_from: str = field(
-        default="",
-        metadata={
-            "help": "start this run (a new run folder) from another run's step_N checkpoint: weights, optimizer "
-            "state and data position; the freeze schedule and remedies are this run's own flags and must agree "
-            "with what that run did up to the checkpoint (a schedule branch). With --resume auto, the run's own "
-            "newest checkpoint wins once it has one"
-        },
-    )
-    stop_at_epoch: int = field(
-        default=0,
-        metadata={
-            "help": "pause after this many epochs of the --epochs schedule (checkpoint saved, no final records); a "
-            "later launch with --resume auto continues (0: train to --epochs)"
-        },
-    )
-    overwrite: bool = field(
-        default=False,
-        metadata={
-            "help": "let a fresh start delete the checkpoints and summary.json an earlier run left in this run "
-            "folder (without it, such a start is refused)"
-        },
-    )
-    skip_nonfinite_batches: bool = field(
-        default=False,
-        metadata={
-            "help": "skip a batch whose loss is NaN/inf on any rank (no update; counted in the log) instead of "
-            "stopping the run; costs one host sync and one all-reduce per step"
-        },
-    )
+
+    @classmethod
+    def from_flags(cls, **values: Any) -> "TrainConfig":
+        """A config from flag values by flag name (``batch_size=256``), each put into its section;
+        a whole section may be given by its name (``data=DataConfig(...)``). Not validated.
+
+        Raises:
+            TypeError: a name that is neither a flag nor a section.
+        """
+        fields = config_fields()
+        whole = {n: v for n, v in values.items() if n in _SECTIONS and isinstance(v, _SECTIONS[n])}
+        flags = {n: v for n, v in values.items() if n not in whole}
+        unknown = sorted(set(flags) - set(fields))
+        if unknown:
+            raise TypeError(f"TrainConfig.from_flags: {unknown} are not flags of the training app")
+        sections = {
+            name: whole[name] if name in whole else section(**{f.name: flags[flag_name(f)] for f in flag_fields(section) if flag_name(f) in flags})
+            for name, section in _SECTIONS.items()
+        }  # fmt: skip
+        return cls(**sections, **{f.name: flags[f.name] for f in _top_fields() if f.name in flags})
+
+    def flags(self) -> Dict[str, Any]:
+        """Every flag's value by flag name, flat (``{"dataset": ..., "batch_size": ..., ...}``)."""
+        return {flag: getattr(_owner(self, field.path), field.path.split(".")[-1]) for flag, field in config_fields().items()}
+
+    def with_flags(self, **changes: Any) -> "TrainConfig":
+        """A copy with the flags ``changes`` names set (``cfg.with_flags(resume="auto")``); not validated."""
+        return TrainConfig.from_flags(**{**self.flags(), **changes})
 
     def validate(self, world_size: int = 1) -> None:
-        """Check every flag before any data is read; ``ValueError`` names the flag and what it expects.
+        """Check every flag before any data is read, and parse the text flags; ``ValueError`` names the flag.
 
         Args:
             world_size: ranks of the job; batch sizes must divide by it.
         """
         self.data.validate()
         self.model.validate()
-        for name in ("epochs", "batch_size", "eval_batch_size", "log_every_n_steps", "shuffle_block_rows",
-                     "shuffle_buffer_rows"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("batch_size", "eval_batch_size"):
-            if getattr(self, name) % world_size:
-                raise ValueError(
-                    f"--{name} {getattr(self, name)} must be a multiple of the world size {world_size} "
-                    f"(each rank takes an equal share of a global batch)"
-                )
-        from dlrm_multiepoch.pipeline.factory import PIPELINES  # torch: the config itself imports without it
-
-        if self.pipeline not in PIPELINES:
-            raise ValueError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {self.pipeline!r}")
-        non_negative = ("eval_every_n_steps", "train_eval_rows", "limit_train_batches", "pipeline_warmup_batches")
-        for name in non_negative + ("prefetch_batches",):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name} must be >= 0, got {getattr(self, name)}")
-        if self.checkpoint_every_n_steps < 0:
-            raise ValueError(f"--checkpoint_every_n_steps must be >= 0 (0: per epoch only), got {self.checkpoint_every_n_steps}")
-        if self.keep_checkpoints < 1:
-            raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
-        if self.pipeline_staleness_interval < 1:
-            raise ValueError(f"--pipeline_staleness_interval must be >= 1, got {self.pipeline_staleness_interval}")
+        if self.epochs <= 0:
+            raise ValueError(f"--epochs must be a positive integer, got {self.epochs}")
+        self.loader.validate(world_size)
+        self.pipeline.validate()
+        self.metrics.validate()
+        self.checkpoint.validate(self.epochs)
         self.optim.validate(self.epochs)
-        if self.optim.grad_accum_steps > 1 and self.checkpoint and self.checkpoint_every_n_steps:
+        if self.optim.grad_accum_steps > 1 and self.checkpoint.enabled and self.checkpoint.checkpoint_every_n_steps:
             # A step checkpoint inside an accumulation window would drop the gradients
             # accumulated so far; epoch checkpoints fall where windows close.
             raise ValueError(
-                f"--checkpoint_every_n_steps {self.checkpoint_every_n_steps} with --grad_accum_steps "
+                f"--checkpoint_every_n_steps {self.checkpoint.checkpoint_every_n_steps} with --grad_accum_steps "
                 f"{self.optim.grad_accum_steps}: step checkpoints are not supported with gradient accumulation "
                 "(use per-epoch checkpoints: --checkpoint_every_n_steps 0)"
             )
-        self.id_dropout_values()
-        self._validate_branch()
-        if self.resume == "auto" and not self.run_name:
+        self.remedies.validate()
+        if self.checkpoint.start_from and self.freeze.is_auto:
+            raise ValueError(
+                "--start_from with --freeze_schedule auto: the automatic schedule decides from its own validation "
+                "history since step 0, so it cannot start from another run's checkpoint"
+            )
+        if self.checkpoint.resume == "auto" and not self.metrics.run_name:
             raise ValueError("--resume auto needs --run_name: the default run name is new for every launch")
         if self.model.model == "multipath" and self.data.history_length <= 0:
             raise ValueError("--model multipath needs --history_length > 0 (its sequence path reads the item history)")
-        unknown = sorted(set(self.sharding_type_list) - set(SHARDING_TYPE_NAMES))
-        if unknown or not self.sharding_type_list:
-            raise ValueError(
-                f"--sharding_types {self.sharding_types!r}: expected a comma-separated subset of "
-                f"{', '.join(SHARDING_TYPE_NAMES)}"
-            )
-        if self.freeze_schedule.strip() == AUTO:
+        self.freeze.validate(self.epochs)
+        if self.freeze.is_auto:
             self.auto.validate()
             if self.data.val_fraction == 0:
                 raise ValueError(
                     "--freeze_schedule auto decides from a validation split: set --val_fraction (e.g. 0.1)"
                 )
-        elif AUTO in (e.strip() for e in self.freeze_schedule.split(";")):
-            raise ValueError(
-                f"--freeze_schedule {self.freeze_schedule!r}: 'auto' stands alone (the policy owns the tables; "
-                "--auto_gate names a gate it may close)"
-            )
-        else:
-            check_freeze_schedule(self.freeze_schedule, self.epochs)
 
     def check_paths(self) -> None:
         """Raise naming the flag when a file or folder it names is missing or of the wrong kind.
@@ -226,88 +149,33 @@ class TrainConfig:
         calls both before it reads any data.
         """
         self.data.check_paths()
-        if self.resume not in ("", "auto") and not os.path.isdir(self.resume):
-            raise ValueError(f"--resume {self.resume!r}: no such checkpoint folder (expected '', 'auto' or a folder)")
-        if self.start_from and not os.path.isdir(self.start_from):
-            raise ValueError(f"--start_from {self.start_from!r}: no such checkpoint folder (a run's checkpoints/step_N)")
-        if self.pretrained_tables and not os.path.isdir(self.pretrained_tables):
-            raise ValueError(f"--pretrained_tables {self.pretrained_tables!r}: no such folder (apps/pretrain.py writes one)")
-
-    def _validate_branch(self) -> None:
-        if not 0 <= self.stop_at_epoch <= self.epochs:
-            raise ValueError(f"--stop_at_epoch must be in [0, --epochs {self.epochs}] (0: no pause), got {self.stop_at_epoch}")
-        if self.stop_at_epoch and not self.checkpoint:
-            raise ValueError("--stop_at_epoch pauses a run to continue it from its checkpoint: drop --no-checkpoint")
-        if not self.start_from:
-            return
-        if self.resume not in ("", "auto"):
-            raise ValueError(
-                f"--start_from {self.start_from!r} with --resume {self.resume!r}: give one checkpoint (--resume auto "
-                "lets a branch continue from its own checkpoints once it has some)"
-            )
-        if self.freeze_schedule.strip() == AUTO:
-            raise ValueError(
-                "--start_from with --freeze_schedule auto: the automatic schedule decides from its own validation "
-                "history since step 0, so it cannot start from another run's checkpoint"
-            )
-
-    def id_dropout_values(self) -> TableValues[float]:
-        return TableValues.parse(
-            self.id_dropout, "--id_dropout", float, default=0.0, check=lambda p: 0.0 <= p < 1.0, expected="must be in [0, 1)"
-        )
-
-    @property
-    def sharding_type_list(self) -> List[str]:
-        return [s for s in self.sharding_types.split(",") if s]
+        resume, start_from = self.checkpoint.resume, self.checkpoint.start_from
+        if resume not in ("", "auto") and not os.path.isdir(resume):
+            raise ValueError(f"--resume {resume!r}: no such checkpoint folder (expected '', 'auto' or a folder)")
+        if start_from and not os.path.isdir(start_from):
+            raise ValueError(f"--start_from {start_from!r}: no such checkpoint folder (a run's checkpoints/step_N)")
+        tables = self.freeze.pretrained_tables
+        if tables and not os.path.isdir(tables):
+            raise ValueError(f"--pretrained_tables {tables!r}: no such folder (apps/pretrain.py writes one)")
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def check_freeze_schedule(text: str, epochs: int) -> None:
-    """Check ``--freeze_schedule`` against ``--epochs`` before the data gives the steps per epoch.
-
-    Windows whose bounds are epochs, percentages or ``end`` are checked here, in
-    epochs; windows with step bounds (``300step``) wait for the real run length, which
-    the trainer checks before training.
-    """
-    if not text.strip():
-        raise ValueError("--freeze_schedule is empty; use 'joint' to train everything every step")
-    try:
-        schedule = FreezeSchedule.parse(text)
-    except ValueError as e:
-        raise ValueError(f"--freeze_schedule: {e}") from None
-
-    def in_epochs(bound: Any) -> Optional[Fraction]:
-        # An epoch is one "step" here; step-unit bounds wait for the real steps per epoch.
-        return None if bound.unit == "step" else bound.to_step(steps_per_epoch=1, total_steps=epochs)
-
-    for group, windows in schedule.groups.items():
-        for w in windows:
-            start, end = in_epochs(w.start), in_epochs(w.end)
-            where = f"--freeze_schedule: group {group!r} window {w.format(group)}"
-            if start is not None and end is not None and start >= end:
-                raise ValueError(f"{where} is empty or inverted: epochs [{float(start):g}, {float(end):g})")
-            for value in (start, end):
-                if value is not None and not 0 <= value <= epochs:
-                    raise ValueError(f"{where} reaches epoch {float(value):g}, outside the run's --epochs {epochs}")
-    if not any(b.unit == "step" for ws in schedule.groups.values() for w in ws for b in (w.start, w.end)):
-        try:  # overlaps; no bound depends on the steps per epoch, so any positive count gives the same answer
-            schedule.resolve(steps_per_epoch=100 * 100, num_epochs=epochs)
-        except ValueError as e:
-            raise ValueError(f"--freeze_schedule: {e}") from None
-
-
-_SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "auto": AutoScheduleConfig}
+        """The flags as run records keep them: ``{"data": {...}, "model": {...}, "optim": {...},
+        "auto": {...}, "epochs": 3, "batch_size": 1024, ...}`` (the other sections' flags at the top)."""
+        out: Dict[str, Any] = {name: flag_values(getattr(self, name)) for name in NESTED_SECTIONS}
+        out.update({f.name: getattr(self, f.name) for f in _top_fields()})
+        for name in FLAT_SECTIONS:
+            out.update(flag_values(getattr(self, name)))
+        return out
 
 
 @dataclass(frozen=True)
 class ConfigField:
-    """One leaf field of :class:`TrainConfig` or a section: its flag, type, default and help.
+    """One flag of the training app: its name, type, default, help, and where it lives in :class:`TrainConfig`.
 
     Example::
 
-        config_fields()["epochs"]   # ConfigField(name='epochs', kind=int, default=3, help=..., section='TrainConfig')
+        config_fields()["batch_size"]   # ConfigField(name='batch_size', kind=int, default=1024, help=...,
+                                        #             section='LoaderConfig', path='loader.batch_size')
     """
 
     name: str
@@ -315,28 +183,41 @@ class ConfigField:
     default: Any
     help: str
     section: str
+    path: str
 
 
 def config_fields() -> Dict[str, ConfigField]:
-    """Every leaf field of :class:`TrainConfig` and its sections, by flag name (one flag each)."""
+    """Every flag of :class:`TrainConfig` and its sections, by flag name (one field each).
+
+    Raises:
+        TypeError: two fields with one flag name (the second would silently shadow the first).
+    """
     fields: Dict[str, ConfigField] = {}
-    for cls in (TrainConfig, *_SECTIONS.values()):
+    owners = [(TrainConfig, "", _top_fields()), *((cls, f"{name}.", flag_fields(cls)) for name, cls in _SECTIONS.items())]
+    for cls, prefix, leaves in owners:
         hints = get_type_hints(cls)
-        for f in _leaf_fields(cls):
+        for f in leaves:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            kind = _optional_base(hints[f.name])
-            if f.name in fields:  # one flag per field: a repeat would silently shadow the other section's
-                raise TypeError(f"--{f.name} is a field of both {fields[f.name].section} and {cls.__name__}")
-            fields[f.name] = ConfigField(f.name, kind, default, f.metadata.get("help", ""), cls.__name__)
+            flag = flag_name(f)
+            if flag in fields:
+                raise TypeError(f"--{flag} is a field of both {fields[flag].section} and {cls.__name__}")
+            help = f.metadata.get("help", "")
+            fields[flag] = ConfigField(flag, _optional_base(hints[f.name]), default, help, cls.__name__, prefix + f.name)
     return fields
 
 
-def _leaf_fields(cls: Type[Any]) -> List[dataclasses.Field]:
-    return [f for f in dataclasses.fields(cls) if not (cls is TrainConfig and f.name in _SECTIONS)]
+def _owner(cfg: TrainConfig, path: str) -> Any:
+    """The section (or the config itself) holding the field at dotted ``path``."""
+    return getattr(cfg, path.split(".")[0]) if "." in path else cfg
+
+
+def _top_fields() -> List[dataclasses.Field]:
+    """The flags of :class:`TrainConfig` itself (``--epochs``, ``--seed``)."""
+    return [f for f in dataclasses.fields(TrainConfig) if f.name not in _SECTIONS]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """One ``--flag`` per leaf field of :class:`TrainConfig` and its sections."""
+    """One ``--flag`` per leaf field of :class:`TrainConfig` and its sections, grouped by section."""
     parser = argparse.ArgumentParser(
         description="Train a DLRM-style model with TorchRec (torchrun/TorchX launch).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -368,9 +249,7 @@ def parse_config(argv: Optional[Sequence[str]] = None, check_paths: bool = False
             a launcher on another host does not).
     """
     parser = build_parser()
-    ns = vars(parser.parse_args(argv))
-    sections = {name: cls(**{f.name: ns[f.name] for f in _leaf_fields(cls)}) for name, cls in _SECTIONS.items()}
-    cfg = TrainConfig(**sections, **{f.name: ns[f.name] for f in _leaf_fields(TrainConfig)})
+    cfg = TrainConfig.from_flags(**vars(parser.parse_args(argv)))
     try:
         cfg.validate(world_size=int(os.environ.get("WORLD_SIZE", "1")))  # set by torchrun before the app starts
         if check_paths:

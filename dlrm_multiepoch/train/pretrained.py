@@ -106,7 +106,7 @@ def load_pretrained_tables(
 
     Example::
 
-        report = load_pretrained_tables(dmp, cfg.pretrained_tables, logger.info)
+        report = load_pretrained_tables(dmp, cfg.freeze.pretrained_tables, logger.info)
         report.fresh  # tables that were not pre-trained
     """
     tables = table_state_dict(model)

@@ -34,7 +34,7 @@ def table_base_lrs(cfg: TrainConfig, data: InteractionData) -> Dict[str, float]:
     """Each table's base LR (``--embedding_learning_rate`` or ``--embedding_lr_scale``,
     overridden by ``--table_lr``); an override of an unknown table is an error."""
     names = [t.name for t in data.tables]
-    values = cfg.optim.table_lr_values()
+    values = cfg.optim.table_lr_values
     values.check_tables(names)
     return {t: values.get(t) for t in names}
 
@@ -70,17 +70,17 @@ class Remedies:
         base_lrs: Dict[str, float],
     ) -> "Remedies":
         names = [t.name for t in data.tables]
-        reinit = cfg.optim.reinit_schedule(cfg.epochs)
+        reinit = cfg.optim.reinit_schedule
         reinit.check_tables(names)
         o = cfg.optim
         accumulation = (
             GradientAccumulation(model, optimizer, o.grad_accum_steps, o.grad_accum_lr_rule) if o.grad_accum_steps > 1 else None
         )
         factor = accumulation.lr_factor if accumulation is not None else 1.0
-        table_lr = TableLRScheduler(model, o.lr_schedule(), steps_per_epoch, cfg.epochs, base_lrs=base_lrs, factor=factor)
-        falr_config = o.falr_config()
-        falr = FrequencyAdaptiveLR(model, falr_config, o.falr_table_list()) if falr_config is not None else None
-        rates = cfg.id_dropout_values()
+        table_lr = TableLRScheduler(model, o.lr_schedule, steps_per_epoch, cfg.epochs, base_lrs=base_lrs, factor=factor)
+        falr_config = o.falr_config
+        falr = FrequencyAdaptiveLR(model, falr_config, o.falr_table_list) if falr_config is not None else None
+        rates = cfg.remedies.id_dropout_values
         rates.check_tables(names)
         dropout = IdDropout.for_tables(data.tables, {t: rates.get(t) for t in names}, cfg.seed, rank)
         return Remedies(table_lr, falr, accumulation, dropout if dropout else None, reinit, cfg.seed)

@@ -75,8 +75,8 @@ def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print) -> Run
     """
     job_id = D.elastic_job_id()
     # Every rank must write to the same folder: rank 0 names it (the time may differ across ranks).
-    name = cfg.run_name or D.broadcast_object(default_run_name(cfg, job_id))
-    path = os.path.join(cfg.tensorboard_dir, name)
+    name = cfg.metrics.run_name or D.broadcast_object(default_run_name(cfg, job_id))
+    path = os.path.join(cfg.metrics.tensorboard_dir, name)
     lock = _lock(path, job_id, log)
     try:
         return _open(cfg, path, job_id, lock, log)
@@ -104,12 +104,12 @@ def _open(
     cfg: TrainConfig, path: str, job_id: Optional[str], lock: Optional[RunLock], log: Callable[[str], None]
 ) -> RunFolder:
     checkpoints = os.path.join(path, CHECKPOINTS_DIR)
-    resume_from = find_checkpoint(cfg.resume, checkpoints, job_id, log)
+    resume_from = find_checkpoint(cfg.checkpoint.resume, checkpoints, job_id, log)
     if resume_from is not None:
         return RunFolder(path, checkpoints, resume_from, resume_from.step + 1, job_id, lock)
     summary = os.path.join(path, SUMMARY_FILE)
-    refusal = D.broadcast_object(refuse_fresh_start(checkpoints, summary, cfg.resume, job_id) if D.rank() == 0 else None)
-    if refusal and not cfg.overwrite:
+    refusal = D.broadcast_object(refuse_fresh_start(checkpoints, summary, cfg.checkpoint.resume, job_id) if D.rank() == 0 else None)
+    if refusal and not cfg.checkpoint.overwrite:
         raise ValueError(refusal)
     if refusal and D.rank() == 0:
         for old in saved_work(checkpoints) + ([summary] if os.path.exists(summary) else []):

@@ -66,12 +66,12 @@ def find_branch_point(
         ValueError: a best-validation checkpoint, ``--epochs`` below its position, or a
             mid-epoch position on another number of ranks or batch size.
     """
-    if not cfg.start_from or run.resume_from is not None:
+    if not cfg.checkpoint.start_from or run.resume_from is not None:
         return None
     try:
-        info = verify_checkpoint(cfg.start_from)
+        info = verify_checkpoint(cfg.checkpoint.start_from)
     except (FileNotFoundError, CheckpointError) as e:
-        raise type(e)(f"{START_FROM} {cfg.start_from!r}: {e}") from None
+        raise type(e)(f"{START_FROM} {cfg.checkpoint.start_from!r}: {e}") from None
     check_resumable(info, cfg, world_size, flag=START_FROM)
     log(f"branching from {info.path} (step {info.step}) into {run.path}")
     return info
@@ -113,10 +113,10 @@ def check_branch(info: CheckpointInfo, cfg: TrainConfig, steps_per_epoch: int, t
             f"length (--table_lr_warmup {cfg.optim.table_lr_warmup!r}, --table_lr_decay {cfg.optim.table_lr_decay!r}): "
             "the parent's steps had other learning rates; give the branch the parent's --epochs"
         )
-    if AUTO in (parent["freeze_schedule"].strip(), cfg.freeze_schedule.strip()):
+    if parent["freeze_schedule"].strip() == AUTO or cfg.freeze.is_auto:
         raise ValueError(f"{where}: --freeze_schedule auto decides from its own history and cannot branch")
     done = info.parts["progress"]
-    ours = _resolved(cfg.freeze_schedule, cfg.epochs, steps_per_epoch)
+    ours = _resolved(cfg.freeze.freeze_schedule, cfg.epochs, steps_per_epoch)
     theirs = _resolved(parent["freeze_schedule"], parent["epochs"], steps_per_epoch)
     for group in sorted(set(ours.windows) | set(theirs.windows)):
         for step in range(info.step):
@@ -125,7 +125,7 @@ def check_branch(info: CheckpointInfo, cfg: TrainConfig, steps_per_epoch: int, t
                 raise ValueError(
                     f"{where}: at step {step} (before the checkpoint's step {info.step}) group {group!r} "
                     f"{'trains' if a else 'is frozen'} in the parent's --freeze_schedule {parent['freeze_schedule']!r} "
-                    f"but {'trains' if b else 'is frozen'} in this run's {cfg.freeze_schedule!r}: a branch may only "
+                    f"but {'trains' if b else 'is frozen'} in this run's {cfg.freeze.freeze_schedule!r}: a branch may only "
                     "change the schedule from the checkpoint on"
                 )
     begun = done["epoch"] + (done["batch_in_epoch"] > 0)  # epochs whose start (and re-init) the parent did
@@ -168,7 +168,7 @@ def start_branch(trainer: "Trainer", info: CheckpointInfo, changes: List[str]) -
     trainer.logger.record("started_from", branch | {"parent_wall_time_s": parent_wall_time})
     trainer.after_load(info.path)
     trainer.logger.info(
-        f"started from {info.path} at {trainer.progress} with --freeze_schedule {trainer.cfg.freeze_schedule!r}; "
+        f"started from {info.path} at {trainer.progress} with --freeze_schedule {trainer.cfg.freeze.freeze_schedule!r}; "
         f"training to epoch {trainer.cfg.epochs}" + "".join(f"\n  changed since the checkpoint: {c}" for c in changes)
     )
 
@@ -181,7 +181,7 @@ def resume_run(trainer: "Trainer", info: CheckpointInfo, changes: List[str]) -> 
     if saved_schedule != (trainer.freeze.state_dict()["schedule"] if trainer.freeze is not None else None):
         raise ValueError(
             f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
-            f"{info.state['config']['freeze_schedule']!r}, this run has {trainer.cfg.freeze_schedule!r}"
+            f"{info.state['config']['freeze_schedule']!r}, this run has {trainer.cfg.freeze.freeze_schedule!r}"
         )
     changes = changes + check_sharding(info, table_sharding(trainer.model.plan))
     trainer.checkpointer.load(info)

@@ -13,7 +13,7 @@ from torchrec.optim.keyed import CombinedOptimizer
 from tqdm import tqdm
 
 from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule
+from dlrm_multiepoch.auto import AutoFreezeSchedule
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.models.dlrm import ModelOutput
@@ -103,7 +103,7 @@ class Trainer:
             self.data = data
             add_train_sample(data, cfg)
         check_splits(self.data)
-        if cfg.freeze_schedule.strip() == AUTO and VAL not in self.data.splits:
+        if cfg.freeze.is_auto and VAL not in self.data.splits:
             raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {self.data.name!r} has none")
         if self.start_from is not None:
             changes = check_compatible(self.start_from, cfg.to_dict(), self.data.tables, flag="--start_from")
@@ -118,10 +118,10 @@ class Trainer:
         base_lrs = table_base_lrs(cfg, self.data)
         model = build_model(self.data, cfg.model, env.device)
         apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.base_table_lr(), base_lrs)
-        self.model = shard_model(model, env, cfg.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
-        if cfg.pretrained_tables and self.resume_from is None and self.start_from is None:  # the checkpoint has them
+        self.model = shard_model(model, env, cfg.pipeline.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
+        if cfg.freeze.pretrained_tables and self.resume_from is None and self.start_from is None:  # the checkpoint has them
             options = cfg.data.cache_options()
-            load_pretrained_tables(self.model, cfg.pretrained_tables, self.logger.info, data_options=options)
+            load_pretrained_tables(self.model, cfg.freeze.pretrained_tables, self.logger.info, data_options=options)
         self.optimizer = build_optimizer(self.model, cfg.optim.learning_rate)
         self.freeze = build_freeze(cfg, self.model, self.optimizer, self.steps_per_epoch, self.data.tasks)
         self.auto_run = (
@@ -131,21 +131,21 @@ class Trainer:
         )
         self.remedies = Remedies.build(cfg, self.data, self.model, self.optimizer, self.steps_per_epoch, env.rank, base_lrs)
         self.pipeline = make_train_pipeline(
-            cfg.pipeline,
+            cfg.pipeline.name,
             self.model,
             self.remedies.pipeline_optimizer(self.optimizer),
             env.device,
-            warmup_batches=cfg.pipeline_warmup_batches,
+            warmup_batches=cfg.pipeline.pipeline_warmup_batches,
             frozen_tables=self.freeze.frozen_tables if self.freeze is not None else None,
-            staleness_interval=cfg.pipeline_staleness_interval,
+            staleness_interval=cfg.pipeline.pipeline_staleness_interval,
         )
-        self.skipper = SkipNonFiniteBatches(self.model.module) if cfg.skip_nonfinite_batches else None
+        self.skipper = SkipNonFiniteBatches(self.model.module) if cfg.pipeline.skip_nonfinite_batches else None
         self.progress = TrainProgress()
         self.checkpointed = {"progress": self.progress, "metrics": self.logger, **self.remedies.checkpoint_parts()}
         if self.freeze is not None:
             self.checkpointed["freeze"] = self.freeze
         self.checkpointer = Checkpointer(
-            self.run.checkpoints, self.model, self.optimizer, self.checkpointed, cfg.keep_checkpoints, self.run.job_id, log
+            self.run.checkpoints, self.model, self.optimizer, self.checkpointed, cfg.checkpoint.keep_checkpoints, self.run.job_id, log
         )
         self.last_checkpoint: Optional[str] = None
         self._warned: Set[Tuple[str, str]] = set()
@@ -168,7 +168,7 @@ class Trainer:
         self.logger.info(
             f"built {self.cfg.model.model}: {n_params:,} parameters on rank {self.env.rank} "
             f"({self.env.world_size} ranks, {self.env.backend} on {self.env.device}); "
-            f"{len(self.train_loader)} steps/epoch at global batch {self.cfg.batch_size}\n{self.model.plan}"
+            f"{len(self.train_loader)} steps/epoch at global batch {self.cfg.loader.batch_size}\n{self.model.plan}"
         )
         self.logger.info(f"TensorBoard run folder: {self.logger.run_dir}")
         self.logger.record("config", self.cfg.to_dict())
@@ -186,7 +186,7 @@ class Trainer:
         self._train_start = time.perf_counter()
         if self.progress.epoch >= self.cfg.epochs:
             self.logger.info(f"nothing left to train: {self.progress.epoch} of {self.cfg.epochs} epochs are done")
-        end = min(self.cfg.epochs, self.cfg.stop_at_epoch or self.cfg.epochs)
+        end = min(self.cfg.epochs, self.cfg.checkpoint.stop_at_epoch or self.cfg.epochs)
         while self.progress.epoch < end and not self.stopped:
             self.run_epoch(self.progress.epoch)
         if self.progress.epoch < self.cfg.epochs and not self.stopped:
@@ -214,7 +214,7 @@ class Trainer:
             return
         self.evaluate(epoch=epoch + 1)
         self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
-        if self.cfg.checkpoint:
+        if self.cfg.checkpoint.enabled:
             self.save_checkpoint()
 
     @property
@@ -258,7 +258,7 @@ class Trainer:
     @property
     def steps_per_epoch(self) -> int:
         steps = len(self.train_loader)
-        return min(steps, self.cfg.limit_train_batches) if self.cfg.limit_train_batches else steps
+        return min(steps, self.cfg.loader.limit_train_batches) if self.cfg.loader.limit_train_batches else steps
 
     def _steps_to_boundary(self) -> int:
         """Steps until the next mid-epoch evaluation or step checkpoint (the pipeline drains there).
@@ -266,9 +266,9 @@ class Trainer:
         Evaluations: all splits every ``--eval_every_n_steps``, the val split at the auto
         schedule's cadence.
         """
-        periods = [self.cfg.eval_every_n_steps, self.auto_run.eval_every_n_steps if self.auto_run else 0]
-        if self.cfg.checkpoint:
-            periods.append(self.cfg.checkpoint_every_n_steps)
+        periods = [self.cfg.metrics.eval_every_n_steps, self.auto_run.eval_every_n_steps if self.auto_run else 0]
+        if self.cfg.checkpoint.enabled:
+            periods.append(self.cfg.checkpoint.checkpoint_every_n_steps)
         return min((p - self.step % p for p in periods if p), default=math.inf)  # type: ignore[arg-type]
 
     def train_epoch(self, epoch: int) -> None:
@@ -279,7 +279,7 @@ class Trainer:
         self.train_loader.set_epoch(epoch, start_step=first)
         batches: Iterator[Batch] = itertools.islice(iter(self.train_loader), steps - first)
         batches = self.remedies.batches(batches, epoch, start=first)
-        show = self.env.is_main and self.cfg.progress_bar
+        show = self.env.is_main and self.cfg.metrics.progress_bar
         bar = tqdm(total=steps, initial=first, desc=f"epoch {epoch + 1}", disable=not show)
         done = first
         while done < steps and not self.stopped:
@@ -289,13 +289,13 @@ class Trainer:
             self.progress.batch_in_epoch = done
             if done == steps:
                 break  # the epoch's evaluation and checkpoint follow in run_epoch
-            if self.cfg.eval_every_n_steps and self.step % self.cfg.eval_every_n_steps == 0:
+            if self.cfg.metrics.eval_every_n_steps and self.step % self.cfg.metrics.eval_every_n_steps == 0:
                 self.evaluate(epoch=epoch + done / steps)
             elif self.auto_run is not None and self.auto_run.evaluation_due(self.step):
                 self.evaluate(epoch=epoch + done / steps, splits=self._val_splits)
             if self.stopped:
                 break
-            if self.cfg.checkpoint and self.cfg.checkpoint_every_n_steps and self.step % self.cfg.checkpoint_every_n_steps == 0:
+            if self.cfg.checkpoint.enabled and self.cfg.checkpoint.checkpoint_every_n_steps and self.step % self.cfg.checkpoint.checkpoint_every_n_steps == 0:
                 self.save_checkpoint()
         bar.close()
 
@@ -314,7 +314,7 @@ class Trainer:
                 self.freeze.step()
             window.append(out)
             bar.update(1)
-            if len(window) == self.cfg.log_every_n_steps:
+            if len(window) == self.cfg.metrics.log_every_n_steps:
                 t0 = self._log_train(window, epoch, time.perf_counter() - t0, bar)
                 window = []
         if window:

@@ -149,7 +149,7 @@ def find_checkpoint(
 
     Example::
 
-        info = find_checkpoint(cfg.resume, f"{run_dir}/checkpoints", elastic_job_id())
+        info = find_checkpoint(cfg.checkpoint.resume, f"{run_dir}/checkpoints", elastic_job_id())
     """
     if job_id is not None:
         own = newest_intact(folder, log, job_id=job_id)

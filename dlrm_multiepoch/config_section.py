@@ -1,0 +1,43 @@
+"""What every config section shares: flag fields, and the parsed values validation fills.
+
+A section is a dataclass whose fields are ``--flags`` (the flag is the field's name,
+or ``metadata["flag"]`` where the section's name would repeat it: the pipeline
+section's ``name`` is ``--pipeline``). A flag in a small text format is parsed ONCE, by
+the section's ``validate()``, into a :func:`parsed` field next to it; builders read the
+parsed value. Parsed fields are not flags: :func:`flag_fields` and :func:`flag_values`
+leave them out, so run records hold the flags' text exactly as given.
+
+Example::
+
+    @dataclass
+    class PipelineConfig:
+        sharding_types: str = field(default="table_wise", metadata={"help": "..."})
+        sharding_type_list: Tuple[str, ...] = parsed()   # filled by validate()
+
+    flag_values(PipelineConfig())   # {"sharding_types": "table_wise"}
+"""
+
+import dataclasses
+from typing import Any, Dict, List
+
+_PARSED = "parsed"
+
+
+def parsed() -> Any:
+    """A field validation fills from a flag's text: not a flag, not compared, not in records."""
+    return dataclasses.field(default=None, init=False, repr=False, compare=False, metadata={_PARSED: True})
+
+
+def flag_fields(section: Any) -> List[dataclasses.Field]:
+    """The fields of ``section`` (a dataclass or its instance) that are flags, in order."""
+    return [f for f in dataclasses.fields(section) if not f.metadata.get(_PARSED)]
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    """The flag of field ``f`` (without ``--``)."""
+    return f.metadata.get("flag", f.name)
+
+
+def flag_values(section: Any) -> Dict[str, Any]:
+    """``{flag: value}`` of a section instance, parsed fields left out."""
+    return {flag_name(f): getattr(section, f.name) for f in flag_fields(section)}

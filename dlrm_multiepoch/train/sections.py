@@ -1,0 +1,281 @@
+"""The training app's own config sections (torch-free): loader, pipeline, freeze, remedies,
+checkpoint and metrics. Each field is the ``--flag`` of its name (or of ``metadata["flag"]``);
+each ``validate()`` checks its flags, naming them, and parses text flags once into the
+:func:`~dlrm_multiepoch.config_section.parsed` fields the builders read.
+
+Example::
+
+    pipeline = PipelineConfig(sharding_types="table_wise,row_wise")
+    pipeline.validate()
+    pipeline.sharding_type_list          # ("table_wise", "row_wise")
+"""
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Optional, Tuple
+
+from dlrm_multiepoch.auto.policy import AUTO
+from dlrm_multiepoch.config_section import parsed
+from dlrm_multiepoch.names import PIPELINES, SHARDING_TYPES, check_name
+from dlrm_multiepoch.schedule import FreezeSchedule
+from dlrm_multiepoch.table_values import TableValues
+
+
+def _at_least(section: Any, names: Tuple[str, ...], low: int, expected: str) -> None:
+    for name in names:
+        if getattr(section, name) < low:
+            raise ValueError(f"--{name} must be {expected}, got {getattr(section, name)}")
+
+
+@dataclass
+class LoaderConfig:
+    """Batches: sizes, the train shuffle, the background prefetch, and a cap on steps per epoch."""
+
+    batch_size: int = field(default=1024, metadata={"help": "global batch size (summed over ranks)"})
+    eval_batch_size: int = field(default=4096, metadata={"help": "global batch size for evaluation"})
+    shuffle_block_rows: int = field(
+        default=4096,
+        metadata={"help": "train shuffle: rows of consecutive blocks whose order is permuted each epoch"},
+    )
+    shuffle_buffer_rows: int = field(
+        default=1 << 18,
+        metadata={"help": "train shuffle: rows each rank reads and shuffles together (its memory: this many rows)"},
+    )
+    prefetch_batches: int = field(
+        default=2, metadata={"help": "batches a background thread prepares ahead of training (0: none)"}
+    )
+    limit_train_batches: int = field(default=0, metadata={"help": "stop each epoch after N steps (0: no limit)"})
+
+    def validate(self, world_size: int = 1) -> None:
+        """Sizes positive and divisible by ``world_size``; counts non-negative."""
+        _at_least(self, ("batch_size", "eval_batch_size", "shuffle_block_rows", "shuffle_buffer_rows"), 1, "a positive integer")
+        for name in ("batch_size", "eval_batch_size"):
+            if getattr(self, name) % world_size:
+                raise ValueError(
+                    f"--{name} {getattr(self, name)} must be a multiple of the world size {world_size} "
+                    f"(each rank takes an equal share of a global batch)"
+                )
+        _at_least(self, ("limit_train_batches", "prefetch_batches"), 0, ">= 0")
+
+
+@dataclass
+class PipelineConfig:
+    """How a step runs: the train pipeline, the sharding the planner may use, non-finite batches."""
+
+    name: str = field(
+        default="sparse_dist",
+        metadata={
+            "flag": "pipeline",
+            "help": "train pipeline: sparse_dist (TorchRec's, synchronous), semi_sync (ours: next batch's lookup "
+            "overlaps this batch's backward, staleness 1), torchrec_semi_sync (TorchRec's, CUDA only)",
+        },
+    )
+    pipeline_warmup_batches: int = field(
+        default=0, metadata={"help": "synchronous batches before a semi-sync pipeline starts overlapping"}
+    )
+    pipeline_staleness_interval: int = field(
+        default=20,
+        metadata={"help": "semi_sync: measure the stale-row fraction on one step in N (1: every step, exact)"},
+    )
+    sharding_types: str = field(
+        default="table_wise,row_wise,column_wise",
+        metadata={"help": "sharding types the planner may use (add data_parallel to allow replicated tables)"},
+    )
+    skip_nonfinite_batches: bool = field(
+        default=False,
+        metadata={
+            "help": "skip a batch whose loss is NaN/inf on any rank (no update; counted in the log) instead of "
+            "stopping the run; costs one host sync and one all-reduce per step"
+        },
+    )
+    sharding_type_list: Tuple[str, ...] = parsed()  # --sharding_types
+
+    def validate(self) -> None:
+        check_name("--pipeline", self.name, PIPELINES)
+        _at_least(self, ("pipeline_warmup_batches",), 0, ">= 0")
+        _at_least(self, ("pipeline_staleness_interval",), 1, ">= 1")
+        types = tuple(s for s in self.sharding_types.split(",") if s)
+        if not types or set(types) - set(SHARDING_TYPES):
+            raise ValueError(
+                f"--sharding_types {self.sharding_types!r}: expected a comma-separated subset of "
+                f"{', '.join(SHARDING_TYPES)}"
+            )
+        self.sharding_type_list = types
+
+
+@dataclass
+class FreezeConfig:
+    """Which parameter groups train when, and the tables a run starts from."""
+
+    freeze_schedule: str = field(
+        default="joint",
+        metadata={
+            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen), e.g. "
+            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)', "
+            "or 'auto': decided from the validation split (needs --val_fraction; knobs --auto_*)"
+        },
+    )
+    pretrained_tables: str = field(
+        default="",
+        metadata={"help": "checkpoint folder of pre-trained tables (apps/pretrain.py) to start from; empty: fresh"},
+    )
+    schedule: Optional[FreezeSchedule] = parsed()  # --freeze_schedule; None for 'auto'
+
+    @property
+    def is_auto(self) -> bool:
+        """``--freeze_schedule auto``: the automatic schedule (:mod:`dlrm_multiepoch.auto`)."""
+        return self.freeze_schedule.strip() == AUTO
+
+    def validate(self, epochs: int) -> None:
+        if self.is_auto:
+            self.schedule = None
+            return
+        if AUTO in (e.strip() for e in self.freeze_schedule.split(";")):
+            raise ValueError(
+                f"--freeze_schedule {self.freeze_schedule!r}: 'auto' stands alone (the policy owns the tables; "
+                "--auto_gate names a gate it may close)"
+            )
+        self.schedule = check_freeze_schedule(self.freeze_schedule, epochs)
+
+
+def check_freeze_schedule(text: str, epochs: int) -> FreezeSchedule:
+    """``--freeze_schedule`` parsed and checked against ``--epochs`` before the data gives the steps per epoch.
+
+    Windows whose bounds are epochs, percentages or ``end`` are checked here, in
+    epochs; windows with step bounds (``300step``) wait for the real run length, which
+    the trainer checks before training.
+    """
+    if not text.strip():
+        raise ValueError("--freeze_schedule is empty; use 'joint' to train everything every step")
+    try:
+        schedule = FreezeSchedule.parse(text)
+    except ValueError as e:
+        raise ValueError(f"--freeze_schedule: {e}") from None
+
+    def in_epochs(bound: Any) -> Optional[Fraction]:
+        # An epoch is one "step" here; step-unit bounds wait for the real steps per epoch.
+        return None if bound.unit == "step" else bound.to_step(steps_per_epoch=1, total_steps=epochs)
+
+    for group, windows in schedule.groups.items():
+        for w in windows:
+            start, end = in_epochs(w.start), in_epochs(w.end)
+            where = f"--freeze_schedule: group {group!r} window {w.format(group)}"
+            if start is not None and end is not None and start >= end:
+                raise ValueError(f"{where} is empty or inverted: epochs [{float(start):g}, {float(end):g})")
+            for value in (start, end):
+                if value is not None and not 0 <= value <= epochs:
+                    raise ValueError(f"{where} reaches epoch {float(value):g}, outside the run's --epochs {epochs}")
+    if not any(b.unit == "step" for ws in schedule.groups.values() for w in ws for b in (w.start, w.end)):
+        try:  # overlaps; no bound depends on the steps per epoch, so any positive count gives the same answer
+            schedule.resolve(steps_per_epoch=100 * 100, num_epochs=epochs)
+        except ValueError as e:
+            raise ValueError(f"--freeze_schedule: {e}") from None
+    return schedule
+
+
+@dataclass
+class RemedyConfig:
+    """Train-time id dropout (the table-LR, FALR, re-initialisation and accumulation remedies are
+    flags of the optimizer section, where run records keep them)."""
+
+    id_dropout: str = field(
+        default="",
+        metadata={
+            "help": "during training, look up this seeded fraction of ids as the unknown row 0, so it trains: "
+            "'0.02' (every table) or '0.02,t_age=0' (per table); empty: off"
+        },
+    )
+    id_dropout_values: TableValues[float] = parsed()  # --id_dropout
+
+    def validate(self) -> None:
+        self.id_dropout_values = TableValues.parse(
+            self.id_dropout, "--id_dropout", float, default=0.0, check=lambda p: 0.0 <= p < 1.0, expected="must be in [0, 1)"
+        )
+
+
+@dataclass
+class CheckpointConfig:
+    """When the training state is saved, and which checkpoint a run starts from."""
+
+    enabled: bool = field(
+        default=True,
+        metadata={
+            "flag": "checkpoint",
+            "help": "save the training state to <run folder>/checkpoints/step_N after each epoch's evaluation "
+            "(and every --checkpoint_every_n_steps)",
+        },
+    )
+    checkpoint_every_n_steps: int = field(
+        default=0,
+        metadata={
+            "help": "also checkpoint every N train steps, with the data position, so a resume continues mid-epoch "
+            "(0: after each epoch only)"
+        },
+    )
+    keep_checkpoints: int = field(
+        default=2, metadata={"help": "complete checkpoints to keep (older ones are deleted; protected ones stay)"}
+    )
+    resume: str = field(
+        default="",
+        metadata={
+            "help": "empty: start fresh; 'auto': resume from this run folder's newest intact checkpoint if one "
+            "exists (needs --run_name); or a checkpoint folder (e.g. runs/NAME/checkpoints/step_240). A restart "
+            "of the same torchrun/TorchX job always resumes from its own newest checkpoint"
+        },
+    )
+    start_from: str = field(
+        default="",
+        metadata={
+            "help": "start this run (a new run folder) from another run's step_N checkpoint: weights, optimizer "
+            "state and data position; the freeze schedule and remedies are this run's own flags and must agree "
+            "with what that run did up to the checkpoint (a schedule branch). With --resume auto, the run's own "
+            "newest checkpoint wins once it has one"
+        },
+    )
+    stop_at_epoch: int = field(
+        default=0,
+        metadata={
+            "help": "pause after this many epochs of the --epochs schedule (checkpoint saved, no final records); a "
+            "later launch with --resume auto continues (0: train to --epochs)"
+        },
+    )
+    overwrite: bool = field(
+        default=False,
+        metadata={
+            "help": "let a fresh start delete the checkpoints and summary.json an earlier run left in this run "
+            "folder (without it, such a start is refused)"
+        },
+    )
+
+    def validate(self, epochs: int) -> None:
+        if self.checkpoint_every_n_steps < 0:
+            raise ValueError(f"--checkpoint_every_n_steps must be >= 0 (0: per epoch only), got {self.checkpoint_every_n_steps}")
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
+        if not 0 <= self.stop_at_epoch <= epochs:
+            raise ValueError(f"--stop_at_epoch must be in [0, --epochs {epochs}] (0: no pause), got {self.stop_at_epoch}")
+        if self.stop_at_epoch and not self.enabled:
+            raise ValueError("--stop_at_epoch pauses a run to continue it from its checkpoint: drop --no-checkpoint")
+        if self.start_from and self.resume not in ("", "auto"):
+            raise ValueError(
+                f"--start_from {self.start_from!r} with --resume {self.resume!r}: give one checkpoint (--resume auto "
+                "lets a branch continue from its own checkpoints once it has some)"
+            )
+
+
+@dataclass
+class MetricsConfig:
+    """Where a run writes, and how often it evaluates and logs."""
+
+    tensorboard_dir: str = field(default="runs", metadata={"help": "parent folder of run folders"})
+    run_name: str = field(default="", metadata={"help": "run folder name under --tensorboard_dir (default: derived)"})
+    eval_every_n_steps: int = field(default=0, metadata={"help": "also evaluate every N train steps (0: per epoch only)"})
+    train_eval_rows: int = field(
+        default=20000, metadata={"help": "rows of a fixed train sample evaluated each time (memorisation check)"}
+    )
+    log_every_n_steps: int = field(default=20, metadata={"help": "train loss/throughput logging interval"})
+    progress_bar: bool = field(default=True, metadata={"help": "show a tqdm progress bar on rank 0"})
+
+    def validate(self) -> None:
+        _at_least(self, ("log_every_n_steps",), 1, "a positive integer")
+        _at_least(self, ("eval_every_n_steps", "train_eval_rows"), 0, ">= 0")

@@ -1,28 +1,34 @@
-"""TorchX component parameters taken from the training app's config dataclass.
+"""TorchX component parameters taken from the dataclasses that define them: the training
+app's config (:class:`TrainConfig`) and the launch settings (:class:`LaunchOptions`).
 
-A component in ``dlrm_multiepoch/components.py`` names the :class:`TrainConfig` fields
-it offers as typed parameters; :func:`add_config_params` gives the function those
-parameters (type, help and the app's default from the dataclass field), so nothing is
-restated by hand. TorchX builds a component's command line from
-``inspect.signature`` and its help from the docstring, both of which this sets; its
+A component in ``dlrm_multiepoch/components.py`` names the config fields it offers
+(:func:`add_config_params`: ``Optional[type]``, default None, so the app's defaults
+apply) and the launch settings it takes (:func:`add_launch_params`: the setting's type
+and default), so nothing is restated by hand. TorchX builds a component's command line
+from ``inspect.signature`` and its help from the docstring, both of which these set; its
 linter reads the defining file's source, where the function takes the values as
-``**config``. Values left unset (None) are not passed, so the app's defaults apply.
+``**params``; :func:`launch_options` and :func:`config_flags` split them again.
 
 Example::
 
-    def train(*script_args: str, j: str = "1x2", **config: object) -> specs.AppDef:
-        '''Train. Args: script_args: app flags; j: nodes x procs'''
-        return dist.ddp(*config_flags(train, config, script_args), script="apps/train.py", j=j)
+    def train(*script_args: str, **params: object) -> specs.AppDef:
+        '''Train. Args: script_args: app flags'''
+        options = launch_options(train, params)
+        return dist.ddp(*config_flags(train, params, script_args), **options.component_kwargs())
 
-    add_config_params(train, ("dataset", "epochs"))   # train(epochs=3) -> --epochs=3
+    add_launch_params(train, ("j", "cpu"), unit="job")   # train(j="2x4")
+    add_config_params(train, ("dataset", "epochs"))      # train(epochs=3) -> --epochs=3
 """
 
+import dataclasses
 import inspect
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from dlrm_multiepoch.launch_options import LaunchOptions, launch_fields
 from dlrm_multiepoch.train.config import config_fields
 
 _PARAMS_ATTR = "__config_params__"
+_LAUNCH_ATTR = "__launch_params__"
 
 
 def add_config_params(fn: Callable[..., Any], names: Sequence[str]) -> None:
@@ -35,11 +41,6 @@ def add_config_params(fn: Callable[..., Any], names: Sequence[str]) -> None:
     unknown = [n for n in names if n not in fields]
     if unknown:
         raise ValueError(f"{fn.__name__}: {unknown} are not fields of TrainConfig or its sections")
-    signature = inspect.signature(fn)
-    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    clash = [p.name for p in own if p.name in names]
-    if clash:
-        raise ValueError(f"{fn.__name__}: parameters {clash} are both its own and config fields")
     for f in (fields[n] for n in names):
         if f.kind not in (str, int, float):
             raise ValueError(f"{fn.__name__}: config field {f.name!r} is {f.kind.__name__}; pass it after --")
@@ -47,11 +48,63 @@ def add_config_params(fn: Callable[..., Any], names: Sequence[str]) -> None:
         inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[fields[n].kind])
         for n in names
     ]
-    at = next((i + 1 for i, p in enumerate(own) if p.kind is inspect.Parameter.VAR_POSITIONAL), 0)
-    fn.__signature__ = signature.replace(parameters=own[:at] + added + own[at:])  # type: ignore[attr-defined]
     lines = [f"    {f.name}: {f.help} (app default: {f.default!r})" for f in (fields[n] for n in names)]
-    fn.__doc__ = inspect.cleandoc(fn.__doc__ or "") + "\n" + "\n".join(lines) + "\n"
+    _add_parameters(fn, added, lines)
     setattr(fn, _PARAMS_ATTR, tuple(names))
+
+
+def add_launch_params(fn: Callable[..., Any], names: Sequence[str], unit: str, defaults: Mapping[str, Any] = {}) -> None:
+    """Give component ``fn`` keyword-only parameters ``names`` of :class:`LaunchOptions`: its type and
+    default (or ``defaults``), its help (``{unit}``: what one launch is: job, run, branch).
+
+    Dicts and lists default to None (TorchX's CLI parses ``A=1,B=2`` and ``a,b``); call
+    before :func:`add_config_params`, so the launch parameters come first.
+    """
+    settings = {f.name: f for f in launch_fields()}
+    unknown = [n for n in [*names, *defaults] if n not in settings]
+    if unknown:
+        raise ValueError(f"{fn.__name__}: {unknown} are not LaunchOptions settings")
+    base = LaunchOptions()
+    added, lines = [], []
+    for f in (settings[n] for n in names):
+        default = defaults.get(f.name, getattr(base, f.name))
+        kind = f.type
+        if isinstance(default, (dict, list)):
+            default, kind = None, Optional[f.type]
+        added.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind))
+        lines.append(f"    {f.name}: {f.metadata['help'].replace('{unit}', unit)}")
+    _add_parameters(fn, added, lines)
+    setattr(fn, _LAUNCH_ATTR, {p.name: p.default for p in added})
+
+
+def _add_parameters(fn: Callable[..., Any], added: List[inspect.Parameter], lines: List[str]) -> None:
+    """Insert ``added`` after ``fn``'s own keyword parameters (before ``**params``); append their help
+    ``lines`` to the docstring's ``Args:`` section, which must be its last."""
+    signature = inspect.signature(fn)
+    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    clash = [p.name for p in own if p.name in {a.name for a in added}]
+    if clash:
+        raise ValueError(f"{fn.__name__}: parameters {clash} are given twice")
+    fn.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
+    fn.__doc__ = inspect.cleandoc(fn.__doc__ or "") + "\n" + "\n".join(lines) + "\n"
+
+
+def launch_options(fn: Callable[..., Any], params: Dict[str, Any]) -> LaunchOptions:
+    """Take ``fn``'s launch parameters out of ``params`` (the rest are config values) as checked
+    :class:`LaunchOptions`; a bad value is refused naming its flag.
+
+    Raises:
+        ValueError: naming the parameter (``-j``, ``--cpu``, ...) and what it expects.
+    """
+    given: Dict[str, Any] = getattr(fn, _LAUNCH_ATTR)
+    values = {name: params.pop(name, default) for name, default in given.items()}
+    base = dataclasses.asdict(LaunchOptions())
+    options = LaunchOptions(**{k: base[k] if v is None and isinstance(base[k], (dict, list)) else v for k, v in values.items()})
+    for name in ("cpu", "gpu", "memMB", "max_retries"):  # TorchX's CLI hands ints over as ints; Python callers may not
+        if not isinstance(getattr(options, name), int) or isinstance(getattr(options, name), bool):
+            raise TypeError(f"--{name} must be int, got {getattr(options, name)!r}")
+    options.check()
+    return options
 
 
 def config_flags(fn: Callable[..., Any], values: Dict[str, Any], script_args: Sequence[str] = ()) -> List[str]:

@@ -11,20 +11,22 @@ This module is the single definition of the components. It is reachable two ways
 
 The training app's flags offered as typed parameters are named here and built from
 ``TrainConfig`` (type, help, default) by :func:`add_config_params`; every other app
-flag passes through after ``--``. TorchX reads a component's signature and docstring
+flag passes through after ``--``. The job parameters (``j``, ``cpu``, ``env``, ...) are
+built from :class:`~dlrm_multiepoch.launch_options.LaunchOptions` by
+:func:`add_launch_params`, the sweep and search commands' launch flags too. TorchX reads a component's signature and docstring
 to build its command line, and lints the source file that defines it (every
 parameter typed, ``AppDef`` returned), so the definition must live in one real file
 that both forms can parse: hence the symlink rather than a re-export. TorchX also
 lists every function of this module as a component, so keep helpers out of it.
 """
 
-from typing import Dict, List, Optional, Sequence
+from typing import List
 
-import torchx
 import torchx.components.dist as dist
 from torchx import specs
 
-from dlrm_multiepoch.component_params import add_config_params, config_flags
+from dlrm_multiepoch.component_params import add_config_params, add_launch_params, config_flags, launch_options
+from dlrm_multiepoch.launch_options import LaunchOptions
 from dlrm_multiepoch.sweep.plan import split_at_dashes
 
 # Training-app flags offered as typed parameters (from TrainConfig); the rest go after "--".
@@ -38,23 +40,16 @@ SWEEP_PARAMS = (
     "dataset", "data_path", "max_rows", "history_length", "model", "embedding_dim", "learning_rate",
     "embedding_learning_rate", "batch_size", "pipeline", "pretrained_tables",
 )  # fmt: skip
+# Launch settings (from LaunchOptions): a training job's, and those a sweep or search job passes to its runs.
+JOB_LAUNCH = ("script", "j", "cpu", "gpu", "memMB", "h", "image", "env", "max_retries", "mounts")
+RUNS_LAUNCH = ("scheduler", "scheduler_args", *JOB_LAUNCH)
 
 
 def train(
     *script_args: str,
-    script: str = "apps/train.py",
-    j: str = "1x2",
-    cpu: int = 2,
-    gpu: int = 0,
-    memMB: int = 8192,
-    h: Optional[str] = None,
-    image: str = torchx.IMAGE,
     name: str = "dlrm_multiepoch/dlrm",
-    env: Optional[Dict[str, str]] = None,
-    max_retries: int = 0,
     max_restarts: int = 0,
-    mounts: Optional[List[str]] = None,
-    **config: object,
+    **params: object,
 ) -> specs.AppDef:
     """Distributed DLRM training on a dataset: ``apps/train.py`` under ``torchrun``.
 
@@ -76,38 +71,14 @@ def train(
 
     Args:
         script_args: further flags for the training app, passed through verbatim
-        script: training script, relative to the job's working directory (the
-            current directory for local_cwd and slurm, the image's WORKDIR for kubernetes)
-        j: {nnodes}x{nproc_per_node}; for GPU hosts nproc_per_node must not exceed the GPU count
-        cpu: CPUs per node
-        gpu: GPUs per node
-        memMB: host memory per node, in MB
-        h: a registered named resource; overrides cpu, gpu and memMB
-        image: container image (kubernetes, docker); ignored by local_cwd and slurm
         name: job name, {experimentname}/{runname}
-        env: environment variables for the job, e.g. LOGLEVEL=INFO,NCCL_DEBUG=WARN
-        max_retries: how many times the scheduler may restart the job after a failure
         max_restarts: how many times torchrun may restart the job's workers in place after a
             failure (torchrun --max_restarts); the app resumes from the job's newest checkpoint
-        mounts: mounts into the job's containers, e.g. type=bind,src=/data,dst=/data
     """
     if max_restarts < 0:
         raise ValueError(f"--max_restarts must be >= 0, got {max_restarts}")
-    app = dist.ddp(
-        *config_flags(train, config, script_args),
-        *script_args,
-        script=script,
-        image=image,
-        name=name,
-        h=h,
-        cpu=cpu,
-        gpu=gpu,
-        memMB=memMB,
-        j=j,
-        env=env,
-        max_retries=max_retries,
-        mounts=mounts,
-    )
+    options = launch_options(train, params)
+    app = dist.ddp(*config_flags(train, params, script_args), *script_args, name=name, **options.component_kwargs())
     if max_restarts:  # dist.ddp has no parameter for torchrun's own restarts
         (role,) = app.roles
         assert role.args[1].startswith("torchrun "), role.args
@@ -118,6 +89,7 @@ def train(
     return app
 
 
+add_launch_params(train, JOB_LAUNCH, unit="job")
 add_config_params(train, TRAIN_PARAMS)
 
 
@@ -126,21 +98,9 @@ def sweep(
     experiment_dir: str,
     epochs: int = 3,
     seeds: str = "0",
-    windows: Optional[str] = None,
-    scheduler: str = "local_cwd",
-    scheduler_args: Optional[str] = None,
-    script: str = "apps/train.py",
-    j: str = "1x2",
-    cpu: int = 2,
-    gpu: int = 0,
-    memMB: int = 8192,
-    h: Optional[str] = None,
-    image: str = torchx.IMAGE,
+    windows: str = "",
     name: str = "dlrm_multiepoch/sweep",
-    env: Optional[Dict[str, str]] = None,
-    max_retries: int = 0,
-    mounts: Optional[List[str]] = None,
-    **config: object,
+    **params: object,
 ) -> specs.AppDef:
     """A strategy comparison: ``dlrm-multiepoch sweep`` as one job that trains strategies x seeds.
 
@@ -148,7 +108,9 @@ def sweep(
     ``j`` = nodes x processes) through TorchX's ``scheduler``: with ``local_cwd`` (the
     default) the runs go one after another inside this job's allocation. Finished runs
     are skipped and interrupted ones resumed, so a restarted job (``max_retries``)
-    continues where it stopped. Then compare with ``dlrm-multiepoch compare EXPERIMENT_DIR``.
+    continues where it stopped. The job itself gets ``cpu``, ``gpu``, ``memMB``, ``h``,
+    ``image``, ``env``, ``max_retries`` and ``mounts`` too. Then compare with
+    ``dlrm-multiepoch compare EXPERIMENT_DIR``.
 
     Example::
 
@@ -163,27 +125,16 @@ def sweep(
         epochs: epoch budget of each strategy (presets may differ: joint-1ep runs 1, joint the budget + 1)
         seeds: comma-separated seeds; each strategy runs once per seed
         windows: update-window sweep: comma-separated epochs at which the tables start training, e.g. 0,0.5,1,1.5
-        scheduler: TorchX scheduler the runs are launched on from inside this job
-        scheduler_args: that scheduler's options, e.g. queue=default (TorchX -cfg syntax)
-        script: training script, relative to the job's working directory
-        j: {nnodes}x{nproc_per_node} of each run
-        cpu: CPUs per node
-        gpu: GPUs per node
-        memMB: host memory per node, in MB
-        h: a registered named resource; overrides cpu, gpu and memMB
-        image: container image (kubernetes, docker); ignored by local_cwd and slurm
         name: job name, {experimentname}/{runname}
-        env: environment variables for the job and its runs, e.g. NCCL_DEBUG=WARN
-        max_retries: how many times the scheduler may restart the job (and each run) after a failure
-        mounts: mounts into the containers, e.g. type=bind,src=/data,dst=/data
     """
-    options = _option_flags(locals(), skip=("sweep_args", "experiment_dir", "config", "name"))
+    options = launch_options(sweep, params)
     strategies, common = split_at_dashes(sweep_args)
-    args = ["sweep", experiment_dir, *options, *strategies, "--", *config_flags(sweep, config, common), *common]
-    resource = specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h)
-    return _cli_job("sweep", args, name, image, env, resource, max_retries, mounts)
+    own = ["--epochs", str(epochs), "--seeds", seeds, *(["--windows", windows] if windows else [])]
+    args = ["sweep", experiment_dir, *own, *options.to_flags(), *strategies, "--", *config_flags(sweep, params, common), *common]
+    return _cli_job("sweep", args, name, options)
 
 
+add_launch_params(sweep, RUNS_LAUNCH, unit="run")
 add_config_params(sweep, SWEEP_PARAMS)
 
 
@@ -193,21 +144,9 @@ def search(
     epochs: int = 3,
     seeds: str = "0",
     eta: int = 3,
-    candidates: Optional[str] = None,
-    scheduler: str = "local_cwd",
-    scheduler_args: Optional[str] = None,
-    script: str = "apps/train.py",
-    j: str = "1x2",
-    cpu: int = 2,
-    gpu: int = 0,
-    memMB: int = 8192,
-    h: Optional[str] = None,
-    image: str = torchx.IMAGE,
+    candidates: str = "",
     name: str = "dlrm_multiepoch/search",
-    env: Optional[Dict[str, str]] = None,
-    max_retries: int = 0,
-    mounts: Optional[List[str]] = None,
-    **config: object,
+    **params: object,
 ) -> specs.AppDef:
     """A schedule search: ``dlrm-multiepoch search`` as one job that decides on validation which schedule to deploy.
 
@@ -215,7 +154,9 @@ def search(
     ``j`` = nodes x processes) through TorchX's ``scheduler``: with ``local_cwd`` (the
     default) one after another inside this job's allocation; with a cluster scheduler,
     one job per branch, in parallel where branches do not wait for a parent. A restarted
-    job (``max_retries``) continues the search. The record is ``EXPERIMENT_DIR/search.json``.
+    job (``max_retries``) continues the search. The job itself gets ``cpu``, ``gpu``,
+    ``memMB``, ``h``, ``image``, ``env``, ``max_retries`` and ``mounts`` too. The record
+    is ``EXPERIMENT_DIR/search.json``.
 
     Example::
 
@@ -229,26 +170,15 @@ def search(
         seeds: comma-separated seeds; one independent search per seed
         eta: successive halving: the top 1/eta of the judged branches go on at each rung
         candidates: comma-separated subset of the candidates (default: all; a branch needs its parent)
-        scheduler: TorchX scheduler the branches are launched on from inside this job
-        scheduler_args: that scheduler's options, e.g. queue=default (TorchX -cfg syntax)
-        script: training script, relative to the job's working directory
-        j: {nnodes}x{nproc_per_node} of each branch
-        cpu: CPUs per node
-        gpu: GPUs per node
-        memMB: host memory per node, in MB
-        h: a registered named resource; overrides cpu, gpu and memMB
-        image: container image (kubernetes, docker); ignored by local_cwd and slurm
         name: job name, {experimentname}/{runname}
-        env: environment variables for the job and its branches, e.g. NCCL_DEBUG=WARN
-        max_retries: how many times the scheduler may restart the job (and each branch) after a failure
-        mounts: mounts into the containers, e.g. type=bind,src=/data,dst=/data
     """
-    options = _option_flags(locals(), skip=("app_args", "experiment_dir", "config", "name"))
-    args = ["search", experiment_dir, *options, "--", *config_flags(search, config, app_args), *app_args]
-    resource = specs.resource(cpu=cpu, gpu=gpu, memMB=memMB, h=h)
-    return _cli_job("search", args, name, image, env, resource, max_retries, mounts)
+    options = launch_options(search, params)
+    own = ["--epochs", str(epochs), "--seeds", seeds, "--eta", str(eta), *(["--candidates", candidates] if candidates else [])]
+    args = ["search", experiment_dir, *own, *options.to_flags(), "--", *config_flags(search, params, app_args), *app_args]
+    return _cli_job("search", args, name, options)
 
 
+add_launch_params(search, RUNS_LAUNCH, unit="branch")
 add_config_params(search, SWEEP_PARAMS)
 
 
@@ -262,15 +192,8 @@ PREPROCESS_PARAMS = (
 def preprocess(
     *preprocess_args: str,
     output: str,
-    cpu: int = 8,
-    memMB: int = 16384,
-    h: Optional[str] = None,
-    image: str = torchx.IMAGE,
     name: str = "dlrm_multiepoch/preprocess",
-    env: Optional[Dict[str, str]] = None,
-    max_retries: int = 0,
-    mounts: Optional[List[str]] = None,
-    **config: object,
+    **params: object,
 ) -> specs.AppDef:
     """``dlrm-multiepoch preprocess`` as one job: input files encoded into the dataset folder ``output``.
 
@@ -278,7 +201,9 @@ def preprocess(
     one worker process each, e.g. Criteo's 24 days given as ``--data_path
     day_0,day_1,...,day_23``; id maps and statistics are then fitted over all files and
     the rows written in file order. The folder is the same whatever the worker count,
-    and appears whole or not at all. Train on it with ``--data_path <output>``.
+    and appears whole or not at all. Train on it with ``--data_path <output>``. Each
+    worker holds one chunk in memory (see ``preprocess_chunk_mb``); a restarted job
+    (``max_retries``) starts over.
 
     Example::
 
@@ -288,63 +213,36 @@ def preprocess(
     Args:
         preprocess_args: further data flags for ``dlrm-multiepoch preprocess``, passed through verbatim
         output: dataset folder to write (new, or empty)
-        cpu: CPUs of the node (and the default worker count)
-        memMB: host memory, in MB (each worker holds one chunk: see --preprocess_chunk_mb)
-        h: a registered named resource; overrides cpu and memMB
-        image: container image (kubernetes, docker); ignored by local_cwd and slurm
         name: job name, {experimentname}/{runname}
-        env: environment variables for the job
-        max_retries: how many times the scheduler may restart the job after a failure (it starts over)
-        mounts: mounts into the job's container, e.g. type=bind,src=/data,dst=/data
     """
+    options = launch_options(preprocess, params)
     passed = any(a == "--preprocess_workers" or a.startswith("--preprocess_workers=") for a in preprocess_args)
-    if config.get("preprocess_workers") is None and not passed:
-        config["preprocess_workers"] = cpu
-    args = ["preprocess", "--output", output, *config_flags(preprocess, config, preprocess_args), *preprocess_args]
-    resource = specs.resource(cpu=cpu, gpu=0, memMB=memMB, h=h)
-    return _cli_job("preprocess", args, name, image, env, resource, max_retries, mounts)
+    if params.get("preprocess_workers") is None and not passed:
+        params["preprocess_workers"] = options.cpu
+    args = ["preprocess", "--output", output, *config_flags(preprocess, params, preprocess_args), *preprocess_args]
+    return _cli_job("preprocess", args, name, options)
 
 
+add_launch_params(preprocess, ("cpu", "memMB", "h", "image", "env", "max_retries", "mounts"), unit="job",
+                  defaults={"cpu": 8, "memMB": 16384})  # fmt: skip
 add_config_params(preprocess, PREPROCESS_PARAMS)
 
 
-def _option_flags(params: Dict[str, object], skip: Sequence[str]) -> List[str]:
-    """A component's launcher parameters as the command's options of the same names (None: not given)."""
-    flags: List[str] = []
-    for option, value in params.items():
-        if option in skip or value is None:
-            continue
-        if isinstance(value, dict):
-            value = ",".join(f"{k}={v}" for k, v in value.items())
-        elif isinstance(value, list):
-            value = ",".join(value)
-        flags += [f"--{option}", str(value)]
-    return flags
-
-
-def _cli_job(
-    command: str,
-    args: List[str],
-    name: str,
-    image: str,
-    env: Optional[Dict[str, str]],
-    resource: specs.Resource,
-    max_retries: int,
-    mounts: Optional[List[str]],
-) -> specs.AppDef:
-    """One role running ``dlrm-multiepoch <args>`` (the sweep, search and preprocess jobs)."""
+def _cli_job(command: str, args: List[str], name: str, options: LaunchOptions) -> specs.AppDef:
+    """One role running ``dlrm-multiepoch <args>`` (the sweep, search and preprocess jobs) with ``options``' resources."""
+    o = options
     return specs.AppDef(
         name=name.split("/")[-1],
         roles=[
             specs.Role(
                 name=command,
-                image=image,
+                image=o.image,
                 entrypoint="dlrm-multiepoch",
                 args=args,
-                env={"PYTHONUNBUFFERED": "1", **(env or {})},
-                resource=resource,
-                max_retries=max_retries,
-                mounts=specs.parse_mounts(mounts) if mounts else [],
+                env={"PYTHONUNBUFFERED": "1", **o.env},
+                resource=specs.resource(cpu=o.cpu, gpu=o.gpu, memMB=o.memMB, h=o.h),
+                max_retries=o.max_retries,
+                mounts=specs.parse_mounts(o.mounts) if o.mounts else [],
             )
         ],
     )

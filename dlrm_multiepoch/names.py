@@ -32,6 +32,8 @@ FALR_KINDS: Tuple[str, ...] = ("log", "power")
 TABLE_LR_DECAYS: Tuple[str, ...] = ("constant", "linear", "cosine")
 #: ``--multi_hot_pooling``.
 POOLINGS: Tuple[str, ...] = ("sum", "mean")
+#: The evaluated splits, as run records (summary.json, event files) name them.
+VAL, TEST, TRAIN_SAMPLE = "val", "test", "train_sample"
 
 
 def check_name(flag: str, value: str, names: Collection[str]) -> None:

@@ -251,3 +251,79 @@ def test_local_cwd_launch_runs_every_rank_with_the_flags(tmp_path):
     seen = {p.name: json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))}
     expected = {"argv": ["--epochs=2", "--freeze_schedule", "delayed"], "world_size": "2"}
     assert seen == {"rank0.json": expected, "rank1.json": expected}
+
+
+# -- the launch settings: one dataclass for the commands' flags, the components' parameters and torchx --
+
+
+def test_launch_flags_and_component_parameters_come_from_launch_options():
+    from dlrm_multiepoch.launch_options import LaunchOptions, launch_fields
+    from dlrm_multiepoch.sweep.command import build_parser
+
+    defaults = LaunchOptions()
+    actions = {a.dest: a for a in build_parser()._actions}
+    for f in launch_fields():
+        action = actions[f.name]
+        assert f"--{f.name}" in action.option_strings and action.help, f.name
+        assert action.default == ("" if isinstance(getattr(defaults, f.name), (dict, list)) else getattr(defaults, f.name))
+    for component, names in ((components.train, components.JOB_LAUNCH), (components.sweep, components.RUNS_LAUNCH)):
+        parameters = inspect.signature(component).parameters
+        _, help_of = get_fn_docstring(component)
+        for name in names:
+            default = getattr(defaults, name)
+            assert parameters[name].default == (None if isinstance(default, (dict, list)) else default), name
+            assert help_of[name], name
+    assert inspect.signature(components.preprocess).parameters["cpu"].default == 8
+
+
+def test_launch_options_round_trip_through_the_sweep_flags():
+    from dlrm_multiepoch.launch_options import LaunchOptions
+    from dlrm_multiepoch.sweep.command import build_parser
+
+    options = LaunchOptions(
+        scheduler="slurm", scheduler_args="partition=cpu", dryrun=True, j="2x4", script="train_app.py", cpu=16,
+        gpu=4, memMB=65536, h="gpu.small", image="reg/dlrm:1", env={"A": "1", "B": "x=y"}, max_retries=2,
+        mounts=["type=bind", "src=/data", "dst=/data"],
+    )  # fmt: skip
+    parsed = LaunchOptions.from_args(build_parser().parse_intermixed_args(["exp", *options.to_flags()]))
+    assert parsed == options
+    assert LaunchOptions().to_flags() == []  # defaults are left to the command's own defaults
+
+
+def test_torchx_args_launch_the_same_job_as_the_component(tmp_path):
+    from dataclasses import asdict
+    from pprint import pformat
+
+    from torchx.runner import get_runner
+
+    from dlrm_multiepoch.launch_options import LaunchOptions
+
+    options = LaunchOptions(scheduler="slurm", dryrun=True, j="2x2", cpu=4, memMB=4096, env={"A": "1"}, max_retries=1)
+    out = torchx(*options.torchx_args("dlrm_multiepoch.train", "--epochs", "2"))
+    runner = get_runner()
+    try:  # the request the sweep makes for a run with these options (SweepLauncher.app)
+        info = runner.dryrun(components.train("--epochs", "2", **options.component_kwargs()), "slurm", cfg={})
+    finally:
+        runner.close()
+    assert application(out.stdout) == pformat(asdict(info._app), indent=2, width=80)
+    assert scheduler_request(out.stdout) == str(info).strip()
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"j": "1x0"}, "-j '1x0': expected {nnodes}x{nproc_per_node} with positive integers"),
+        ({"cpu": 0}, "--cpu must be >= 1, got 0"),
+        ({"gpu": -1}, "--gpu must be >= 0, got -1"),
+        ({"memMB": 0}, "--memMB must be >= 1, got 0"),
+        ({"max_retries": -2}, "--max_retries must be >= 0, got -2"),
+        ({"image": ""}, "--image must not be empty"),
+        ({"mounts": ["src=/a"]}, "--mounts 'src=/a': type must be specified first"),
+    ],
+)
+def test_components_refuse_a_bad_launch_setting_by_its_flag(kwargs, message):
+    for component, extra in ((components.train, {}), (components.sweep, {"experiment_dir": "e"})):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            component(**extra, **kwargs)
+    with pytest.raises(TypeError, match=re.escape("--cpu must be int, got '4'")):
+        components.train(cpu="4")

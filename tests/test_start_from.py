@@ -83,7 +83,9 @@ def _parent_checkpoint(cfg: TrainConfig, step: int = 2 * 10, epoch: int = 2, bat
 
 
 def _cfg(**overrides: Any) -> TrainConfig:
-    return replace(resume_config("runs", "x"), **{"epochs": 3, **overrides})
+    cfg = resume_config("runs", "x", **{"epochs": 3, **overrides})
+    cfg.validate()  # as the trainer does before check_branch: the parsed flags
+    return cfg
 
 
 def test_a_branch_may_change_the_schedule_only_after_its_checkpoint() -> None:

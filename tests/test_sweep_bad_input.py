@@ -60,6 +60,9 @@ _OPTIONS = st.lists(
         st.tuples(st.just("--env"), st.sampled_from(["A=1", "FOO", "A=1,FOO", "=1", ""])),
         st.tuples(st.just("-cfg"), st.sampled_from(["foo", "log_dir=/tmp/x", "partition=cpu", "queue=q", ""])),
         st.tuples(st.just("--group"), st.sampled_from(["g1", "a/b", "", "-g"])),
+        st.tuples(st.sampled_from(["--cpu", "--gpu", "--memMB", "--max_retries"]), st.sampled_from(["0", "-1", "4", "x"])),
+        st.tuples(st.just("--mounts"), st.sampled_from(["type=bind,src=/a,dst=/b", "src=/a", "bogus=1", ""])),
+        st.tuples(st.just("--image"), st.sampled_from(["", "reg/dlrm:1"])),
     ),
     max_size=3,
 )

@@ -1,69 +1,29 @@
-"""What a sweep checks before its first run: the TorchX launch parameters, the paths, and
-each strategy's needs against the data. Every refusal names the flag and what was expected.
+"""What a sweep checks before its first run, beyond each launch setting's own check
+(:meth:`~dlrm_multiepoch.launch_options.LaunchOptions.check`): the scheduler's request, the
+paths, and each strategy's needs against the data. Every refusal names the flag and what
+was expected.
 
 Example::
 
-    cfg = scheduler_cfg(runner, "slurm", "partition=cpu")     # ValueError names -cfg
-    check_j("1x2"); env_dict("NCCL_DEBUG=WARN")
+    check_request(runner, launcher)                           # the scheduler refuses -cfg, --h, ...
     check_validation_split(plan)                              # auto needs a 'val' split
 """
 
 import json
 import os
-import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING, List
 
 from torchx.runner import Runner
 
 from dlrm_multiepoch.data.config import input_paths
 from dlrm_multiepoch.data.store import META, is_dataset_folder
+from dlrm_multiepoch.names import VAL
 from dlrm_multiepoch.sweep.plan import SweepPlan
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.sweep.launch import SweepLauncher
 from dlrm_multiepoch.sweep.strategies import flag_value
-
-_J = re.compile(r"^(?:(\d+):)?(\d+)x(\d+)$|^(\d+)$")
-
-
-def check_scheduler(runner: Runner, scheduler: str) -> None:
-    """Refuse a scheduler TorchX does not know (``-s``)."""
-    known = list(runner.scheduler_backends())
-    if scheduler not in known:
-        raise ValueError(f"-s {scheduler!r}: not a TorchX scheduler; choose one of {', '.join(known)}")
-
-
-def scheduler_cfg(runner: Runner, scheduler: str, text: str) -> Dict[str, object]:
-    """``-cfg`` text parsed by the scheduler's own options; an option it does not have is refused."""
-    options = runner.scheduler_run_opts(scheduler)
-    names = [name for name, _ in options]
-    try:
-        cfg = options.cfg_from_str(text)
-    except Exception as e:  # TorchX raises ValueError/TypeError with its own wording
-        raise ValueError(f"-cfg {text!r}: {e}; {scheduler} options: {', '.join(names)}") from None
-    given = [part.split("=", 1)[0].strip() for part in text.split(",") if "=" in part]
-    unknown = [name for name in given if name not in names]
-    if unknown:
-        raise ValueError(f"-cfg {text!r}: {scheduler} has no option {unknown[0]!r}; its options: {', '.join(names)}")
-    return cfg
-
-
-def check_j(j: str) -> None:
-    """``-j``: ``{nnodes}x{nproc_per_node}`` (or ``{min}:{max}x{nproc}``, or ``{nproc}``), all positive."""
-    match = _J.match(j)
-    numbers = [int(n) for n in match.groups() if n is not None] if match else []
-    if not numbers or min(numbers) <= 0:
-        raise ValueError(f"-j {j!r}: expected {{nnodes}}x{{nproc_per_node}} with positive integers, e.g. 1x2")
-
-
-def env_dict(text: str) -> Dict[str, str]:
-    """``--env`` ``A=1,B=2`` as a dict; an entry without ``=`` is refused (TorchX would fold it into the previous one)."""
-    entries = [part for part in text.split(",") if part.strip()]
-    bad = [part for part in entries if "=" not in part or not part.split("=", 1)[0].strip()]
-    if bad:
-        raise ValueError(f"--env {text!r}: expected NAME=VALUE pairs separated by commas, got {bad[0]!r}")
-    return {k.strip(): v for k, v in (part.split("=", 1) for part in entries)}
 
 
 def check_request(runner: Runner, launcher: "SweepLauncher") -> None:
@@ -93,8 +53,6 @@ def check_validation_split(plan: SweepPlan) -> None:
     data_path = flag_value(plan.common_flags, "data_path")
     if not needing or not data_path:
         return
-    from dlrm_multiepoch.train.build import VAL  # torch-heavy, as planning is
-
     if not is_dataset_folder(Path(data_path)):
         return  # raw files: the app splits them by --val_fraction
     try:

@@ -27,6 +27,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions, add_launch_args
 from dlrm_multiepoch.sweep import checks
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
 from dlrm_multiepoch.sweep.manifest import check_experiment, group_record, is_flag_list
@@ -43,8 +44,6 @@ from dlrm_multiepoch.sweep.strategies import (
 
 if TYPE_CHECKING:
     from torchx.runner import Runner
-
-    from dlrm_multiepoch.sweep.launch import LaunchOptions
 
 DEFAULT_VAL_FRACTION = 0.1  # added to every run when a strategy needs a validation split and none is given
 
@@ -80,39 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_launch_args(parser: argparse.ArgumentParser, unit: str, title: str) -> None:
-    """The launch options of every ``unit`` (run, branch): TorchX scheduler and the train component's job parameters."""
-    launch = parser.add_argument_group(f"launch ({title})")
-    launch.add_argument("-s", "--scheduler", default="local_cwd", help="TorchX scheduler: local_cwd runs one after another")
-    launch.add_argument("-cfg", "--scheduler_args", default="", help="scheduler options, e.g. queue=default (TorchX -cfg)")
-    launch.add_argument("--dryrun", action="store_true", help=f"print each {unit}'s scheduler request, submit nothing")
-    launch.add_argument("-j", "--j", default="1x2", help=f"{{nnodes}}x{{nproc_per_node}} of every {unit}")
-    launch.add_argument("--script", default="apps/train.py", help="training script, relative to the job's working directory")
-    launch.add_argument("--cpu", type=int, default=2, help="CPUs per node")
-    launch.add_argument("--gpu", type=int, default=0, help="GPUs per node")
-    launch.add_argument("--memMB", type=int, default=8192, help="host memory per node, in MB")
-    launch.add_argument("--h", default=None, help="a registered named resource; overrides cpu, gpu and memMB")
-    launch.add_argument("--image", default="", help="container image (kubernetes, docker)")
-    launch.add_argument("--env", default="", help=f"environment of every {unit}, e.g. NCCL_DEBUG=WARN,LOGLEVEL=INFO")
-    launch.add_argument("--max_retries", type=int, default=0, help=f"scheduler restarts of a failed {unit}")
-    launch.add_argument("--mounts", default="", help="mounts, e.g. type=bind,src=/data,dst=/data")
-
-
-def launch_options(args: argparse.Namespace, runner: "Runner") -> "LaunchOptions":
+def launch_options(args: argparse.Namespace, runner: "Runner") -> LaunchOptions:
     """The options :func:`add_launch_args` parsed, each checked (ValueError names the flag), the script too."""
-    from torchx.util.types import to_list
-
-    from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions
-
-    checks.check_scheduler(runner, args.scheduler)
-    checks.check_j(args.j)
-    options = LaunchOptions(
-        scheduler=args.scheduler, scheduler_cfg=checks.scheduler_cfg(runner, args.scheduler, args.scheduler_args),
-        j=args.j, dryrun=args.dryrun, script=args.script, cpu=args.cpu, gpu=args.gpu, memMB=args.memMB, h=args.h,
-        image=args.image, env=checks.env_dict(args.env), max_retries=args.max_retries, mounts=to_list(args.mounts),
-    )  # fmt: skip
-    if args.scheduler == LOCAL and not args.dryrun and not os.path.isfile(args.script):
-        raise ValueError(f"--script {args.script!r} not found from {os.getcwd()}: run from the repository root or pass --script")
+    options = LaunchOptions.from_args(args)
+    options.check()
+    options.resolve(runner)
+    if options.scheduler == LOCAL and not options.dryrun and not os.path.isfile(options.script):
+        raise ValueError(f"--script {options.script!r} not found from {os.getcwd()}: run from the repository root or pass --script")
     return options
 
 
@@ -150,9 +123,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         runner.close()
 
 
-def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "Tuple[SweepPlan, LaunchOptions]":
+def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> Tuple[SweepPlan, LaunchOptions]:
     """The plan and launch options, every check done before the first run (ValueError names the flag)."""
-    from dlrm_multiepoch.sweep.launch import LOCAL, SweepLauncher
+    from dlrm_multiepoch.sweep.launch import SweepLauncher
 
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -200,9 +173,9 @@ def _manifest(experiment_dir: str) -> Dict[str, Any]:
     return manifest if isinstance(manifest, dict) else {}
 
 
-def _launch(plan: SweepPlan, options: "LaunchOptions", runner: "Runner", args: argparse.Namespace) -> int:
+def _launch(plan: SweepPlan, options: LaunchOptions, runner: "Runner", args: argparse.Namespace) -> int:
     """Launch the runs; Ctrl-C, SIGTERM and SIGHUP print one line (exit 130)."""
-    from dlrm_multiepoch.sweep.launch import LOCAL, SweepLauncher
+    from dlrm_multiepoch.sweep.launch import SweepLauncher
 
     runs = len(plan.runs)
     n = len(plan.strategies)

@@ -21,7 +21,6 @@ Example::
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional, TextIO
 
 from torchx.runner import Runner, get_runner
@@ -29,42 +28,15 @@ from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs import AppDef, AppState
 
 from dlrm_multiepoch import components
+from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, failure_reason, holder_is_job, job_state
 from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
 from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, SweepPlan, read_manifest, run_state
 from dlrm_multiepoch.train.lock import live_holder
 
-LOCAL = "local_cwd"
 _POLL_S = 2.0
 _MAX_TURNS = 5  # per run: trainers waited for (another sweep's) before its own launch
-
-
-@dataclass
-class LaunchOptions:
-    """How each run is launched (the ``dlrm_multiepoch.train`` component's job parameters).
-
-    Args:
-        scheduler: TorchX scheduler (``local_cwd``, ``slurm``, ``kubernetes``, ...).
-        scheduler_cfg: its run options (``-cfg``), e.g. ``{"queue": "default"}``.
-        j: ``{nnodes}x{nproc_per_node}`` of every run.
-        dryrun: print each run's scheduler request instead of submitting it.
-        script, cpu, gpu, memMB, h, image, env, max_retries, mounts: as in the component.
-    """
-
-    scheduler: str = LOCAL
-    scheduler_cfg: Dict[str, object] = field(default_factory=dict)
-    j: str = "1x2"
-    dryrun: bool = False
-    script: str = "apps/train.py"
-    cpu: int = 2
-    gpu: int = 0
-    memMB: int = 8192
-    h: Optional[str] = None
-    image: str = ""
-    env: Dict[str, str] = field(default_factory=dict)
-    max_retries: int = 0
-    mounts: List[str] = field(default_factory=list)
 
 
 class SweepLauncher:
@@ -89,12 +61,8 @@ class SweepLauncher:
         """The run's job: the ``train`` component with the run's flags."""
         o = self.options
         env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **o.env} if o.scheduler == LOCAL else dict(o.env)
-        extra = {"image": o.image} if o.image else {}
-        return components.train(
-            *run.flags, script=o.script, j=o.j, cpu=o.cpu, gpu=o.gpu, memMB=o.memMB, h=o.h,
-            name=f"{os.path.basename(os.path.normpath(self.plan.experiment_dir))}/{run.name}",
-            env=env, max_retries=o.max_retries, mounts=o.mounts or None, **extra,
-        )  # fmt: skip
+        name = f"{os.path.basename(os.path.normpath(self.plan.experiment_dir))}/{run.name}"
+        return components.train(*run.flags, name=name, **{**o.component_kwargs(), "env": env})
 
     def run(self) -> List[str]:
         """Launch every unfinished run; return the names of runs that failed (local) or could not be submitted.

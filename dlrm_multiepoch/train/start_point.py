@@ -129,7 +129,7 @@ def check_branch(info: CheckpointInfo, cfg: TrainConfig, steps_per_epoch: int, t
                     "change the schedule from the checkpoint on"
                 )
     begun = done["epoch"] + (done["batch_in_epoch"] > 0)  # epochs whose start (and re-init) the parent did
-    mine = ReinitSchedule.parse(cfg.optim.reinit, cfg.epochs)
+    mine = cfg.optim.reinit_schedule
     before = ReinitSchedule.parse(parent["optim"]["reinit"], parent["epochs"])
     for epoch in range(begun):
         if mine.tables_at(epoch, tables) != before.tables_at(epoch, tables):

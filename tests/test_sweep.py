@@ -165,7 +165,7 @@ def test_kubernetes_dryrun_is_one_volcano_job_per_run(tmp_path, capsys):
         (container,) = task["template"]["spec"]["containers"]
         assert container["image"] == "reg/dlrm:1" and container["resources"]["limits"]["nvidia.com/gpu"] == "4"
         _, app_args = split_torchrun(container["command"][2], "apps/train.py")
-        assert parse_config(app_args).run_name == name
+        assert parse_config(app_args).metrics.run_name == name
 
 
 def test_sweep_component_runs_the_sweep_command_on_every_scheduler(tmp_path):
@@ -226,7 +226,7 @@ def test_a_run_keeps_its_flags_and_a_group_its_common_flags(tmp_path):
     check_experiment(other)
     (run,) = other.runs
     assert (run.name, run.group) == ("d3/delayed-s0", "d3")
-    assert parse_config(list(run.flags)).tensorboard_dir == f"{exp}/d3" and parse_config(list(run.flags)).run_name == "delayed-s0"
+    assert parse_config(list(run.flags)).metrics.tensorboard_dir == f"{exp}/d3" and parse_config(list(run.flags)).metrics.run_name == "delayed-s0"
     update_manifest(other)
     saved = json.loads((tmp_path / "exp" / "sweep.json").read_text())
     assert saved["groups"] == {"d3": {"budget": 3, "common_flags": [*common, "--data_path", "d"]}}

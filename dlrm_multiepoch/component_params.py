@@ -7,13 +7,13 @@ apply) and the launch settings it takes (:func:`add_launch_params`: the setting'
 and default), so nothing is restated by hand. TorchX builds a component's command line
 from ``inspect.signature`` and its help from the docstring, both of which these set; its
 linter reads the defining file's source, where the function takes the values as
-``**params``; :func:`launch_options` and :func:`config_flags` split them again.
+``**params``; :func:`take_launch_options` and :func:`config_flags` split them again.
 
 Example::
 
     def train(*script_args: str, **params: object) -> specs.AppDef:
         '''Train. Args: script_args: app flags'''
-        options = launch_options(train, params)
+        options = take_launch_options(train, params)
         return dist.ddp(*config_flags(train, params, script_args), **options.component_kwargs())
 
     add_launch_params(train, ("j", "cpu"), unit="job")   # train(j="2x4")
@@ -53,7 +53,9 @@ def add_config_params(fn: Callable[..., Any], names: Sequence[str]) -> None:
     setattr(fn, _PARAMS_ATTR, tuple(names))
 
 
-def add_launch_params(fn: Callable[..., Any], names: Sequence[str], unit: str, defaults: Mapping[str, Any] = {}) -> None:
+def add_launch_params(
+    fn: Callable[..., Any], names: Sequence[str], unit: str, defaults: Optional[Mapping[str, Any]] = None
+) -> None:
     """Give component ``fn`` keyword-only parameters ``names`` of :class:`LaunchOptions`: its type and
     default (or ``defaults``), its help (``{unit}``: what one launch is: job, run, branch).
 
@@ -61,6 +63,7 @@ def add_launch_params(fn: Callable[..., Any], names: Sequence[str], unit: str, d
     before :func:`add_config_params`, so the launch parameters come first.
     """
     settings = {f.name: f for f in launch_fields()}
+    defaults = defaults or {}
     unknown = [n for n in [*names, *defaults] if n not in settings]
     if unknown:
         raise ValueError(f"{fn.__name__}: {unknown} are not LaunchOptions settings")
@@ -89,12 +92,13 @@ def _add_parameters(fn: Callable[..., Any], added: List[inspect.Parameter], line
     fn.__doc__ = inspect.cleandoc(fn.__doc__ or "") + "\n" + "\n".join(lines) + "\n"
 
 
-def launch_options(fn: Callable[..., Any], params: Dict[str, Any]) -> LaunchOptions:
+def take_launch_options(fn: Callable[..., Any], params: Dict[str, Any]) -> LaunchOptions:
     """Take ``fn``'s launch parameters out of ``params`` (the rest are config values) as checked
     :class:`LaunchOptions`; a bad value is refused naming its flag.
 
     Raises:
         ValueError: naming the parameter (``-j``, ``--cpu``, ...) and what it expects.
+        TypeError: a number of another type (``cpu="4"`` from Python).
     """
     given: Dict[str, Any] = getattr(fn, _LAUNCH_ATTR)
     values = {name: params.pop(name, default) for name, default in given.items()}

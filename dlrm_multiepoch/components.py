@@ -25,7 +25,7 @@ from typing import List
 import torchx.components.dist as dist
 from torchx import specs
 
-from dlrm_multiepoch.component_params import add_config_params, add_launch_params, config_flags, launch_options
+from dlrm_multiepoch.component_params import add_config_params, add_launch_params, config_flags, take_launch_options
 from dlrm_multiepoch.launch_options import LaunchOptions
 from dlrm_multiepoch.sweep.plan import split_at_dashes
 
@@ -77,7 +77,7 @@ def train(
     """
     if max_restarts < 0:
         raise ValueError(f"--max_restarts must be >= 0, got {max_restarts}")
-    options = launch_options(train, params)
+    options = take_launch_options(train, params)
     app = dist.ddp(*config_flags(train, params, script_args), *script_args, name=name, **options.component_kwargs())
     if max_restarts:  # dist.ddp has no parameter for torchrun's own restarts
         (role,) = app.roles
@@ -127,7 +127,7 @@ def sweep(
         windows: update-window sweep: comma-separated epochs at which the tables start training, e.g. 0,0.5,1,1.5
         name: job name, {experimentname}/{runname}
     """
-    options = launch_options(sweep, params)
+    options = take_launch_options(sweep, params)
     strategies, common = split_at_dashes(sweep_args)
     own = ["--epochs", str(epochs), "--seeds", seeds, *(["--windows", windows] if windows else [])]
     args = ["sweep", experiment_dir, *own, *options.to_flags(), *strategies, "--", *config_flags(sweep, params, common), *common]
@@ -172,7 +172,7 @@ def search(
         candidates: comma-separated subset of the candidates (default: all; a branch needs its parent)
         name: job name, {experimentname}/{runname}
     """
-    options = launch_options(search, params)
+    options = take_launch_options(search, params)
     own = ["--epochs", str(epochs), "--seeds", seeds, "--eta", str(eta), *(["--candidates", candidates] if candidates else [])]
     args = ["search", experiment_dir, *own, *options.to_flags(), "--", *config_flags(search, params, app_args), *app_args]
     return _cli_job("search", args, name, options)
@@ -215,7 +215,7 @@ def preprocess(
         output: dataset folder to write (new, or empty)
         name: job name, {experimentname}/{runname}
     """
-    options = launch_options(preprocess, params)
+    options = take_launch_options(preprocess, params)
     passed = any(a == "--preprocess_workers" or a.startswith("--preprocess_workers=") for a in preprocess_args)
     if params.get("preprocess_workers") is None and not passed:
         params["preprocess_workers"] = options.cpu

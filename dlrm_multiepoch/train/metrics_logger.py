@@ -5,9 +5,8 @@ from typing import Any, Dict, Mapping, Optional
 
 from torch.utils.tensorboard import SummaryWriter
 
+from dlrm_multiepoch.run_files import summary_path
 from dlrm_multiepoch.train.json_io import json_safe, write_json
-
-SUMMARY_FILE = "summary.json"
 
 
 class MetricsLogger:
@@ -84,7 +83,7 @@ class MetricsLogger:
 
     def _write_summary(self) -> None:
         if self.enabled:
-            write_json(os.path.join(self.run_dir, SUMMARY_FILE), self.summary)
+            write_json(summary_path(self.run_dir), self.summary)
 
     def close(self) -> None:
         if self._writer is not None:

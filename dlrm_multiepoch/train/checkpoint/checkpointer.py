@@ -8,8 +8,8 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.optim.keyed import KeyedOptimizer
 
 from dlrm_multiepoch import distributed as D
+from dlrm_multiepoch.run_files import CheckpointInfo
 from dlrm_multiepoch.train.checkpoint.find import find_checkpoint
-from dlrm_multiepoch.train.checkpoint.layout import CheckpointInfo
 from dlrm_multiepoch.train.checkpoint.load import load_checkpoint
 from dlrm_multiepoch.train.checkpoint.save import save_checkpoint
 

@@ -3,7 +3,7 @@
 from typing import Any, Dict, List, Mapping, Sequence
 
 from dlrm_multiepoch.data.dataset import TableSpec
-from dlrm_multiepoch.train.checkpoint.layout import CheckpointInfo
+from dlrm_multiepoch.run_files import CheckpointInfo
 
 # Config fields (dotted paths into TrainConfig.to_dict()) that change parameter or
 # optimizer-state shapes: a checkpoint loads only into a run with the same values.

@@ -276,11 +276,6 @@ class CheckpointInfo:
     def parts(self) -> Dict[str, Any]:
         return self.state.get("parts", {})
 
-    @property
-    def progress(self) -> Dict[str, Any]:
-        """The saved training position (``TrainProgress.state_dict()``); empty for a best-validation checkpoint."""
-        return self.parts.get("progress") or {}
-
 
 def newest_checkpoint(run_dir: str) -> Optional[CheckpointInfo]:
     """A run's newest complete checkpoint (not verified); None when it has none.
@@ -290,6 +285,17 @@ def newest_checkpoint(run_dir: str) -> Optional[CheckpointInfo]:
     """
     saved = complete_checkpoints(checkpoints_dir(run_dir))
     return CheckpointInfo(saved[-1][1], read_checkpoint_state(saved[-1][1])) if saved else None
+
+
+def flat_config(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """A recorded (nested) config as ``{"data.dataset": ..., "epochs": ...}``: dotted paths to its leaves."""
+    out: Dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            out |= flat_config(value, f"{prefix}{key}.")
+        else:
+            out[prefix + key] = value
+    return out
 
 
 def recorded_config(run_dir: str) -> Tuple[Optional[Dict[str, Any]], str]:

@@ -28,6 +28,7 @@ from dlrm_multiepoch.run_files import (
     FORMAT_VERSION,
     MANIFEST_FILE,
     CheckpointFormatError,
+    flat_config,
     manifest_path,
     read_manifest,
     recorded_config,
@@ -130,22 +131,12 @@ def _config_of(run: RunSpec) -> Dict[str, Any]:
 
 def _config_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> List[str]:
     """``--field before -> now`` for every config field both record with different values."""
-    a, b = _flat(recorded), _flat(now)
+    a, b = flat_config(recorded), flat_config(now)
     return [
         f"--{key.split('.')[-1]} {a[key]} -> {b[key]}"
         for key in a
         if key in b and key.split(".")[-1] not in PLACE_FLAGS and a[key] != b[key]
     ]
-
-
-def _flat(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, Mapping):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
 
 
 def group_record(manifest: Mapping[str, Any], group: str) -> Dict[str, Any]:

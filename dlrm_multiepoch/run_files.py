@@ -61,12 +61,7 @@ class CheckpointError(ValueError):
 
 
 class CheckpointFormatError(CheckpointError):
-    """A checkpoint written in another format (by another version of dlrm-multiepoch).
-
-    Args:
-        path: the checkpoint folder.
-        found: the format its state file names (None: none).
-    """
+    """A checkpoint folder ``path`` whose state file has another ``found`` format (another version wrote it)."""
 
     def __init__(self, path: str, found: Any) -> None:
         self.path, self.found = path, found
@@ -106,8 +101,7 @@ def checkpoints_dir(run_dir: str) -> str:
     return os.path.join(run_dir, CHECKPOINTS_DIR)
 
 
-def state_path(checkpoint: str) -> str:
-    """A checkpoint folder's ``trainer_state.json``."""
+def state_path(checkpoint: str) -> str:  # a checkpoint folder's trainer_state.json
     return os.path.join(checkpoint, STATE_FILE)
 
 
@@ -144,11 +138,7 @@ def has_event_files(run_dir: str) -> bool:
 
 
 def read_optional_json(path: str) -> Dict[str, Any]:
-    """A JSON file's content; empty when the file does not exist.
-
-    Raises:
-        ValueError: the file exists but is not valid JSON (the message names it).
-    """
+    """A JSON file's content; empty when the file does not exist, ValueError naming it when it is not JSON."""
     return read_json(path) if os.path.isfile(path) else {}
 
 

@@ -58,7 +58,8 @@ def check_state(part: str, state: Any, fields: Mapping[str, Kind]) -> None:
         # StateMismatch: freeze schedule: the saved state has no 'schedule' (it has ['global_step'])
     """
     if not isinstance(state, Mapping):
-        raise StateMismatch(f"{part}: the saved state is a {type(state).__name__}, expected a mapping of {sorted(fields)}")
+        kind = type(state).__name__
+        raise StateMismatch(f"{part}: the saved state is a {kind}, expected a mapping of {sorted(fields)}")
     for name, kind in fields.items():
         if name not in state:
             raise StateMismatch(f"{part}: the saved state has no {name!r} (it has {sorted(state)})")

@@ -423,7 +423,7 @@ class AutoSchedulePolicy:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``; its config and budget must equal this policy's (else StateMismatch, naming them)."""
+        """Continue from ``state``; its config and budget must equal this policy's (StateMismatch names them)."""
         check_state("automatic schedule policy", state, _STATE_FIELDS)
         changed = sorted(k for k, v in state["config"].items() if asdict(self.config).get(k) != v)
         for key in ("steps_per_epoch", "total_steps"):

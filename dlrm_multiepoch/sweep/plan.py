@@ -19,7 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from dlrm_multiepoch.run_files import (  # noqa: F401 (read_manifest: sweep/command.py and search/driver.py import it from here)
+# read_manifest and read_json are imported from here by sweep/command.py and search/driver.py.
+from dlrm_multiepoch.run_files import (  # noqa: F401
     checkpoints_dir,
     complete_checkpoints,
     live_holder,
@@ -30,7 +31,7 @@ from dlrm_multiepoch.run_files import (  # noqa: F401 (read_manifest: sweep/comm
     summary_finished,
     whole_epoch_evaluations,
 )
-from dlrm_multiepoch.run_files import read_optional_json as read_json  # search/driver.py imports it from here
+from dlrm_multiepoch.run_files import read_optional_json as read_json  # noqa: F401
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
 
 # Flags each run gets from the sweep itself.

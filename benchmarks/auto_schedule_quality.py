@@ -17,7 +17,6 @@ Usage::
 """
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dlrm_multiepoch.auto import AutoScheduleConfig, AutoSchedulePolicy  # noqa: E402
+from dlrm_multiepoch.run_files import read_summary  # noqa: E402
 from dlrm_multiepoch.sweep.command import main as sweep_main  # noqa: E402
 
 STRATEGIES = {
@@ -68,7 +68,7 @@ def report(runs: Dict[str, List[Path]], tasks: List[str]) -> str:
     header = ["strategy", "model used", "epoch"] + [f"test {m} {t}" for m in ("auc", "logloss") for t in tasks]
     lines = ["| " + " | ".join(header + ["wall time (s)"]) + " |", "|" + "---|" * (len(header) + 1)]
     for name, how in rows:
-        summaries = [json.loads((run / "summary.json").read_text()) for run in runs[name]]
+        summaries = [read_summary(str(run)) for run in runs[name]]
         picked = [selected(s, how) for s in summaries]
         epochs = np.array([e for e, _ in picked], dtype=float)
         cells = [name, {"epoch1": "epoch 1", "best_val": "best val epoch", "last": "last epoch", "auto": "best val (restored)"}[how]]
@@ -92,7 +92,7 @@ def decisions(runs: Dict[str, List[Path]]) -> str:
     out = []
     for name, paths in runs.items():
         for run in paths:
-            summary = json.loads((run / "summary.json").read_text())
+            summary = read_summary(str(run))
             if "best" in summary:
                 out.append(f"{run.name}: best at epoch {summary['best']['epoch']:.2f}; {summary['best']['schedule']}")
     return "\n".join(out)

@@ -33,11 +33,13 @@ from torchrec.optim.keyed import KeyedOptimizerWrapper
 
 from dlrm_multiepoch.data.dataset import TableSpec
 from dlrm_multiepoch.distributed import all_gather_object, init_distributed
+from dlrm_multiepoch.run_files import FORMAT_VERSION
+from dlrm_multiepoch.train.build import check_resumable
 from dlrm_multiepoch.train.checkpoint import (
     STATE_FILE,
+    Checkpointer,
     CheckpointError,
     CheckpointInfo,
-    Checkpointer,
     check_compatible,
     check_sharding,
     complete_checkpoints,
@@ -45,9 +47,7 @@ from dlrm_multiepoch.train.checkpoint import (
     protect,
     prune,
 )
-from dlrm_multiepoch.train.build import check_resumable
 from dlrm_multiepoch.train.checkpoint.find import record_files
-from dlrm_multiepoch.train.checkpoint.layout import FORMAT_VERSION
 from dlrm_multiepoch.train.config import OptimConfig, parse_config
 from dlrm_multiepoch.train.nonfinite import NonFiniteLossError
 from dlrm_multiepoch.train.run_folder import open_run_folder

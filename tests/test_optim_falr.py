@@ -26,6 +26,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR
 from dlrm_multiepoch.optim.options import FALRConfig, parse_falr_ref
 from dlrm_multiepoch.optim.shards import table_shards
+from dlrm_multiepoch.saved_state import StateMismatch
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer
 from tests.multiprocess import run_on_ranks
 from tests.sharding_helpers import load_full_tables
@@ -175,6 +176,8 @@ def _check_against_reference(rank: int, world_size: int, tmp: str) -> None:
             falr.remove()
             fresh = FrequencyAdaptiveLR(dmp, config, tables=falr.tables)
             assert all(int(fresh.counts(n).sum()) == 0 for n in fresh.tables)
+            with pytest.raises(StateMismatch, match=r"frequency-adaptive LR: the saved state has no counters for table"):
+                fresh.load_state_dict({})  # refused by name before any table is loaded
             dcp.load({"falr": fresh}, checkpoint_id=tmp)
             for n in fresh.tables:
                 rows = [s for s in shards if s.name == n]

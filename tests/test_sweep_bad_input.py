@@ -28,11 +28,11 @@ from typing import Dict
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from dlrm_multiepoch.run_files import LOCK_FILE, STALE_AFTER_S
 from dlrm_multiepoch.sweep import build_plan, parse_strategy, run_state
 from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.manifest import check_experiment, update_manifest
 from dlrm_multiepoch.train.config import parse_config
-from dlrm_multiepoch.train.lock import LOCK_FILE, STALE_AFTER_S
 from tests.fuzz_settings import CASES
 
 # -- sweep arguments ------------------------------------------------------------------

@@ -18,13 +18,14 @@ import pytest
 from torchx.runner import get_runner
 from torchx.specs import AppDef, AppState, AppStatus, Role
 
+from dlrm_multiepoch.run_files import LOCK_FILE, live_holder, read_holder
 from dlrm_multiepoch.sweep import build_plan, parse_strategy
 from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.jobs import job_state
 from dlrm_multiepoch.sweep.launch import LaunchOptions, SweepLauncher
 from dlrm_multiepoch.sweep.manifest import update_manifest
 from dlrm_multiepoch.train.config import parse_config
-from dlrm_multiepoch.train.lock import LOCK_FILE, RunFolderBusy, RunLock, live_holder, read_holder
+from dlrm_multiepoch.train.lock import RunFolderBusy, RunLock
 from dlrm_multiepoch.train.run_folder import open_run_folder
 
 ROOT = Path(__file__).resolve().parents[1]

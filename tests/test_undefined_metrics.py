@@ -37,7 +37,7 @@ def test_auc_line_shows_validation_and_test_per_task_and_n_a_when_undefined():
 def test_the_follower_prints_new_whole_epochs_and_the_restored_best(tmp_path):
     path = tmp_path / "summary.json"
     lines = []
-    follower = EvaluationFollower(str(path), lines.append)
+    follower = EvaluationFollower(str(tmp_path), lines.append)
     follower.poll()  # no summary yet: nothing
     path.write_text("{not json")
     follower.poll()  # caught mid-write: nothing
@@ -50,7 +50,7 @@ def test_the_follower_prints_new_whole_epochs_and_the_restored_best(tmp_path):
     assert lines == ["    epoch 1: test like n/a", "    kept its best-validation weights (epoch 0.50): val like 0.6000"]
     # A resumed run's earlier epochs are not news.
     resumed = []
-    EvaluationFollower(str(path), resumed.append).poll()
+    EvaluationFollower(str(tmp_path), resumed.append).poll()
     assert resumed == ["    kept its best-validation weights (epoch 0.50): val like 0.6000"]
 
 

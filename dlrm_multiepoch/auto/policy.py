@@ -44,6 +44,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from dlrm_multiepoch.saved_state import StateMismatch, check_state
+
 AUTO = "auto"  # the --freeze_schedule value that selects this schedule
 FROZEN, JOINT, DENSE, DONE = "frozen", "joint", "dense", "done"
 PHASES = (FROZEN, JOINT, DENSE, DONE)
@@ -54,6 +56,12 @@ METRIC_SIGN = {"auc": 1.0, "logloss": -1.0, "ne": -1.0, "cal_ne": -1.0}
 AFTER_TABLES = ("refreeze", "stop")
 
 TaskMetrics = Mapping[str, Mapping[str, float]]
+# What AutoSchedulePolicy.state_dict() holds (None: any value), checked before a load.
+_STATE_FIELDS = {
+    "config": dict, "steps_per_epoch": int, "total_steps": int, "tables_start": None, "phase": str, "gates": dict,
+    "phase_history": list, "gate_history": list, "best_objective": None, "best_step": int, "phase_best": None,
+    "stale": int, "recent": list, "gap_start": None, "last_step": int,
+}  # fmt: skip
 
 
 def parse_task_weights(text: str, tasks: Sequence[str]) -> Dict[str, float]:
@@ -415,13 +423,16 @@ class AutoSchedulePolicy:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``; its config and budget must equal this policy's."""
+        """Continue from ``state``; its config and budget must equal this policy's (StateMismatch names them)."""
+        check_state("automatic schedule policy", state, _STATE_FIELDS)
         changed = sorted(k for k, v in state["config"].items() if asdict(self.config).get(k) != v)
         for key in ("steps_per_epoch", "total_steps"):
             if state[key] != getattr(self, key):
                 changed.append(f"{key.replace('_', ' ')} {state[key]} -> {getattr(self, key)}")
         if changed:
-            raise ValueError(f"auto schedule state was saved with other settings ({', '.join(changed)})")
+            raise StateMismatch(
+                f"automatic schedule policy: the state was saved with other settings ({', '.join(changed)})"
+            )
         self._tables_start = state["tables_start"]
         self.phase = state["phase"]
         self.gates = dict(state["gates"])

@@ -23,6 +23,7 @@ from dlrm_multiepoch.auto.policy import (
 )
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper, ScheduleSource
 from dlrm_multiepoch.freeze.scheduler import States
+from dlrm_multiepoch.saved_state import check_state
 from dlrm_multiepoch.schedule import TABLES, FreezeSchedule, Window
 
 
@@ -60,6 +61,7 @@ class PolicySource(ScheduleSource):
         return {"policy": self.policy.state_dict(), "decisions": [d.to_dict() for d in self.decisions]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state("automatic schedule", state, {"policy": dict, "decisions": list})
         self.policy.load_state_dict(state["policy"])
         self.decisions = [Decision.from_dict(d) for d in state["decisions"]]
 

@@ -10,6 +10,7 @@ from torchrec.distributed.model_parallel import DistributedModelParallel
 from dlrm_multiepoch.freeze.binding import Binding, bind, check_partial_freezes
 from dlrm_multiepoch.freeze.hooks import FrozenDenseParams, register_freeze_hook, register_step_hooks
 from dlrm_multiepoch.freeze.scheduler import FixedSchedule, ScheduleSource, States
+from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
 from dlrm_multiepoch.schedule import FreezeSchedule
 
 logger = logging.getLogger(__name__)
@@ -186,14 +187,20 @@ class FreezeScheduleWrapper:
         return {"global_step": self.global_step, "schedule": self.source.describe(), "source": self.source.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
-        """Resume at the saved step; with ``strict`` the saved schedule must equal this one."""
+        """Resume at the saved step; with ``strict`` the saved schedule must equal this one.
+
+        Raises:
+            StateMismatch: a field missing or of another type, or (``strict``) another schedule.
+        """
+        check_state("freeze schedule", state, {"global_step": int, "schedule": str})
+        step = check_count("freeze schedule", "global_step", state["global_step"])
         if strict and state["schedule"] != self.source.describe():
-            raise ValueError(
-                f"checkpoint was trained with freeze schedule {state['schedule']!r}, this run has "
-                f"{self.source.describe()!r}; pass strict=False to switch schedules on resume"
+            raise StateMismatch(
+                f"freeze schedule: the checkpoint was trained with freeze schedule {state['schedule']!r}, this run "
+                f"has {self.source.describe()!r}; pass strict=False to switch schedules on resume"
             )
         self.source.load_state_dict(state.get("source", {}))
-        self.set_progress(int(state["global_step"]))
+        self.set_progress(step)
 
     def remove(self) -> None:
         """Remove every hook and open every gate: the model trains as if never wrapped."""

@@ -35,6 +35,7 @@ from torchrec.distributed.embedding import ShardedEmbeddingCollection
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
 
 from dlrm_multiepoch.optim.options import ACCUMULATION_RULES, check_accumulation
+from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
 
 def ddp_modules(model: nn.Module) -> List[DistributedDataParallel]:
     """Every DDP wrapper in ``model``: the dense part and data-parallel table lookups
@@ -121,6 +122,13 @@ class GradientAccumulation:
         return {"accumulated": torch.tensor(self.accumulated), "optimizer_steps": torch.tensor(self.optimizer_steps)}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        if int(state_dict["accumulated"]):
-            raise ValueError("cannot resume inside an accumulation window (its gradients are not saved)")
-        self.optimizer_steps = int(state_dict["optimizer_steps"])
+        """Continue counting optimizer steps; StateMismatch for a state saved inside an accumulation window."""
+        part = "gradient accumulation"
+        check_state(part, state_dict, {"accumulated": None, "optimizer_steps": None})
+        accumulated = check_count(part, "accumulated", state_dict["accumulated"])
+        if accumulated:
+            raise StateMismatch(
+                f"{part}: the state was saved {accumulated} micro-batch(es) into an accumulation window, whose "
+                "gradients are not saved; resume from a checkpoint taken at an optimizer step"
+            )
+        self.optimizer_steps = check_count(part, "optimizer_steps", state_dict["optimizer_steps"])

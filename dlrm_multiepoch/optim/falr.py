@@ -47,6 +47,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_multiepoch.optim.options import FALRConfig
 from dlrm_multiepoch.optim.shards import TableShard, table_shards
+from dlrm_multiepoch.saved_state import StateMismatch
 from dlrm_multiepoch.tables import table_names
 
 logger = logging.getLogger(__name__)
@@ -322,12 +323,18 @@ class FrequencyAdaptiveLR:
         return out
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Restore every table's counters; StateMismatch names a table the state has none for (before loading any)."""
+        mine = {s.name for k in self._kernels for s in k.shards if s.name in self.tables}  # this rank's shards
+        missing = sorted(mine - set(state_dict))
+        if missing:
+            raise StateMismatch(
+                f"frequency-adaptive LR: the saved state has no counters for table(s) {missing}; "
+                f"it has {sorted(state_dict)}"
+            )
         for k in self._kernels:
             for i, s in enumerate(k.shards):
                 if s.name not in self.tables:
                     continue
-                if s.name not in state_dict:
-                    raise KeyError(f"FALR state has no counters for table {s.name!r}; it has {sorted(state_dict)}")
                 local = state_dict[s.name].local_shards()[0].tensor
                 k.counts[k.row_start[i] : k.row_start[i] + s.local_rows].copy_(local)
                 k.table_max[i] = float(local.max()) if local.numel() else 0.0

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from dlrm_multiepoch.optim.options import TableLRSchedule
+from dlrm_multiepoch.saved_state import check_count, check_state
 from dlrm_multiepoch.optim.shards import kernels, set_kernel_learning_rate
 
 class TableLRScheduler:
@@ -113,4 +114,6 @@ class TableLRScheduler:
         return {"step": torch.tensor(self.step)}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self.set_step(int(state_dict["step"]), force=True)
+        """Continue at the saved step; StateMismatch when it has none, or not a count."""
+        check_state("table LR schedule", state_dict, {"step": None})
+        self.set_step(check_count("table LR schedule", "step", state_dict["step"]), force=True)

@@ -24,6 +24,7 @@ from dlrm_multiepoch.report.compare import compare_experiment
 from dlrm_multiepoch.report.hparams import write_hparams
 from dlrm_multiepoch.report.plots import plot_curves, plot_windows
 from dlrm_multiepoch.report.tables import to_markdown, write_csv, write_window_csv
+from dlrm_multiepoch.run_files import COMPARE_DIR
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +50,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(to_markdown(comparison))
         print(f"compare: no complete run to compare in {args.experiment_dir}", file=sys.stderr)
         return 1
-    out = args.out or os.path.join(args.experiment_dir, "compare")
+    out = args.out or os.path.join(args.experiment_dir, COMPARE_DIR)
     os.makedirs(out, exist_ok=True)
     report = to_markdown(comparison)
     files = {"table (Markdown)": os.path.join(out, "comparison.md"), "table (CSV)": os.path.join(out, "comparison.csv")}

@@ -29,7 +29,17 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from dlrm_multiepoch.sweep.plan import MANIFEST, SUMMARY, read_json, read_manifest
+from dlrm_multiepoch.run_files import (
+    MANIFEST_FILE,
+    OWN_FOLDERS,
+    has_event_files,
+    manifest_path,
+    parse_run_folder_name,
+    read_manifest,
+    read_summary,
+    summary_finished,
+    whole_epoch_evaluations,
+)
 from dlrm_multiepoch.sweep.strategies import flag_names
 
 EPOCH_TAG = "eval/epoch"
@@ -38,10 +48,6 @@ BEST_PREFIX = "best"  # best/<split>/<task>/<metric>: the restored best-validati
 METRICS = ("auc", "logloss", "ne")
 # Evaluated splits, each possibly with a row slice: test, val, train_sample, test.unseen_user, ...
 _SPLIT = re.compile(r"^(train_sample|val|test)(\.[^/]+)?$")
-_SEED_SUFFIX = re.compile(r"^(?P<strategy>.+)-s(?P<seed>-?\d+)$")
-_EVENTS = "tfevents"
-# Folders the sweep and compare write into an experiment besides run folders.
-OWN_FOLDERS = ("compare", "logs")
 
 MetricKey = Tuple[str, str, str]  # (split, task, metric)
 
@@ -187,7 +193,7 @@ def read_run(
     name = name or os.path.basename(os.path.normpath(run_dir))
     if not os.path.isdir(run_dir):
         raise RunError("missing: no run folder")
-    if not any(_EVENTS in f for f in os.listdir(run_dir)):
+    if not has_event_files(run_dir):
         raise RunError("no TensorBoard event files")
     summary = _read_summary(run_dir)
     scalars = read_scalars(run_dir)
@@ -210,16 +216,13 @@ def read_run(
     if not evals and not deployed:
         raise RunError("no whole-epoch evaluation and no restored best-validation evaluation in its event files")
     if strategy is None:
-        match = _SEED_SUFFIX.match(name)
-        strategy = match["strategy"] if match else name
-        if seed is None and match:
-            seed = int(match["seed"])
+        parsed = parse_run_folder_name(name)
+        strategy = parsed[0] if parsed else name
+        if seed is None and parsed:
+            seed = parsed[1]
     config = _by_flag(summary.get("config", {}))
     throughput = list(scalars.get(THROUGHPUT_TAG, {}).values())
-    whole_evaluations = [
-        e for e in summary.get("evaluations", [])
-        if isinstance(e, dict) and isinstance(e.get("epoch"), (int, float)) and float(e["epoch"]).is_integer() and e["epoch"] > 0
-    ]  # fmt: skip
+    whole_evaluations = whole_epoch_evaluations(summary)
     recorded = sorted({int(e["epoch"]) for e in whole_evaluations})
     return RunRecord(
         name=name,
@@ -231,7 +234,7 @@ def read_run(
         evals=evals,
         wall_time_s=summary.get("wall_time_s"),
         samples_per_s=float(np.median(throughput)) if throughput else None,
-        finished=("wall_time_s" in summary) if summary else None,
+        finished=summary_finished(summary) if summary else None,
         deployed=deployed,
         deployed_epoch=(summary.get("best") or {}).get("epoch"),
         config=config,
@@ -254,11 +257,11 @@ def read_experiment(experiment_dir: str) -> Tuple[List[RunRecord], List[RunProbl
     )
     problems = []
     if manifest is None:
-        entries = [{"name": d} for d in folders if any(_EVENTS in f for f in os.listdir(os.path.join(experiment_dir, d)))]
+        entries = [{"name": d} for d in folders if has_event_files(os.path.join(experiment_dir, d))]
         skipped, why = [d for d in folders if d not in {e["name"] for e in entries}], "no TensorBoard event files"
     else:
         entries = list(manifest["runs"].values())
-        skipped, why = [d for d in folders if d not in manifest["runs"]], f"not a run of {MANIFEST}"
+        skipped, why = [d for d in folders if d not in manifest["runs"]], f"not a run of {MANIFEST_FILE}"
     problems += [RunProblem(d, os.path.join(experiment_dir, d), f"skipped: {why}") for d in skipped]
     runs = []
     # Reading many event files logs nothing a user needs.
@@ -326,19 +329,22 @@ def partial_reason(run: RunRecord) -> Optional[str]:
 
 
 def _manifest(experiment_dir: str) -> Optional[Dict[str, Any]]:
-    if not os.path.isfile(os.path.join(experiment_dir, MANIFEST)):
+    if not os.path.isfile(manifest_path(experiment_dir)):
         return None
     manifest = read_manifest(experiment_dir)
-    if not isinstance(manifest.get("runs"), dict):
-        raise ValueError(f"{os.path.join(experiment_dir, MANIFEST)} is not a sweep manifest (no 'runs'); fix or remove it")
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("runs"), dict):
+        raise ValueError(f"{manifest_path(experiment_dir)} is not a sweep manifest (no 'runs'); fix or remove it")
     return manifest
 
 
 def _read_summary(run_dir: str) -> Dict[str, Any]:
     try:
-        return read_json(os.path.join(run_dir, SUMMARY))
+        summary = read_summary(run_dir)
     except ValueError as e:
         raise RunError(f"corrupt summary.json: {e}") from None
+    if not isinstance(summary, dict):
+        raise RunError(f"corrupt summary.json: it holds a JSON {type(summary).__name__}, not an object")
+    return summary
 
 
 def _by_flag(config: Dict[str, Any]) -> Dict[str, Any]:

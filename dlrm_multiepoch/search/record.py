@@ -20,11 +20,19 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from dlrm_multiepoch.run_files import (
+    best_checkpoint_name,
+    checkpoint_name,
+    checkpoints_dir,
+    read_search_record,
+    read_summary,
+    run_folder_name,
+    search_record_path,
+    summary_finished,
+)
 from dlrm_multiepoch.search.candidates import Candidate
 from dlrm_multiepoch.search.pruning import Choice, Curve, objective
-from dlrm_multiepoch.sweep.plan import SUMMARY, read_json
 
-RECORD = "search.json"
 VAL, TEST = "val", "test"
 
 
@@ -66,7 +74,7 @@ class BranchRecord:
 
 def run_name(candidate: str, seed: int) -> str:
     """The run folder name of a branch (the sweep's ``<strategy>-s<seed>``)."""
-    return f"{candidate}-s{seed}"
+    return run_folder_name(candidate, seed)
 
 
 def read_branch(run_dir: str, metric: str, weights: Mapping[str, float]) -> Tuple[Curve, Dict[str, Any]]:
@@ -77,9 +85,9 @@ def read_branch(run_dir: str, metric: str, weights: Mapping[str, float]) -> Tupl
         (epoch -> step), ``start_step`` (its fork step, 0 for a root), ``last_step`` (of its
         last evaluation), ``finished`` (the run recorded its end), ``best`` (``auto``'s restored best, with its metrics).
     """
-    summary = read_json(os.path.join(run_dir, SUMMARY))
+    summary = read_summary(run_dir)
     curve = Curve()
-    facts: Dict[str, Any] = {"test_auc": {}, "steps": {}, "start_step": 0, "finished": "wall_time_s" in summary}
+    facts: Dict[str, Any] = {"test_auc": {}, "steps": {}, "start_step": 0, "finished": summary_finished(summary)}
     facts["last_step"] = max((int(e["step"]) for e in summary.get("evaluations", [])), default=0)
     for e in summary.get("evaluations", []):
         if not float(e["epoch"]).is_integer() or VAL not in e:
@@ -107,7 +115,7 @@ def json_number(value: float) -> Optional[float]:
 def write_record(experiment_dir: str, record: Mapping[str, Any]) -> str:
     """Write ``search.json`` atomically; returns its path."""
     os.makedirs(experiment_dir, exist_ok=True)
-    path = os.path.join(experiment_dir, RECORD)
+    path = search_record_path(experiment_dir)
     with open(path + ".tmp", "w") as f:
         json.dump(record, f, indent=2, allow_nan=False)
     os.replace(path + ".tmp", path)
@@ -116,7 +124,7 @@ def write_record(experiment_dir: str, record: Mapping[str, Any]) -> str:
 
 def read_record(experiment_dir: str) -> Dict[str, Any]:
     """``search.json`` of an experiment folder (empty when there is none)."""
-    return read_json(os.path.join(experiment_dir, RECORD))
+    return read_search_record(experiment_dir)
 
 
 def branch_dict(b: BranchRecord) -> Dict[str, Any]:
@@ -139,10 +147,10 @@ def deployable(run_dir: str, choice: Choice, metric: str, weights: Mapping[str, 
     """
     _, facts = read_branch(run_dir, metric, weights)
     if "best" in facts:  # the adaptive schedule ends on its best-validation weights
-        name, test = f"best_step_{facts['best']['step']}", facts["best"]["test_auc"]
+        name, test = best_checkpoint_name(facts["best"]["step"]), facts["best"]["test_auc"]
     else:
-        name, test = f"step_{facts['steps'][int(choice.epoch)]}", facts["test_auc"][int(choice.epoch)]
-    path = os.path.join(run_dir, "checkpoints", name)
+        name, test = checkpoint_name(facts["steps"][int(choice.epoch)]), facts["test_auc"][int(choice.epoch)]
+    path = os.path.join(checkpoints_dir(run_dir), name)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"the checkpoint to deploy, {path}, is missing (pruned or deleted?)")
     return {

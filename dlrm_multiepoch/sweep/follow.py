@@ -8,13 +8,14 @@ split, labels of one class: ``null`` in the summary) prints as ``n/a``.
 
 Example::
 
-    follower = EvaluationFollower("runs/bx/joint-s0/summary.json", print)
+    follower = EvaluationFollower("runs/bx/joint-s0", print)
     follower.poll()   # "    epoch 1: val like 0.7012 love 0.6634 | test like 0.7408 love 0.7956"
 """
 
-import json
 import math
 from typing import Any, Callable, Dict, Mapping
+
+from dlrm_multiepoch.run_files import read_summary, whole_epoch_evaluations
 
 # The splits the console shows, in this order (the rest stays in TensorBoard and the table).
 SHOWN_SPLITS = ("val", "test")
@@ -25,32 +26,31 @@ class EvaluationFollower:
     (and the restored best-validation model, for the automatic schedule).
 
     Args:
-        summary_path: the run's ``summary.json`` (it may not exist yet).
+        run_dir: the run's folder (it may not exist yet).
         emit: receives each line.
     """
 
-    def __init__(self, summary_path: str, emit: Callable[[str], None]):
-        self.path = summary_path
+    def __init__(self, run_dir: str, emit: Callable[[str], None]):
+        self.run_dir = run_dir
         self.emit = emit
         # A resumed run's earlier epochs are not news.
-        self.seen = {e.get("epoch") for e in self._read().get("evaluations", [])}
+        self.seen = {e["epoch"] for e in whole_epoch_evaluations(self._read())}
         self.best_shown = False
 
     def _read(self) -> Dict[str, Any]:
         try:
-            with open(self.path) as f:
-                summary = json.load(f)
-        except (OSError, ValueError):  # not written yet, or caught mid-replace
+            summary = read_summary(self.run_dir)
+        except (OSError, ValueError):  # damaged, or caught mid-replace
             return {}
         return summary if isinstance(summary, dict) else {}
 
     def poll(self) -> None:
         """Emit the evaluations that appeared since the last call."""
         summary = self._read()
-        for e in summary.get("evaluations", []):
-            epoch = e.get("epoch")
-            # Mid-epoch evaluations (--eval_every_n_steps, the auto schedule's) stay in the log.
-            if epoch in self.seen or not isinstance(epoch, (int, float)) or not float(epoch).is_integer():
+        # Mid-epoch evaluations (--eval_every_n_steps, the auto schedule's) stay in the log.
+        for e in whole_epoch_evaluations(summary):
+            epoch = e["epoch"]
+            if epoch in self.seen:
                 continue
             self.seen.add(epoch)
             self.emit(f"    epoch {epoch:g}: {auc_line(e)}")

@@ -17,7 +17,7 @@ from typing import Iterator, Optional, Tuple
 from torchx.runner import Runner
 from torchx.specs import AppState, AppStatus, parse_app_handle
 
-from dlrm_multiepoch.train.lock import LockHolder
+from dlrm_multiepoch.run_files import LockHolder
 
 _ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Busy)): (.+)$")
 # torchrun's and TorchX's own wrappers around a worker's error: never the reason.

@@ -29,11 +29,11 @@ from torchx.specs import AppDef, AppState
 
 from dlrm_multiepoch import components
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
+from dlrm_multiepoch.run_files import LOGS_DIR, live_holder, read_manifest
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, failure_reason, holder_is_job, job_state
 from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
-from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, SweepPlan, read_manifest, run_state
-from dlrm_multiepoch.train.lock import live_holder
+from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan, run_state
 
 _POLL_S = 2.0
 _MAX_TURNS = 5  # per run: trainers waited for (another sweep's) before its own launch
@@ -120,7 +120,7 @@ class SweepLauncher:
     def _follow(self, run: RunSpec) -> None:
         """Print the evaluations of the trainer that holds ``run``'s folder until it lets go."""
         run_dir = os.path.join(self.plan.experiment_dir, run.name)
-        follower = EvaluationFollower(os.path.join(run_dir, SUMMARY), self._print)
+        follower = EvaluationFollower(run_dir, self._print)
         try:
             while live_holder(run_dir) is not None:
                 follower.poll()
@@ -134,7 +134,7 @@ class SweepLauncher:
         start = time.perf_counter()
         cfg = self.scheduler_cfg(run)
         handle = runner.schedule(runner.dryrun(self.app(run), LOCAL, cfg=cfg))
-        follower = EvaluationFollower(os.path.join(self.plan.experiment_dir, run.name, SUMMARY), self._print)
+        follower = EvaluationFollower(os.path.join(self.plan.experiment_dir, run.name), self._print)
         try:
             while True:
                 status, _ = job_state(runner, handle)
@@ -207,7 +207,7 @@ class SweepLauncher:
         """The scheduler options of ``run``'s job (``local_cwd``: its logs under ``<experiment>/logs/<run>``)."""
         cfg = dict(self.options.scheduler_cfg)
         if self.options.scheduler == LOCAL:
-            cfg.setdefault("log_dir", os.path.join(self.plan.experiment_dir, "logs", run.name))
+            cfg.setdefault("log_dir", os.path.join(self.plan.experiment_dir, LOGS_DIR, run.name))
         return cfg
 
     def _print(self, line: str) -> None:

@@ -24,7 +24,16 @@ import os
 from dataclasses import asdict
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from dlrm_multiepoch.sweep.plan import CHECKPOINTS, MANIFEST, SUMMARY, RunSpec, SweepPlan, read_json, read_manifest
+from dlrm_multiepoch.run_files import (
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    CheckpointFormatError,
+    flat_config,
+    manifest_path,
+    read_manifest,
+    recorded_config,
+)
+from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan
 from dlrm_multiepoch.sweep.strategies import flag_items
 
 # Where a run writes and how a launch starts or pauses (a search's --stop_at_epoch): not what the run is.
@@ -58,7 +67,7 @@ def check_experiment(plan: SweepPlan) -> None:
     """
     manifest = read_manifest(plan.experiment_dir)
     if not isinstance(manifest, dict) or (manifest and not isinstance(manifest.get("runs"), dict)):
-        raise ValueError(f"{os.path.join(plan.experiment_dir, MANIFEST)} is not a sweep manifest (no 'runs'); move it aside")
+        raise ValueError(f"{manifest_path(plan.experiment_dir)} is not a sweep manifest (no 'runs'); move it aside")
     recorded = group_record(manifest, plan.group).get("common_flags")
     changes = flag_changes(recorded, plan.common_flags) if is_flag_list(recorded) else []
     if changes:
@@ -72,7 +81,7 @@ def check_experiment(plan: SweepPlan) -> None:
         entry = manifest.get("runs", {}).get(run.name)
         before = entry.get("flags") if isinstance(entry, dict) else None
         changes = flag_changes(before, run.flags) if is_flag_list(before) else []
-        source = MANIFEST
+        source = MANIFEST_FILE
         if not changes:
             changes, source = _folder_changes(plan.experiment_dir, run)
         if changes:
@@ -100,41 +109,17 @@ def _folder_changes(experiment_dir: str, run: RunSpec) -> Tuple[List[str], str]:
     run_dir = os.path.join(experiment_dir, run.name)
     if not os.path.isdir(run_dir):
         return [], ""
-    from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy: existing runs only
-
-    source = os.path.join(run.name, SUMMARY)
     try:
-        config = read_json(os.path.join(run_dir, SUMMARY)).get("config")
-    except (ValueError, AttributeError):
-        config = None  # damaged summary: the checkpoint speaks for the run
-    saved = complete_checkpoints(os.path.join(run_dir, CHECKPOINTS))
-    if saved:
-        state_file = os.path.join(saved[-1][1], STATE_FILE)
-        _check_format(run, state_file)
-        if config is None:
-            source = os.path.relpath(state_file, experiment_dir)
-            try:
-                config = read_json(state_file).get("config")
-            except (ValueError, AttributeError):
-                config = None  # damaged: the trainer falls back to an older checkpoint, naming it
-    if not isinstance(config, Mapping):
-        return [], ""
-    return _config_changes(config, _config_of(run)), source
-
-
-def _check_format(run: RunSpec, state_file: str) -> None:
-    from dlrm_multiepoch.train.checkpoint.layout import FORMAT_VERSION
-
-    try:
-        found = read_json(state_file).get("format")
-    except (ValueError, AttributeError):
-        return  # damaged, not old: the trainer passes over it, saying so
-    if found != FORMAT_VERSION:
+        config, source = recorded_config(run_dir)
+    except CheckpointFormatError as e:
         raise ValueError(
-            f"run {run.name}: its checkpoint {os.path.dirname(state_file)} was written by an older version of "
-            f"dlrm-multiepoch (checkpoint format {found!r}; this version reads format {FORMAT_VERSION}). Finish the "
-            "run with the version that wrote it, or move its run folder aside to train it again with this one"
-        )
+            f"run {run.name}: its checkpoint {e.path} was written by an older version of dlrm-multiepoch (checkpoint "
+            f"format {e.found!r}; this version reads format {FORMAT_VERSION}). Finish the run with the version that "
+            "wrote it, or move its run folder aside to train it again with this one"
+        ) from None
+    if config is None:
+        return [], ""
+    return _config_changes(config, _config_of(run)), os.path.relpath(source, experiment_dir)
 
 
 def _config_of(run: RunSpec) -> Dict[str, Any]:
@@ -146,22 +131,12 @@ def _config_of(run: RunSpec) -> Dict[str, Any]:
 
 def _config_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> List[str]:
     """``--field before -> now`` for every config field both record with different values."""
-    a, b = _flat(recorded), _flat(now)
+    a, b = flat_config(recorded), flat_config(now)
     return [
         f"--{key.split('.')[-1]} {a[key]} -> {b[key]}"
         for key in a
         if key in b and key.split(".")[-1] not in PLACE_FLAGS and a[key] != b[key]
     ]
-
-
-def _flat(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, Mapping):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
 
 
 def group_record(manifest: Mapping[str, Any], group: str) -> Dict[str, Any]:
@@ -183,7 +158,7 @@ def recorded_handle(manifest: Mapping[str, Any], run: str) -> Optional[str]:
 def _locked(experiment_dir: str) -> Iterator[None]:
     """Serialize read-modify-write of the manifest between sweeps sharing an experiment."""
     os.makedirs(experiment_dir, exist_ok=True)
-    with open(os.path.join(experiment_dir, f".{MANIFEST}.lock"), "w") as f:
+    with open(os.path.join(experiment_dir, f".{MANIFEST_FILE}.lock"), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
@@ -212,7 +187,7 @@ def update_manifest(plan: SweepPlan, handles: Optional[Dict[str, str]] = None) -
             **manifest.get("strategies", {}),
             **{s.name: {"flags": list(s.flags), "help": s.help, "window": s.window} for s in plan.strategies},
         }
-        path = os.path.join(plan.experiment_dir, MANIFEST)
+        path = manifest_path(plan.experiment_dir)
         with open(path + ".tmp", "w") as f:
             json.dump(manifest, f, indent=2)
         os.replace(path + ".tmp", path)

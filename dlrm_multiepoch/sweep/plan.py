@@ -15,16 +15,25 @@ Example::
 
 import contextlib
 import io
-import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
+# read_manifest and read_json are imported from here by sweep/command.py and search/driver.py.
+from dlrm_multiepoch.run_files import (  # noqa: F401
+    checkpoints_dir,
+    complete_checkpoints,
+    live_holder,
+    read_manifest,
+    read_summary,
+    run_folder_name,
+    state_path,
+    summary_finished,
+    whole_epoch_evaluations,
+)
+from dlrm_multiepoch.run_files import read_optional_json as read_json  # noqa: F401
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
 
-MANIFEST = "sweep.json"
-SUMMARY = "summary.json"
-CHECKPOINTS = "checkpoints"
 # Flags each run gets from the sweep itself.
 SWEEP_FLAGS = ("epochs", "seed", "tensorboard_dir", "run_name", "resume")
 
@@ -139,7 +148,7 @@ def build_plan(
     for seed in seeds:  # seeds outermost: a stopped sweep has every strategy for the first seeds
         for strategy in strategies:
             epochs = strategy.run_epochs(budget)
-            folder = f"{strategy.name}-s{seed}"
+            folder = run_folder_name(strategy.name, seed)
             flags = [*common, *strategy.flags]
             if flag_value(strategy.flags, "epochs") is None:
                 flags += ["--epochs", str(epochs)]
@@ -199,8 +208,6 @@ class RunState:
 
 def run_state(experiment_dir: str, run: RunSpec) -> RunState:
     """The state of ``run``'s folder: finished when its summary records the end of a ``run.epochs``-epoch training."""
-    from dlrm_multiepoch.train.lock import live_holder  # beside the trainer that writes it
-
     run_dir = os.path.join(experiment_dir, run.name)
     if not os.path.isdir(run_dir):
         return RunState("new")
@@ -208,52 +215,23 @@ def run_state(experiment_dir: str, run: RunSpec) -> RunState:
     if holder is not None:
         return RunState("running", detail=holder.describe())
     try:
-        summary = read_json(os.path.join(run_dir, SUMMARY))
+        summary = read_summary(run_dir)
     except ValueError:
         summary = {}  # unreadable: not finished; the run resumes from its checkpoint or starts over
     if not isinstance(summary, dict) or not isinstance(summary.get("config", {}), dict):
         summary = {}  # not a summary the app wrote: as unreadable
-    try:
-        done = max((int(e["epoch"]) for e in summary.get("evaluations", []) if float(e["epoch"]).is_integer()), default=0)
-    except (TypeError, KeyError, ValueError, OverflowError):
-        done = 0  # damaged evaluations: the epochs done are unknown, the run is not finished (no wall time check)
+    done = max((int(e["epoch"]) for e in whole_epoch_evaluations(summary)), default=0)
     # The app records the wall time when its training loop ends: after the last epoch,
     # or earlier when the automatic schedule stopped the run. (A run never continues under
     # another --epochs: the manifest checks refuse that before any launch.)
-    if "wall_time_s" in summary and summary.get("config", {}).get("epochs", 0) >= run.epochs:
+    if summary_finished(summary) and summary.get("config", {}).get("epochs", 0) >= run.epochs:
         return RunState("finished", done)
-    checkpoints = os.path.join(run_dir, CHECKPOINTS)
-    from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy: unfinished runs only
-
-    saved = complete_checkpoints(checkpoints) if os.path.isdir(checkpoints) else []
+    saved = complete_checkpoints(checkpoints_dir(run_dir))
     if saved:
         step, newest = saved[-1]
         try:
-            epochs = int(read_json(os.path.join(newest, STATE_FILE))["parts"]["progress"]["epoch"])
+            epochs = int(read_json(state_path(newest))["parts"]["progress"]["epoch"])
         except (ValueError, KeyError, TypeError, AttributeError):
             epochs = 0  # damaged: the run falls back to an older checkpoint, or refuses naming it
         return RunState("resumable", epochs, f"checkpoint at step {step}, {epochs} epoch(s) done")
     return RunState("stale", done, "no checkpoint")
-
-
-def read_json(path: str) -> Dict[str, Any]:
-    """A JSON file's content; empty when the file does not exist.
-
-    Raises:
-        ValueError: the file exists but is not valid JSON (the message names it).
-    """
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except ValueError as e:
-        raise ValueError(f"{path} is not valid JSON ({e})") from None
-
-
-# -- manifest -----------------------------------------------------------------------
-
-
-def read_manifest(experiment_dir: str) -> Dict[str, Any]:
-    """``sweep.json`` of an experiment folder (empty when there is none); invalid JSON raises ValueError."""
-    return read_json(os.path.join(experiment_dir, MANIFEST))

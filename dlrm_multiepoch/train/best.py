@@ -13,9 +13,7 @@ Example::
     best.restore(120, dmp, optimizer)
 """
 
-import json
 import os
-import re
 import shutil
 from typing import Any, Callable, Iterable, Mapping, Optional, Set
 
@@ -23,13 +21,9 @@ import torch.distributed as dist
 from torch import nn
 from torchrec.optim.keyed import KeyedOptimizer
 
-from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints, load_checkpoint, write_checkpoint
-
-_BEST = re.compile(r"^best_step_(\d+)(\.tmp)?$")
-
-
-def best_name(step: int) -> str:
-    return f"best_step_{step}"
+from dlrm_multiepoch.run_files import BEST_FOLDER, best_checkpoint_name, complete_checkpoints, state_path
+from dlrm_multiepoch.train.checkpoint import load_checkpoint, write_checkpoint
+from dlrm_multiepoch.train.json_io import read_json
 
 
 class BestCheckpoints:
@@ -46,7 +40,7 @@ class BestCheckpoints:
         self._referenced = referenced
 
     def path(self, step: int) -> str:
-        return os.path.join(self.folder, best_name(step))
+        return os.path.join(self.folder, best_checkpoint_name(step))
 
     def save(self, step: int, model: nn.Module, optimizer: KeyedOptimizer, state: Mapping[str, Any]) -> str:
         """Checkpoint the weights of the best evaluation, at ``step`` (collective); prune older bests."""
@@ -57,14 +51,13 @@ class BestCheckpoints:
     def check(self, step: int) -> str:
         """The complete best checkpoint of ``step``; raises if it is missing."""
         path = self.path(step)
-        state_file = os.path.join(path, STATE_FILE)
+        state_file = state_path(path)
         if not os.path.isfile(state_file):
             raise FileNotFoundError(
                 f"best-validation checkpoint {path} is missing; it holds the weights of step {step}, which this "
                 "run restores (at a phase change and at its end)"
             )
-        with open(state_file) as f:
-            saved_step = json.load(f)["step"]
+        saved_step = read_json(state_file).get("step")
         if saved_step != step:
             raise ValueError(f"{path} holds step {saved_step}, expected {step}")
         return path
@@ -78,12 +71,11 @@ class BestCheckpoints:
         if not (dist.is_initialized() and dist.get_rank() != 0) and os.path.isdir(self.folder):
             wanted: Set[int] = set(keep)
             for _, path in complete_checkpoints(self.folder):
-                with open(os.path.join(path, STATE_FILE)) as f:
-                    step = self._referenced(json.load(f))
+                step = self._referenced(read_json(state_path(path)))
                 if step is not None:
                     wanted.add(step)
             for name in os.listdir(self.folder):
-                match = _BEST.match(name)
+                match = BEST_FOLDER.match(name)
                 if match and (match.group(2) or int(match.group(1)) not in wanted):
                     shutil.rmtree(os.path.join(self.folder, name))
         if dist.is_initialized() and dist.get_world_size() > 1:

@@ -11,10 +11,11 @@ Who may take a lock that exists:
 - the same elastic job (torchrun restarting its ranks: the id is the same);
 - anyone, once the holder is dead: on the holder's host, its PID no longer runs (and
   the ``flock`` is free); on another host, its heartbeat (the file's mtime) is older
-  than :data:`STALE_AFTER_S`. The taker logs whose lock it took over.
+  than :data:`~dlrm_multiepoch.run_files.STALE_AFTER_S`. The taker logs whose lock it took over.
 
 Anyone else is refused with :class:`RunFolderBusy`, naming the holder. A sweep asks
-:func:`live_holder` before launching a run, and waits for a live one instead.
+:func:`~dlrm_multiepoch.run_files.live_holder` (who holds a folder is read there, torch-free)
+before launching a run, and waits for a live one instead.
 
 Example::
 
@@ -33,95 +34,18 @@ import os
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Callable, Dict, Optional
 
-LOCK_FILE = "trainer.lock"
+from dlrm_multiepoch.run_files import LockHolder, lock_path, process_start, read_holder
+
 HEARTBEAT_S = 30.0  # how often a holder touches its lock file
-STALE_AFTER_S = 300.0  # a lock from another host without a heartbeat for this long is taken over
 RESTART_WAIT_S = 30.0  # a restarted job waits this long for its old rank 0's lock to drop
 _HELD: Dict[str, "RunLock"] = {}  # lock file (real path) -> this process's lock on it
 
 
 class RunFolderBusy(RuntimeError):
     """A live trainer holds the run folder; the message names it and its lock file."""
-
-
-@dataclass(frozen=True)
-class LockHolder:
-    """Who holds (or held) a run folder's lock, as its lock file says.
-
-    Args:
-        job_id: the holder's elastic job id (``TORCHELASTIC_RUN_ID``), or None.
-        host: its host name.
-        pid: its process id on that host (None while it is still writing the file).
-        pid_start: the process's start time in clock ticks since boot (Linux), or None.
-        started: when it took the lock (ISO 8601, UTC).
-    """
-
-    job_id: Optional[str]
-    host: str
-    pid: Optional[int]
-    pid_start: Optional[int]
-    started: str
-
-    def describe(self) -> str:
-        """``job J, pid P on host H since T``."""
-        job = f"job {self.job_id}, " if self.job_id else ""
-        return f"{job}pid {self.pid} on host {self.host} since {self.started}"
-
-    def alive(self, heartbeat_age_s: float) -> bool:
-        """Whether the holder still runs: its PID on this host, else its heartbeat on another."""
-        if self.host != socket.gethostname() or self.pid is None:
-            return heartbeat_age_s < STALE_AFTER_S
-        start = _process_start(self.pid)
-        return start is not None and (self.pid_start is None or start in (-1, self.pid_start))
-
-
-def _process_start(pid: int) -> Optional[int]:
-    """The start time of process ``pid`` (clock ticks since boot), or None if it does not run."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
-    except (OSError, IndexError, ValueError):
-        try:
-            os.kill(pid, 0)  # no /proc (macOS): the PID alone
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass  # runs, as another user
-        return -1
-
-
-def read_holder(run_dir: str) -> Optional[LockHolder]:
-    """The holder named in ``run_dir``'s lock file (alive or not); None when there is no lock file.
-
-    A lock file still being written (empty) names an unknown holder on this host, alive
-    while its heartbeat is fresh.
-    """
-    path = os.path.join(run_dir, LOCK_FILE)
-    try:
-        with open(path) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    try:
-        fields = json.loads(text)
-        return LockHolder(**{k: fields.get(k) for k in LockHolder.__dataclass_fields__})
-    except (ValueError, TypeError):
-        return LockHolder(None, "?", None, None, "?")
-
-
-def live_holder(run_dir: str) -> Optional[LockHolder]:
-    """The trainer that holds ``run_dir`` now, or None when no live trainer does."""
-    holder = read_holder(run_dir)
-    if holder is None:
-        return None
-    try:
-        age = time.time() - os.path.getmtime(os.path.join(run_dir, LOCK_FILE))
-    except FileNotFoundError:
-        return None  # released meanwhile
-    return holder if holder.alive(age) else None
 
 
 class RunLock:
@@ -144,11 +68,11 @@ class RunLock:
             RunFolderBusy: a live trainer of another job holds it (the message names it).
         """
         os.makedirs(run_dir, exist_ok=True)
-        path = os.path.join(run_dir, LOCK_FILE)
+        path = lock_path(run_dir)
         held = _HELD.get(os.path.realpath(path))
         if held is not None:  # this process trains the folder again (an in-process resume): its lock moves on
             held.release()
-        me = LockHolder(job_id, socket.gethostname(), os.getpid(), _process_start(os.getpid()), _now())
+        me = LockHolder(job_id, socket.gethostname(), os.getpid(), process_start(os.getpid()), _now())
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:

@@ -5,9 +5,9 @@ from typing import Any, Dict, Mapping, Optional
 
 from torch.utils.tensorboard import SummaryWriter
 
+from dlrm_multiepoch.run_files import summary_path
+from dlrm_multiepoch.saved_state import StateMismatch, check_state
 from dlrm_multiepoch.train.json_io import json_safe, write_json
-
-SUMMARY_FILE = "summary.json"
 
 
 class MetricsLogger:
@@ -80,11 +80,18 @@ class MetricsLogger:
         return self.summary
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.restore(state)
+        """Continue the saved summary; StateMismatch names an evaluation without its epoch and step."""
+        check_state("metrics summary", state, {"evaluations": list})
+        for i, entry in enumerate(state["evaluations"]):
+            try:
+                check_state(f"metrics summary: evaluation {i}", entry, {"epoch": (int, float), "step": int})
+            except StateMismatch as e:
+                raise StateMismatch(f"{e} (of {len(state['evaluations'])} saved evaluations)") from None
+        self.restore(dict(state))
 
     def _write_summary(self) -> None:
         if self.enabled:
-            write_json(os.path.join(self.run_dir, SUMMARY_FILE), self.summary)
+            write_json(summary_path(self.run_dir), self.summary)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -3,6 +3,8 @@
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Mapping
 
+from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
+
 
 @dataclass
 class TrainProgress:
@@ -37,8 +39,16 @@ class TrainProgress:
         return asdict(self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        for f in fields(self):
-            setattr(self, f.name, type(getattr(self, f.name))(state[f.name]))
+        """Continue at the saved position; StateMismatch names a missing, mistyped or negative field."""
+        check_state("train progress", state, {f.name: f.type for f in fields(self)})
+        values = {
+            f.name: float(state[f.name]) if f.type is float else check_count("train progress", f.name, state[f.name])
+            for f in fields(self)
+        }
+        if not values["wall_time_s"] >= 0:
+            raise StateMismatch(f"train progress: the saved 'wall_time_s' is {values['wall_time_s']}, expected >= 0")
+        for name, value in values.items():
+            setattr(self, name, value)
 
     def __str__(self) -> str:
         if self.batch_in_epoch == 0:

@@ -1,6 +1,5 @@
 """The run folder a launch trains in: one name on every rank, what it resumes, what a fresh start may replace."""
 
-import glob
 import os
 import shutil
 import time
@@ -8,16 +7,10 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from dlrm_multiepoch import distributed as D
-from dlrm_multiepoch.train.checkpoint import (
-    CHECKPOINTS_DIR,
-    CheckpointInfo,
-    find_checkpoint,
-    refuse_fresh_start,
-    saved_work,
-)
+from dlrm_multiepoch.run_files import CheckpointInfo, checkpoints_dir, has_event_files, saved_work, summary_path
+from dlrm_multiepoch.train.checkpoint import find_checkpoint, refuse_fresh_start
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.lock import RunFolderBusy, RunLock
-from dlrm_multiepoch.train.metrics_logger import SUMMARY_FILE
 
 
 @dataclass
@@ -103,11 +96,11 @@ def _lock(path: str, job_id: Optional[str], log: Callable[[str], None]) -> Optio
 def _open(
     cfg: TrainConfig, path: str, job_id: Optional[str], lock: Optional[RunLock], log: Callable[[str], None]
 ) -> RunFolder:
-    checkpoints = os.path.join(path, CHECKPOINTS_DIR)
+    checkpoints = checkpoints_dir(path)
     resume_from = find_checkpoint(cfg.checkpoint.resume, checkpoints, job_id, log)
     if resume_from is not None:
         return RunFolder(path, checkpoints, resume_from, resume_from.step + 1, job_id, lock)
-    summary = os.path.join(path, SUMMARY_FILE)
+    summary = summary_path(path)
     refusal = D.broadcast_object(refuse_fresh_start(checkpoints, summary, cfg.checkpoint.resume, job_id) if D.rank() == 0 else None)
     if refusal and not cfg.checkpoint.overwrite:
         raise ValueError(refusal)
@@ -116,5 +109,5 @@ def _open(
             log(f"--overwrite: removing {old}")
             shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
     D.barrier()
-    old_events = bool(glob.glob(os.path.join(path, "events.out.tfevents.*")))
+    old_events = has_event_files(path)
     return RunFolder(path, checkpoints, None, 0 if old_events else None, job_id, lock)

@@ -1,7 +1,8 @@
 """Training checkpoints: save the whole training state, find an intact one to resume, load it.
 
 A run's ``<run_dir>/checkpoints/`` holds one folder per checkpoint, named by the
-optimizer steps done when it was taken:
+optimizer steps done when it was taken (the names, and torch-free readers of these
+files, are :mod:`dlrm_multiepoch.run_files`'):
 
 - ``step_<S>/``: a ``torch.distributed.checkpoint`` of ``{"model": dmp.state_dict(),
   "optimizer": optimizer.state_dict(), <tensor parts>}`` (every rank writes its own
@@ -27,22 +28,18 @@ Example::
     ckpt.save(step=240, state={"config": cfg.to_dict()})
 """
 
-from dlrm_multiepoch.train.checkpoint.checkpointer import Checkpointer
-from dlrm_multiepoch.train.checkpoint.compat import SHAPE_FIELDS, check_compatible, check_sharding, table_sharding
-from dlrm_multiepoch.train.checkpoint.find import (
-    CheckpointError,
-    find_checkpoint,
-    refuse_fresh_start,
-    verify_checkpoint,
-)
-from dlrm_multiepoch.train.checkpoint.layout import (
+from dlrm_multiepoch.run_files import (
     CHECKPOINTS_DIR,
     STATE_FILE,
+    CheckpointError,
     CheckpointInfo,
     checkpoint_name,
     complete_checkpoints,
     saved_work,
 )
+from dlrm_multiepoch.train.checkpoint.checkpointer import Checkpointer
+from dlrm_multiepoch.train.checkpoint.compat import SHAPE_FIELDS, check_compatible, check_sharding, table_sharding
+from dlrm_multiepoch.train.checkpoint.find import find_checkpoint, refuse_fresh_start, verify_checkpoint
 from dlrm_multiepoch.train.checkpoint.load import load_checkpoint
 from dlrm_multiepoch.train.checkpoint.save import protect, prune, save_checkpoint, unprotect, write_checkpoint
 

@@ -8,8 +8,8 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.optim.keyed import KeyedOptimizer
 
 from dlrm_multiepoch import distributed as D
+from dlrm_multiepoch.run_files import CheckpointError, CheckpointInfo
 from dlrm_multiepoch.train.checkpoint.find import find_checkpoint
-from dlrm_multiepoch.train.checkpoint.layout import CheckpointInfo
 from dlrm_multiepoch.train.checkpoint.load import load_checkpoint
 from dlrm_multiepoch.train.checkpoint.save import save_checkpoint
 
@@ -90,16 +90,29 @@ class Checkpointer:
         return find_checkpoint(resume, self.folder, self.job_id, self.log)
 
     def load(self, info: CheckpointInfo) -> None:
-        """Restore model, optimizer and every registered part from ``info`` (collective)."""
+        """Restore model, optimizer and every registered part from ``info`` (collective).
+
+        Each part validates its own state in ``load_state_dict``
+        (:mod:`dlrm_multiepoch.saved_state`); a part that refuses it is named here with
+        the checkpoint.
+
+        Raises:
+            CheckpointError: a part the checkpoint holds no state for, or whose state does
+                not fit it (``checkpoint <path>: part 'progress': train progress: ...``).
+        """
         saved_tensor_parts = set(info.state.get("tensor_parts", []))
         missing = [n for n in self.parts if n not in info.parts and n not in saved_tensor_parts]
         if missing:
-            raise ValueError(
+            raise CheckpointError(
                 f"checkpoint {info.path} holds no state for {missing}: it was saved by a run without them "
                 f"(it has {sorted(info.parts) + sorted(saved_tensor_parts)})"
             )
         tensor_state = {n: p.state_dict() for n, p in self.parts.items() if n in saved_tensor_parts}
         load_checkpoint(info.path, self.model, self.optimizer, tensor_state)
         for name, part in self.parts.items():
-            part.load_state_dict(tensor_state[name] if name in tensor_state else info.parts[name])
+            try:
+                part.load_state_dict(tensor_state[name] if name in tensor_state else info.parts[name])
+            except (KeyError, TypeError, ValueError) as e:  # KeyError/TypeError: a part that does not check its state
+                detail = f"{type(e).__name__} {e}" if not isinstance(e, ValueError) else str(e)
+                raise CheckpointError(f"checkpoint {info.path}: part {name!r}: {detail}") from e
 

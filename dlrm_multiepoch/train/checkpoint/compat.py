@@ -3,7 +3,7 @@
 from typing import Any, Dict, List, Mapping, Sequence
 
 from dlrm_multiepoch.data.dataset import TableSpec
-from dlrm_multiepoch.train.checkpoint.layout import CheckpointInfo
+from dlrm_multiepoch.run_files import CheckpointInfo, flat_config
 
 # Config fields (dotted paths into TrainConfig.to_dict()) that change parameter or
 # optimizer-state shapes: a checkpoint loads only into a run with the same values.
@@ -32,17 +32,6 @@ def _get(config: Mapping[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
         value = value[part]
     return value
-
-
-def flat_config(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
-    """A nested config dict as ``{"data.dataset": ..., "epochs": ...}`` (dotted paths to its leaves)."""
-    out: Dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, Mapping):
-            out |= flat_config(value, f"{prefix}{key}.")
-        else:
-            out[prefix + key] = value
-    return out
 
 
 def check_compatible(

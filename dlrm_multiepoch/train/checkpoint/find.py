@@ -11,19 +11,16 @@ from typing import Callable, Dict, List, Optional
 
 from dlrm_multiepoch import distributed as D
 from dlrm_multiepoch.data.cache import file_digest
-from dlrm_multiepoch.train.checkpoint.layout import (
-    FORMAT_VERSION,
-    STATE_FILE,
+from dlrm_multiepoch.run_files import (
+    CheckpointError,
     CheckpointInfo,
     complete_checkpoints,
+    read_checkpoint_state,
     saved_work,
+    state_path,
     step_folders,
 )
 from dlrm_multiepoch.train.json_io import read_json
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder that is incomplete, damaged or of another format; the message names the file."""
 
 
 def record_files(folder: str) -> Dict[str, Dict[str, object]]:
@@ -34,28 +31,6 @@ def record_files(folder: str) -> Dict[str, Dict[str, object]]:
         path = os.path.join(folder, name)
         mine[name] = {"bytes": os.path.getsize(path), "sha256": file_digest(path)}
     return {name: entry for share in D.all_gather_object(mine) for name, entry in share.items()}
-
-
-def _read_state(path: str) -> Dict[str, object]:
-    state_file = os.path.join(path, STATE_FILE)
-    if not os.path.isfile(state_file):
-        raise CheckpointError(
-            f"checkpoint {path}: incomplete (no {STATE_FILE}, which a save writes last: the save was interrupted)"
-        )
-    try:
-        state = read_json(state_file)
-    except ValueError as e:
-        raise CheckpointError(f"checkpoint {path}: {e}") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
-        found = state.get("format") if isinstance(state, dict) else None
-        if isinstance(found, int) and found < FORMAT_VERSION:
-            raise CheckpointError(
-                f"checkpoint {path}: written by an older version of dlrm-multiepoch (format {found}, this version "
-                f"reads format {FORMAT_VERSION}); resume it with the version that wrote it, or start over with "
-                "--overwrite or another --run_name"
-            )
-        raise CheckpointError(f"checkpoint {path}: format {found!r}, this version reads format {FORMAT_VERSION}")
-    return state
 
 
 def _check_files(path: str, files: Dict[str, Dict[str, object]], share: int, shares: int) -> Optional[str]:
@@ -87,7 +62,7 @@ def verify_checkpoint(path: str) -> CheckpointInfo:
     if not os.path.isdir(path):
         raise FileNotFoundError(f"checkpoint {path}: no such folder")
     try:
-        state = _read_state(path)
+        state = read_checkpoint_state(path)
         problem = _check_files(path, state.get("files", {}), D.rank(), D.world_size())
     except CheckpointError as e:
         state, problem = {}, str(e)
@@ -99,7 +74,7 @@ def verify_checkpoint(path: str) -> CheckpointInfo:
 
 def _job_of(path: str) -> Optional[str]:
     try:
-        return read_json(os.path.join(path, STATE_FILE)).get("job_id")
+        return read_json(state_path(path)).get("job_id")
     except (OSError, ValueError, AttributeError):
         return None
 

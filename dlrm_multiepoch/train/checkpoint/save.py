@@ -9,17 +9,17 @@ from torch import nn
 from torchrec.optim.keyed import KeyedOptimizer
 
 from dlrm_multiepoch import distributed as D
-from dlrm_multiepoch.train.checkpoint.find import record_files
-from dlrm_multiepoch.train.checkpoint.layout import (
+from dlrm_multiepoch.run_files import (
     FORMAT_VERSION,
     PROTECTED_FILE,
-    STATE_FILE,
     TMP_SUFFIX,
     checkpoint_name,
     complete_checkpoints,
     is_protected,
+    state_path,
     step_of,
 )
+from dlrm_multiepoch.train.checkpoint.find import record_files
 from dlrm_multiepoch.train.json_io import write_json
 
 
@@ -61,7 +61,7 @@ def write_checkpoint(
     files = record_files(tmp)
     if main:
         full = {"format": FORMAT_VERSION, **state, "tensor_parts": sorted(tensor_state), "files": files}
-        write_json(os.path.join(tmp, STATE_FILE), full)
+        write_json(state_path(tmp), full)
         if os.path.exists(path):  # re-saving a step after resuming from an older checkpoint
             shutil.rmtree(path)
         os.rename(tmp, path)

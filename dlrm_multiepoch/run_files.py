@@ -1,0 +1,392 @@
+"""The files of run and experiment folders: every name, and torch-free readers of each.
+
+A **run folder** (``<tensorboard_dir>/<run_name>``) is what one training run writes:
+
+- ``events.out.tfevents.*``: TensorBoard scalars;
+- ``summary.json``: the config, every evaluation, the wall time once training ended
+  (rewritten after every evaluation);
+- ``trainer.lock``: names the live trainer that writes the folder;
+- ``checkpoints/step_<S>/``: the checkpoint after ``S`` optimizer steps; its
+  ``trainer_state.json``, written last, marks it complete; ``protected.json`` keeps it
+  from pruning; ``step_<S>.tmp/`` is a save in progress (or an interrupted one);
+- ``checkpoints/best_step_<S>/``: the automatic schedule's best-validation weights.
+
+An **experiment folder** (a sweep's or a search's) holds run folders
+``<strategy>-s<seed>`` (``<group>/<strategy>-s<seed>`` for a sweep ``--group``),
+``sweep.json`` (the manifest), ``search.json`` (a search's record), and ``compare/`` and
+``logs/``. Nothing here imports torch: ``sweep`` and ``compare`` plan and read runs
+without it.
+
+Example::
+
+    summary = read_summary("runs/bx/joint-s0")
+    done = [e["epoch"] for e in whole_epoch_evaluations(summary)]
+    newest = complete_checkpoints(checkpoints_dir("runs/bx/joint-s0"))[-1]
+"""
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from dlrm_multiepoch.train.json_io import read_json
+
+SUMMARY_FILE = "summary.json"
+LOCK_FILE = "trainer.lock"
+CHECKPOINTS_DIR = "checkpoints"
+STATE_FILE = "trainer_state.json"  # written last inside a checkpoint folder: it marks the folder complete
+PROTECTED_FILE = "protected.json"  # a checkpoint pruning must keep (e.g. the best validation one)
+TMP_SUFFIX = ".tmp"  # a folder being saved, renamed once complete
+MANIFEST_FILE = "sweep.json"
+SEARCH_FILE = "search.json"
+EVENTS_PREFIX = "events.out.tfevents."
+COMPARE_DIR = "compare"  # compare's report files in an experiment folder
+LOGS_DIR = "logs"  # the local sweep's per-run logs, <experiment>/logs/<run>
+OWN_FOLDERS = (COMPARE_DIR, LOGS_DIR)  # what sweep and compare write into an experiment besides run folders
+FORMAT_VERSION = 2  # of trainer_state.json
+STALE_AFTER_S = 300.0  # a lock from another host without a heartbeat for this long is taken over
+_STEP_FOLDER = re.compile(r"^step_(\d+)$")
+BEST_FOLDER = re.compile(r"^best_step_(\d+)(\.tmp)?$")
+_RUN_NAME = re.compile(r"^(?P<strategy>.+)-s(?P<seed>-?\d+)$")
+# Other saved work a fresh start must not run over: best-validation checkpoints, and
+# format 1's per-epoch folders and pointer file.
+_OTHER_SAVED = re.compile(r"^(best_step_\d+|epoch_\d+|latest\.json)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that is incomplete, damaged or of another format; the message names the file."""
+
+
+class CheckpointFormatError(CheckpointError):
+    """A checkpoint folder ``path`` whose state file has another ``found`` format (another version wrote it)."""
+
+    def __init__(self, path: str, found: Any) -> None:
+        self.path, self.found = path, found
+        if isinstance(found, int) and found < FORMAT_VERSION:
+            super().__init__(
+                f"checkpoint {path}: written by an older version of dlrm-multiepoch (format {found}, this version "
+                f"reads format {FORMAT_VERSION}); resume it with the version that wrote it, or start over with "
+                "--overwrite or another --run_name"
+            )
+        else:
+            super().__init__(f"checkpoint {path}: format {found!r}, this version reads format {FORMAT_VERSION}")
+
+
+# -- names and paths ----------------------------------------------------------------
+
+
+def run_folder_name(strategy: str, seed: int) -> str:
+    """A sweep's (or search branch's) run folder name: ``<strategy>-s<seed>``."""
+    return f"{strategy}-s{seed}"
+
+
+def parse_run_folder_name(name: str) -> Optional[Tuple[str, int]]:
+    """``"joint-s0"`` -> ``("joint", 0)``; None for a name without a ``-s<seed>`` suffix."""
+    match = _RUN_NAME.match(name)
+    return (match["strategy"], int(match["seed"])) if match else None
+
+
+def summary_path(run_dir: str) -> str:
+    return os.path.join(run_dir, SUMMARY_FILE)
+
+
+def lock_path(run_dir: str) -> str:
+    return os.path.join(run_dir, LOCK_FILE)
+
+
+def checkpoints_dir(run_dir: str) -> str:
+    return os.path.join(run_dir, CHECKPOINTS_DIR)
+
+
+def state_path(checkpoint: str) -> str:  # a checkpoint folder's trainer_state.json
+    return os.path.join(checkpoint, STATE_FILE)
+
+
+def manifest_path(experiment_dir: str) -> str:
+    return os.path.join(experiment_dir, MANIFEST_FILE)
+
+
+def search_record_path(experiment_dir: str) -> str:
+    return os.path.join(experiment_dir, SEARCH_FILE)
+
+
+def checkpoint_name(step: int) -> str:
+    """Folder name of the checkpoint taken after ``step`` optimizer steps."""
+    return f"step_{step}"
+
+
+def best_checkpoint_name(step: int) -> str:
+    """Folder name of the best-validation checkpoint of ``step``."""
+    return f"best_step_{step}"
+
+
+def step_of(path: str) -> Optional[int]:
+    """The step in a checkpoint folder's name, or None if it is not one."""
+    match = _STEP_FOLDER.match(os.path.basename(os.path.normpath(path)))
+    return int(match.group(1)) if match else None
+
+
+def has_event_files(run_dir: str) -> bool:
+    """Whether ``run_dir`` holds TensorBoard event files (False when it does not exist)."""
+    return os.path.isdir(run_dir) and any(name.startswith(EVENTS_PREFIX) for name in os.listdir(run_dir))
+
+
+# -- JSON records -------------------------------------------------------------------
+
+
+def read_optional_json(path: str) -> Dict[str, Any]:
+    """A JSON file's content; empty when the file does not exist, ValueError naming it when it is not JSON."""
+    return read_json(path) if os.path.isfile(path) else {}
+
+
+def read_summary(run_dir: str) -> Dict[str, Any]:
+    """A run's ``summary.json`` (empty when there is none yet); ValueError naming it when it is not JSON."""
+    return read_optional_json(summary_path(run_dir))
+
+
+def summary_finished(summary: Mapping[str, Any]) -> bool:
+    """Whether a summary records the end of training (the app writes the wall time when its loop ends)."""
+    return "wall_time_s" in summary
+
+
+def whole_epoch_evaluations(summary: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The evaluations a summary records after a whole epoch (epoch 1, 2, ...), in order.
+
+    Mid-epoch evaluations (``--eval_every_n_steps``, the automatic schedule's) and
+    damaged entries are left out.
+    """
+    evaluations = summary.get("evaluations", [])
+    return [
+        e for e in (evaluations if isinstance(evaluations, list) else [])
+        if isinstance(e, dict) and isinstance(e.get("epoch"), (int, float)) and not isinstance(e["epoch"], bool)
+        and float(e["epoch"]).is_integer() and e["epoch"] > 0
+    ]  # fmt: skip
+
+
+def read_manifest(experiment_dir: str) -> Dict[str, Any]:
+    """``sweep.json`` of an experiment folder (empty when there is none); invalid JSON raises ValueError."""
+    return read_optional_json(manifest_path(experiment_dir))
+
+
+def read_search_record(experiment_dir: str) -> Dict[str, Any]:
+    """``search.json`` of an experiment folder (empty when there is none)."""
+    return read_optional_json(search_record_path(experiment_dir))
+
+
+# -- checkpoints --------------------------------------------------------------------
+
+
+def step_folders(folder: str) -> List[Tuple[int, str]]:
+    """``(step, path)`` of every ``step_<S>`` folder in ``folder`` (complete or not), oldest first."""
+    if not os.path.isdir(folder):
+        return []
+    found = []
+    for name in os.listdir(folder):
+        match = _STEP_FOLDER.match(name)
+        if match and os.path.isdir(os.path.join(folder, name)):
+            found.append((int(match.group(1)), os.path.join(folder, name)))
+    return sorted(found)
+
+
+def complete_checkpoints(folder: str) -> List[Tuple[int, str]]:
+    """``(step, path)`` of every folder whose save finished (it has a state file), oldest first.
+
+    Finished is not intact: :func:`~dlrm_multiepoch.train.checkpoint.find.verify_checkpoint`
+    also checks every file against the sizes and checksums recorded at save time.
+    """
+    return [(s, p) for s, p in step_folders(folder) if os.path.isfile(state_path(p))]
+
+
+def saved_work(folder: str) -> List[str]:
+    """Paths in ``folder`` that hold training state: checkpoints (step, best-validation, older format).
+
+    Interrupted saves (``*.tmp``) are not listed: they never resume, and saving removes them.
+    """
+    if not os.path.isdir(folder):
+        return []
+    names = sorted(n for n in os.listdir(folder) if _STEP_FOLDER.match(n) or _OTHER_SAVED.match(n))
+    return [os.path.join(folder, n) for n in names]
+
+
+def is_protected(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, PROTECTED_FILE))
+
+
+def read_checkpoint_state(path: str) -> Dict[str, Any]:
+    """A checkpoint folder's ``trainer_state.json``, checked to be complete and of this version's format.
+
+    Its files are not checked against their checksums (that is collective and reads
+    every file: :func:`~dlrm_multiepoch.train.checkpoint.find.verify_checkpoint`).
+
+    Raises:
+        CheckpointError: no state file (an interrupted save) or one that is not JSON, naming it.
+        CheckpointFormatError: another format (an older version wrote it).
+    """
+    file = state_path(path)
+    if not os.path.isfile(file):
+        raise CheckpointError(
+            f"checkpoint {path}: incomplete (no {STATE_FILE}, which a save writes last: the save was interrupted)"
+        )
+    try:
+        state = read_json(file)
+    except ValueError as e:
+        raise CheckpointError(f"checkpoint {path}: {e}") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path}: {STATE_FILE} holds no JSON object (damaged)")
+    found = state.get("format")
+    if found != FORMAT_VERSION:
+        raise CheckpointFormatError(path, found)
+    return state
+
+
+@dataclass
+class CheckpointInfo:
+    """A complete, verified checkpoint folder and its ``trainer_state.json``.
+
+    Args:
+        path: the checkpoint folder.
+        state: the saved state file: ``step``, ``job_id``, ``world_size``, ``config``,
+            ``tables``, ``parts`` (the JSON state of each checkpointed part, e.g.
+            ``progress``, ``freeze``, ``metrics``), ``tensor_parts`` (names of the parts
+            saved in the DCP checkpoint) and ``files`` (size and sha256 of each file).
+    """
+
+    path: str
+    state: Dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps completed when it was saved."""
+        return int(self.state["step"])
+
+    @property
+    def parts(self) -> Dict[str, Any]:
+        return self.state.get("parts", {})
+
+
+def newest_checkpoint(run_dir: str) -> Optional[CheckpointInfo]:
+    """A run's newest complete checkpoint (not verified); None when it has none.
+
+    Raises:
+        CheckpointError: its state file is damaged or of another format (naming it).
+    """
+    saved = complete_checkpoints(checkpoints_dir(run_dir))
+    return CheckpointInfo(saved[-1][1], read_checkpoint_state(saved[-1][1])) if saved else None
+
+
+def flat_config(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """A recorded (nested) config as ``{"data.dataset": ..., "epochs": ...}``: dotted paths to its leaves."""
+    out: Dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, Mapping):
+            out |= flat_config(value, f"{prefix}{key}.")
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def recorded_config(run_dir: str) -> Tuple[Optional[Dict[str, Any]], str]:
+    """The training config a run folder recorded, and the file it came from.
+
+    ``summary.json``'s config, else (no summary, or a damaged one) its newest complete
+    checkpoint's; ``(None, "")`` when neither holds one.
+
+    Raises:
+        CheckpointFormatError: the newest checkpoint is of an older format (naming it).
+    """
+    try:
+        config = read_summary(run_dir).get("config")
+    except (ValueError, AttributeError):
+        config = None  # damaged summary: the checkpoint speaks for the run
+    source = summary_path(run_dir)
+    try:
+        newest = newest_checkpoint(run_dir)
+    except CheckpointError as e:
+        if isinstance(e, CheckpointFormatError):
+            raise
+        newest = None  # damaged, not old: the trainer falls back to an older checkpoint, naming it
+    if not isinstance(config, Mapping) and newest is not None:
+        config, source = newest.state.get("config"), state_path(newest.path)
+    return (dict(config), source) if isinstance(config, Mapping) else (None, "")
+
+
+# -- the lock holder ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds (or held) a run folder's lock, as its ``trainer.lock`` says.
+
+    Args:
+        job_id: the holder's elastic job id (``TORCHELASTIC_RUN_ID``), or None.
+        host: its host name.
+        pid: its process id on that host (None while it is still writing the file).
+        pid_start: the process's start time in clock ticks since boot (Linux), or None.
+        started: when it took the lock (ISO 8601, UTC).
+    """
+
+    job_id: Optional[str]
+    host: str
+    pid: Optional[int]
+    pid_start: Optional[int]
+    started: str
+
+    def describe(self) -> str:
+        """``job J, pid P on host H since T``."""
+        job = f"job {self.job_id}, " if self.job_id else ""
+        return f"{job}pid {self.pid} on host {self.host} since {self.started}"
+
+    def alive(self, heartbeat_age_s: float) -> bool:
+        """Whether the holder still runs: its PID on this host, else its heartbeat on another."""
+        if self.host != socket.gethostname() or self.pid is None:
+            return heartbeat_age_s < STALE_AFTER_S
+        start = process_start(self.pid)
+        return start is not None and (self.pid_start is None or start in (-1, self.pid_start))
+
+
+def process_start(pid: int) -> Optional[int]:
+    """The start time of process ``pid`` (clock ticks since boot), -1 when unknown, None if it does not run."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+    except (OSError, IndexError, ValueError):
+        try:
+            os.kill(pid, 0)  # no /proc (macOS): the PID alone
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # runs, as another user
+        return -1
+
+
+def read_holder(run_dir: str) -> Optional[LockHolder]:
+    """The holder named in ``run_dir``'s lock file (alive or not); None when there is no lock file.
+
+    A lock file still being written (empty) names an unknown holder on this host, alive
+    while its heartbeat is fresh.
+    """
+    try:
+        with open(lock_path(run_dir)) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        fields = json.loads(text)
+        return LockHolder(**{k: fields.get(k) for k in LockHolder.__dataclass_fields__})
+    except (ValueError, TypeError, AttributeError):
+        return LockHolder(None, "?", None, None, "?")
+
+
+def live_holder(run_dir: str) -> Optional[LockHolder]:
+    """The trainer that holds ``run_dir`` now, or None when no live trainer does."""
+    holder = read_holder(run_dir)
+    if holder is None:
+        return None
+    try:
+        age = time.time() - os.path.getmtime(lock_path(run_dir))
+    except FileNotFoundError:
+        return None  # released meanwhile
+    return holder if holder.alive(age) else None

@@ -44,7 +44,6 @@ EVAL_SPLITS = ("test", VAL, TRAIN_SAMPLE)
 NOT_EVALUATED = ("train", "pretrain")  # any other split a dataset brings is evaluated after these
 
 
-
 def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
     """Load the dataset on every rank (the cache's file lock lets one rank build it)."""
     data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)

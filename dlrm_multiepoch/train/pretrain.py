@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+from tqdm import tqdm
 
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.loader import BatchLoader
@@ -45,6 +46,7 @@ class PretrainConfig:
         seed: seed of init, shuffling and the train slice.
         log_every_n_steps: loss logging interval.
         limit_batches: stop each epoch after N steps (0: no limit).
+        progress_bar: show a tqdm progress bar on rank 0.
     """
 
     # The fields with a "help" are apps/pretrain.py's own flags, --pretrain_<field>.
@@ -62,6 +64,7 @@ class PretrainConfig:
     seed: int = 0
     log_every_n_steps: int = 50
     limit_batches: int = 0
+    progress_bar: bool = True
 
     def validate(self) -> None:
         if not self.output:
@@ -161,16 +164,20 @@ class TablePretrainer:
             self.loader.set_epoch(epoch)
             batches = itertools.islice(iter(self.loader), self.steps_per_epoch)
             window: List[torch.Tensor] = []
+            show = self.env.is_main and cfg.progress_bar
+            bar = tqdm(total=self.steps_per_epoch, desc=f"pretrain epoch {epoch + 1}", disable=not show)
             while True:
                 try:
                     loss = self.pipeline.progress(batches)
                 except StopIteration:
                     break
                 step += 1
+                bar.update(1)
                 window.append(loss)  # a host sync only when logging
                 if len(window) == cfg.log_every_n_steps:
                     history.append(self._log_window(epoch, step, window))
                     window = []
+            bar.close()
             if window:  # the epoch's last, short window
                 history.append(self._log_window(epoch, step, window))
         seconds = time.perf_counter() - start

@@ -65,7 +65,8 @@ def worker(args: argparse.Namespace) -> None:
     from dlrm_multiepoch.distributed import init_distributed
     from dlrm_multiepoch.models.config import ModelConfig
     from dlrm_multiepoch.train.config import TrainConfig
-    from dlrm_multiepoch.train.trainer import Trainer, build_loader
+    from dlrm_multiepoch.train.build import build_loader
+    from dlrm_multiepoch.train.trainer import Trainer
 
     env = init_distributed()
     cfg = TrainConfig.from_flags(

@@ -16,6 +16,10 @@ for the ones it cannot) trains three times from the same start:
 
 First-step outputs agree across sharding types (row-wise on CPU computes what table-wise
 does). One spawn covers many cells; each rank checks its own shards.
+
+README's second drop-in block (the remedies and the automatic schedule in a user's loop,
+with the user's validation) gives bitwise the app ``Trainer``'s per-step losses, weights
+and decisions with the matching flags, on the app's model and a MovieLens sample.
 """
 
 import re
@@ -35,22 +39,30 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline, embedding_modules
+from dlrm_multiepoch.data.config import DataConfig
+from dlrm_multiepoch.distributed import init_distributed
+from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.train.build import build_loaders, build_sharded_model
+from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
+from dlrm_multiepoch.train.trainer import Trainer
 from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, dense_optimizer, shard
 from tests.freeze_helpers import changed, snapshot
 from tests.multiprocess import run_on_ranks
+from tests.resume_helpers import assert_bitwise_equal
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _MARKER = "<!-- drop-in loop: tests/test_dropin.py runs this block -->"
+_PARTS_MARKER = "<!-- drop-in parts: tests/test_dropin.py runs this block -->"
 EPOCHS = 2
 CPU = torch.device("cpu")
 ALL_TABLES = ("t0", "t1", "t2", "w0")
 
 
-def readme_loop() -> str:
-    """README's drop-in code block, verbatim."""
+def readme_loop(marker: str = _MARKER) -> str:
+    """README's drop-in code block after ``marker``, verbatim."""
     text = README.read_text()
-    match = re.search(re.escape(_MARKER) + r"\s*```python\n(.*?)```", text, re.S)
-    assert match, f"README.md has no code block after {_MARKER!r}"
+    match = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", text, re.S)
+    assert match, f"README.md has no code block after {marker!r}"
     return match.group(1)
 
 
@@ -254,6 +266,53 @@ def _check_cells(rank: int, world_size: int, names: List[str], tmp: str) -> None
 @pytest.mark.parametrize("names", [["dlrm_dcn", "sparse_nn_weighted", "managed_collision"], ["sparse_nn_fp", "mixed_ebc_ec"]])
 def test_components_on_torchrec_models(names, tmp_path):
     run_on_ranks(_check_cells, 2, names, str(tmp_path))
+
+
+def _record_losses(model) -> List[torch.Tensor]:
+    """Each training step's loss, as the model returns it (evaluation forwards left out)."""
+    losses: List[torch.Tensor] = []
+    model.module.register_forward_hook(lambda m, _, out: losses.append(out[0].detach().clone()) if m.training else None)
+    return losses
+
+
+def _parts_loop_equals_trainer(rank: int, world_size: int, tmp: str) -> None:
+    env = init_distributed()
+    remedies = OptimConfig(
+        learning_rate=0.03, embedding_learning_rate=0.5, table_lr_warmup="0.5", table_lr_decay="cosine",
+        table_lr_final=0.1, falr="log", reinit="tables@1", grad_accum_steps=2,
+    )  # fmt: skip
+    cfg = TrainConfig(
+        data=DataConfig(dataset="movielens", max_rows=3000, val_fraction=0.2),
+        model=ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16,8", over_arch_layer_sizes="16"),
+        optim=remedies, tensorboard_dir=tmp, run_name="app", epochs=2, batch_size=256, eval_batch_size=1024,
+        train_eval_rows=0, progress_bar=False, sharding_types="table_wise", freeze_schedule="auto",
+        pipeline="semi_sync", skip_nonfinite_batches=True, id_dropout="0.1", checkpoint=False,
+    )  # fmt: skip
+    app = Trainer(cfg, env)
+    app_losses = _record_losses(app.model)
+    app.train()
+
+    data = app.data
+    loader, eval_loaders = build_loaders(cfg, data, env)
+    torch.manual_seed(cfg.seed)
+    model, optimizer, _ = build_sharded_model(cfg, data, env, fresh=True, log=lambda _: None)
+    losses = _record_losses(model)
+    namespace = dict(
+        model=model, optimizer=optimizer, loader=loader, val_loader=eval_loaders["val"], tasks=data.tasks,
+        epochs=cfg.epochs, device=env.device, rank=rank, checkpoint_dir=f"{tmp}/user",
+        id_dropout={f: 0.1 for t in data.tables for f in t.feature_names},
+    )  # fmt: skip
+    exec(readme_loop(_PARTS_MARKER), namespace)
+    decisions = [d.to_dict() for d in namespace["freeze"].decisions]
+    assert decisions == [d.to_dict() for d in app.freeze.decisions]
+    assert any(d["transition"] for d in decisions), decisions  # the schedule did act
+    assert len(losses) == len(app_losses) == namespace["step"]
+    assert all(torch.equal(a, b) for a, b in zip(losses, app_losses))
+    assert_bitwise_equal(model.state_dict(), app.model.state_dict(), "user loop vs Trainer: final weights")
+
+
+def test_readme_parts_loop_gives_the_trainers_results_bitwise(tmp_path):
+    run_on_ranks(_parts_loop_equals_trainer, 2, str(tmp_path))
 
 
 def test_table_names_shared_by_two_collections_are_refused():

@@ -242,3 +242,14 @@ def test_pretrain_objective_trains_every_table():
     # Same table names and shapes as the multi-path model: its checkpoint loads there.
     shapes = {k: tuple(v.shape) for k, v in table_state_dict(model).items()}
     assert shapes == {k: tuple(v.shape) for k, v in table_state_dict(_unsharded(data)).items()}
+
+
+def test_pretrain_refuses_by_name_the_training_flags_it_would_ignore(capsys):
+    from apps.pretrain import parse_pretrain_config
+
+    with pytest.raises(SystemExit):
+        parse_pretrain_config(["--pretrain_output", "x", "--epochs", "3", "--pipeline", "semi_sync", "--no-checkpoint"])
+    assert "error: --checkpoint, --epochs, --pipeline: not used by pre-training" in capsys.readouterr().err
+    flags = ["--pretrain_output", "x", "--history_length", "10", "--batch_size", "64", "--learning_rate", "0.01"]
+    _, pretrain = parse_pretrain_config(flags + ["--no-progress_bar"])  # every flag it reads, used
+    assert (pretrain.batch_size, pretrain.learning_rate, pretrain.progress_bar) == (64, 0.01, False)

@@ -10,7 +10,9 @@ current state held to the end), which replays as a ``--freeze_schedule``.
 
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+import torch
 from torch import nn
+from torch.distributed.checkpoint.stateful import Stateful
 
 from dlrm_multiepoch.auto.policy import (
     AUTO,
@@ -25,6 +27,7 @@ from dlrm_multiepoch.freeze import FreezeScheduleWrapper, ScheduleSource
 from dlrm_multiepoch.freeze.scheduler import States
 from dlrm_multiepoch.saved_state import check_state
 from dlrm_multiepoch.schedule import TABLES, FreezeSchedule, Window
+from dlrm_multiepoch.train.part import Position, TrainPart, WindowLog
 
 
 class PolicySource(ScheduleSource):
@@ -76,13 +79,15 @@ def _at(history: Sequence[Sequence[Any]], step: int) -> Any:
     return value
 
 
-class AutoFreezeSchedule:
+class AutoFreezeSchedule(TrainPart):
     """Validation-driven freezing of a model's tables (and one gate), next to ``FreezeScheduleWrapper``.
 
     Call :meth:`step` after every optimizer step, evaluate the validation split whenever
     :meth:`evaluation_due` says so and pass the metrics to :meth:`observe`; act on the
     returned :class:`~dlrm_multiepoch.auto.policy.Decision` (save the best checkpoint,
-    restore it, stop). The caller evaluates: the schedule never sees a data split.
+    restore it, stop). The caller evaluates: the schedule never sees a data split. As a
+    :class:`~dlrm_multiepoch.train.part.TrainPart` it is its :class:`FreezeScheduleWrapper`'s
+    part; :class:`~dlrm_multiepoch.train.auto_run.AutoRun` acts on its decisions in a loop.
 
     Args:
         model: a TorchRec model, sharded by ``DistributedModelParallel`` or not.
@@ -196,6 +201,20 @@ class AutoFreezeSchedule:
     def remove(self) -> None:
         """Remove the hooks and open the gates: the model trains as if never wrapped."""
         self.freeze.remove()
+
+    # ----- as a part of a training loop (the wrapper's hooks) -----
+
+    def after_step(self, step: int) -> None:
+        self.freeze.after_step(step)
+
+    def after_load(self, position: Position) -> None:
+        self.freeze.after_load(position)
+
+    def after_window(self, losses: Sequence[torch.Tensor], step: int, log: WindowLog) -> None:
+        self.freeze.after_window(losses, step, log)
+
+    def checkpoint_parts(self) -> Dict[str, Stateful]:
+        return {"freeze": self}
 
     # ----- checkpointing (a torch.distributed.checkpoint Stateful, like FreezeScheduleWrapper) -----
 

@@ -23,10 +23,13 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID, TableSpec
+from dlrm_multiepoch.train.part import TrainPart
 
 
-class IdDropout:
+class IdDropout(TrainPart):
     """Replace each id of feature ``f`` by :data:`UNKNOWN_ID` with probability ``rates[f]``.
+
+    As a :class:`~dlrm_multiepoch.train.part.TrainPart` it transforms each epoch's training batches.
 
     Args:
         rates: feature -> probability in ``[0, 1)``; features left out keep their ids.
@@ -86,3 +89,6 @@ class IdDropout:
         """Transform an epoch's batches; ``start`` is the index of the first (when resuming mid-epoch)."""
         for i, batch in enumerate(batches, start):
             yield self(batch, epoch, i)
+
+    def epoch_batches(self, batches: Iterator[Batch], epoch: int, start: int) -> Iterator[Batch]:
+        return self.apply(batches, epoch, start)

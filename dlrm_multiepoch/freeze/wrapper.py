@@ -1,10 +1,11 @@
 """``FreezeScheduleWrapper``: apply a freeze schedule to a TorchRec model as training advances."""
 
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
+from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.distributed.model_parallel import DistributedModelParallel
 
 from dlrm_multiepoch.freeze.binding import Binding, bind, check_partial_freezes
@@ -12,6 +13,7 @@ from dlrm_multiepoch.freeze.hooks import FrozenDenseParams, register_freeze_hook
 from dlrm_multiepoch.freeze.scheduler import FixedSchedule, ScheduleSource, States
 from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
 from dlrm_multiepoch.schedule import FreezeSchedule
+from dlrm_multiepoch.train.part import Position, TrainPart, WindowLog
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +24,7 @@ def _words(group: str, trains: bool) -> str:
     return "train" if trains else "frozen"
 
 
-class FreezeScheduleWrapper:
+class FreezeScheduleWrapper(TrainPart):
     """Freezes tables, modules and gates of ``model`` window by window.
 
     Call :meth:`step` after every optimizer step (or :meth:`set_progress`); the state
@@ -33,7 +35,9 @@ class FreezeScheduleWrapper:
     construction (see :mod:`dlrm_multiepoch.freeze.binding`).
 
     The wrapper is a ``torch.distributed.checkpoint`` ``Stateful``: put it in the dict
-    you save and load, and a resumed run continues at the saved step.
+    you save and load, and a resumed run continues at the saved step. As a
+    :class:`~dlrm_multiepoch.train.part.TrainPart` it follows the loop's step count
+    (``after_step``, ``after_load``) and logs ``freeze/<group>`` every window.
 
     Args:
         model: a TorchRec model, sharded by ``DistributedModelParallel`` (build the
@@ -154,6 +158,20 @@ class FreezeScheduleWrapper:
         states = self.source.states(step)
         if force or states != self._states:  # a few dict entries compared per step; applied only on change
             self._apply(states)
+
+    # ----- as a part of a training loop: the loop's step count drives it -----
+
+    def after_step(self, step: int) -> None:
+        self._move_to(step, force=False)
+
+    def after_load(self, position: Position) -> None:
+        self.set_progress(position.step)
+
+    def after_window(self, losses: Sequence[torch.Tensor], step: int, log: WindowLog) -> None:
+        log.scalars({f"freeze/{group}": state for group, state in self.states().items()}, step)
+
+    def checkpoint_parts(self) -> Dict[str, Stateful]:
+        return {"freeze": self}
 
     # ----- what is in force -----
 

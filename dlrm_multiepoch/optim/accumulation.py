@@ -25,17 +25,19 @@ Example::
 """
 
 import contextlib
-from typing import Any, Dict, Iterator, List
+from typing import Any, Callable, ContextManager, Dict, Iterator, List
 
 import torch
 from torch import nn
 from torch.distributed._shard.sharded_tensor import ShardedTensor
+from torch.distributed.checkpoint.stateful import Stateful
 from torch.nn.parallel import DistributedDataParallel
 from torchrec.distributed.embedding import ShardedEmbeddingCollection
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
 
 from dlrm_multiepoch.optim.options import ACCUMULATION_RULES, check_accumulation
 from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
+from dlrm_multiepoch.train.part import TrainPart
 
 def ddp_modules(model: nn.Module) -> List[DistributedDataParallel]:
     """Every DDP wrapper in ``model``: the dense part and data-parallel table lookups
@@ -76,8 +78,10 @@ class _AccumulatingOptimizer:
         return self._owner.inner.param_groups
 
 
-class GradientAccumulation:
+class GradientAccumulation(TrainPart):
     """Dense optimizer steps and DDP all-reduces every ``steps`` micro-batches.
+
+    As a :class:`~dlrm_multiepoch.train.part.TrainPart`, ``step_context`` is :meth:`micro_batch`.
 
     Args:
         model: the ``DistributedModelParallel`` model.
@@ -132,3 +136,14 @@ class GradientAccumulation:
                 "gradients are not saved; resume from a checkpoint taken at an optimizer step"
             )
         self.optimizer_steps = check_count(part, "optimizer_steps", state_dict["optimizer_steps"])
+
+    # -- as a part of the training loop ---------------------------------------------
+
+    def checkpoint_parts(self) -> Dict[str, Stateful]:
+        return {"accumulation": self}
+
+    def describe(self, log: Callable[[str], None], record: Callable[[str, Any], None]) -> None:
+        log(f"gradient accumulation: {self.steps} micro-batches per dense step, table LR x{self.lr_factor:g}")
+
+    def step_context(self, step: int, last_of_epoch: bool) -> ContextManager:
+        return self.micro_batch(last_of_epoch=last_of_epoch)

@@ -43,12 +43,14 @@ from torch import nn
 from torch.distributed._shard.metadata import ShardMetadata
 from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor, ShardedTensorMetadata
 from torch.distributed._shard.sharded_tensor.metadata import TensorProperties
+from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_multiepoch.optim.options import FALRConfig
 from dlrm_multiepoch.optim.shards import TableShard, table_shards
 from dlrm_multiepoch.saved_state import StateMismatch
 from dlrm_multiepoch.tables import table_names
+from dlrm_multiepoch.train.part import TrainPart
 
 logger = logging.getLogger(__name__)
 
@@ -136,8 +138,11 @@ def _check_supported(shards: List[TableShard], wanted: set) -> None:
             )
 
 
-class FrequencyAdaptiveLR:
+class FrequencyAdaptiveLR(TrainPart):
     """Per-row learning rate ``lr * f(count)`` on the fused tables of a sharded model.
+
+    Its hooks do the work; as a :class:`~dlrm_multiepoch.train.part.TrainPart` it only saves
+    its counters (``falr``) and describes itself.
 
     Args:
         model: a ``DistributedModelParallel`` model whose tables have fused in-backward
@@ -163,6 +168,7 @@ class FrequencyAdaptiveLR:
         process_group: Optional[dist.ProcessGroup] = None,
     ) -> None:
         self.config = config
+        self.model = model
         shards = table_shards(model)
         wanted = _wanted_tables(table_names(model), {s.name for s in shards if not s.fused}, tables)
         _check_supported(shards, wanted)
@@ -345,6 +351,20 @@ class FrequencyAdaptiveLR:
             for h in k.hooks:
                 h.remove()
             k.hooks.clear()
+
+
+    # -- as a part of the training loop ---------------------------------------------
+
+    def checkpoint_parts(self) -> Dict[str, Stateful]:
+        return {"falr": self}
+
+    def describe(self, log: Callable[[str], None], record: Callable[[str, Any], None]) -> None:
+        fraction = falr_memory_fraction(self, self.model)
+        log(
+            f"FALR {self.config} on {self.tables}: {self.memory_bytes():,} counter bytes on this "
+            f"rank ({fraction:.1%} of the local shards of those tables)"
+        )
+        record("falr_memory", {"bytes_rank0": self.memory_bytes(), "fraction_rank0": fraction})
 
 
 def _sharded_counts(shard: TableShard, local: torch.Tensor) -> ShardedTensor:

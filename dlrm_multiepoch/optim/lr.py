@@ -27,20 +27,25 @@ Example::
     sched.lrs()                            # {table: LR}, logged per table
 """
 
-from typing import Any, Dict, List, Mapping, Optional
+import contextlib
+from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
+from torch.distributed.checkpoint.stateful import Stateful
 
 from dlrm_multiepoch.optim.options import TableLRSchedule
 from dlrm_multiepoch.saved_state import check_count, check_state
 from dlrm_multiepoch.optim.shards import kernels, set_kernel_learning_rate
+from dlrm_multiepoch.train.part import TrainPart, WindowLog
 
-class TableLRScheduler:
+class TableLRScheduler(TrainPart):
     """Sets every fused table's LR to ``base * schedule(step) * factor`` before each step.
 
     A ``Stateful`` (``state_dict()`` holds the step), though the step is all it needs:
     :meth:`set_step` jumps anywhere, so a resumed run continues the schedule exactly.
+    As a :class:`~dlrm_multiepoch.train.part.TrainPart` it sets each step's LR in
+    ``step_context`` and logs ``lr/<table>`` every window.
 
     Args:
         model: a ``DistributedModelParallel`` model with fused table optimizers.
@@ -117,3 +122,18 @@ class TableLRScheduler:
         """Continue at the saved step; StateMismatch when it has none, or not a count."""
         check_state("table LR schedule", state_dict, {"step": None})
         self.set_step(check_count("table LR schedule", "step", state_dict["step"]), force=True)
+
+    # -- as a part of the training loop ---------------------------------------------
+
+    def checkpoint_parts(self) -> Dict[str, Stateful]:
+        return {"table_lr": self}
+
+    def describe(self, log: Callable[[str], None], record: Callable[[str, Any], None]) -> None:
+        log(f"table LR: {self.schedule}; at step 0: " + ", ".join(f"{t} {lr:.4g}" for t, lr in self.lrs().items()))
+
+    def step_context(self, step: int, last_of_epoch: bool) -> ContextManager:
+        self.set_step(step)
+        return contextlib.nullcontext()
+
+    def after_window(self, losses: Sequence[torch.Tensor], step: int, log: WindowLog) -> None:
+        log.scalars({f"lr/{table}": lr for table, lr in self.lrs().items()}, step)

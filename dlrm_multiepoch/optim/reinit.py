@@ -24,7 +24,7 @@ Example::
 """
 
 import zlib
-from typing import Any, Dict, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import nn
@@ -32,6 +32,7 @@ from torch import nn
 from dlrm_multiepoch.optim.options import ReinitSchedule  # noqa: F401  (re-exported)
 from dlrm_multiepoch.optim.shards import TableShard, table_shards
 from dlrm_multiepoch.tables import table_names
+from dlrm_multiepoch.train.part import TrainPart
 
 ROWS_PER_BLOCK = 1 << 16  # rows drawn per seeded generator: the unit of sharding independence
 
@@ -114,3 +115,40 @@ def reinit_tables(model: nn.Module, optimizer: Any, tables: Sequence[str], seed:
             _reinit_shard(shard, seed, epoch)
             if not shard.fused:
                 _reset_dense_state(optimizer, shard.name)
+
+
+class TableReinit(TrainPart):
+    """Re-initialises the tables a :class:`ReinitSchedule` names before each epoch (a training-loop part).
+
+    Args:
+        model: the ``DistributedModelParallel`` model.
+        optimizer: its optimizer (for data-parallel tables' dense optimizer state).
+        schedule: which tables before which epochs (e.g. ``ReinitSchedule.parse("tables@each", 3)``).
+        seed: the run's seed (of the new values).
+        tables: the tables the schedule's ``tables`` group covers (default: every table of ``model``).
+        log: where to say what was re-initialised (default: nowhere).
+
+    Example::
+
+        reinit = TableReinit(dmp, optimizer, ReinitSchedule.parse("tables@each", 3), seed=0, log=print)
+        reinit.before_epoch(1)     # every table, with its optimizer state zeroed
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: Any,
+        schedule: ReinitSchedule,
+        seed: int = 0,
+        tables: Optional[Sequence[str]] = None,
+        log: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.model, self.optimizer, self.schedule, self.seed, self.log = model, optimizer, schedule, seed, log
+        self.tables: List[str] = list(table_names(model) if tables is None else tables)
+        schedule.check_tables(self.tables)
+
+    def before_epoch(self, epoch: int) -> None:
+        due = self.schedule.tables_at(epoch, self.tables)
+        if due:
+            reinit_tables(self.model, self.optimizer, due, self.seed, epoch)
+            self.log(f"re-initialised {due} before epoch {epoch + 1} (optimizer state zeroed)")

@@ -2,6 +2,6 @@
 
 from dlrm_multiepoch.pipeline.factory import PIPELINES, make_train_pipeline
 from dlrm_multiepoch.pipeline.semi_sync import SemiSyncContext, SemiSyncTrainPipeline
-from dlrm_multiepoch.pipeline.staleness import StalenessMeter
+from dlrm_multiepoch.pipeline.staleness import StaleFractionLog, StalenessMeter
 
-__all__ = ["PIPELINES", "SemiSyncContext", "SemiSyncTrainPipeline", "StalenessMeter", "make_train_pipeline"]
+__all__ = ["PIPELINES", "SemiSyncContext", "SemiSyncTrainPipeline", "StaleFractionLog", "StalenessMeter", "make_train_pipeline"]

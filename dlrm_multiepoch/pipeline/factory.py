@@ -19,6 +19,7 @@ def make_train_pipeline(
     warmup_batches: int = 0,
     frozen_tables: Optional[Callable[[], Collection[str]]] = None,
     staleness_interval: int = STALENESS_INTERVAL,
+    step_count: Optional[Callable[[], int]] = None,
     **kwargs: Any,
 ) -> TrainPipelineSparseDist:
     """One of TorchRec's ``TrainPipelineSparseDist``, our ``SemiSyncTrainPipeline`` or TorchRec's ``TrainPipelineSemiSync``.
@@ -34,6 +35,7 @@ def make_train_pipeline(
         frozen_tables: freeze-schedule hint for ``semi_sync``, e.g.
             ``FreezeScheduleWrapper.frozen_tables`` (ignored by the others).
         staleness_interval: ``semi_sync`` measures staleness on one step in this many.
+        step_count: ``semi_sync`` reads the training steps done from this (the loop's counter).
         **kwargs: further ``TrainPipelineSparseDist`` arguments.
 
     Example::
@@ -46,7 +48,7 @@ def make_train_pipeline(
     if name == "semi_sync":
         return SemiSyncTrainPipeline(
             model, optimizer, device, staleness=1, warmup_batches=warmup_batches, frozen_tables=frozen_tables,
-            staleness_interval=staleness_interval, **kwargs
+            staleness_interval=staleness_interval, step_count=step_count, **kwargs
         )
     if device.type != "cuda":  # the last name: torchrec_semi_sync
         raise ValueError(

@@ -92,8 +92,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         clear_data_dist_inputs: must be False.
         staleness: 0 (synchronous) or 1 (semi-synchronous).
         warmup_batches: the first this many training batches (counted since
-            construction or ``reset()``, across epochs) look up fresh tables, unless
-            every table is frozen.
+            construction or ``reset()``, across epochs, or by ``step_count``) look up
+            fresh tables, unless every table is frozen.
         frozen_tables: optional hint from a freeze schedule, e.g.
             ``FreezeScheduleWrapper.frozen_tables``: the tables the current batch's
             backward leaves unchanged. Their rows never count as stale; with every
@@ -103,6 +103,10 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             ``staleness=1`` reports NaN; ``staleness=0`` always reports exactly 0.
         staleness_interval: measure on one training step in this many (1: every
             step, exact per-step values).
+        step_count: the training steps done so far, read from your loop's own counter
+            (e.g. ``lambda: progress.step``), so a resumed run's warm-up and sampled
+            steps continue where they were; default: counted by the pipeline since
+            construction or ``reset()``.
 
     Example::
 
@@ -140,6 +144,7 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         frozen_tables: Optional[Callable[[], Collection[str]]] = None,
         measure_staleness: bool = True,
         staleness_interval: int = STALENESS_INTERVAL,
+        step_count: Optional[Callable[[], int]] = None,
     ) -> None:
         if staleness_interval < 1:
             raise ValueError(f"staleness_interval must be >= 1, got {staleness_interval}")
@@ -176,6 +181,7 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         self.warmup_batches = warmup_batches
         self._frozen_tables = frozen_tables
         self._train_steps = 0
+        self._step_count = step_count
         self.measure_staleness = measure_staleness
         self._measure = measure_staleness and staleness > 0
         self.staleness_interval = staleness_interval
@@ -274,14 +280,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
 
     @property
     def train_steps(self) -> int:
-        """Training batches run since construction or :meth:`reset` (the warm-up counts these)."""
-        return self._train_steps
-
-    @train_steps.setter
-    def train_steps(self, steps: int) -> None:
-        # A resumed job sets the count it had reached, so its warm-up ends where the
-        # uninterrupted job's would have.
-        self._train_steps = steps
+        """Training batches run (the warm-up counts these): ``step_count()``, or since construction or :meth:`reset`."""
+        return self._step_count() if self._step_count is not None else self._train_steps
 
     def _frozen(self) -> Set[str]:
         return set(self._frozen_tables()) if self._frozen_tables is not None else set()
@@ -290,7 +290,7 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         """Whether the next batch's overlapping lookups may read the tables before the current batch's update."""
         if self.staleness == 0 or not self._early or not self.batches or not self._model.training:
             return False
-        if self._train_steps + 1 >= self.warmup_batches:  # the next batch is training batch _train_steps + 1
+        if self.train_steps + 1 >= self.warmup_batches:  # the next batch is training batch train_steps + 1
             return True
         # In warm-up only when every overlapping table is frozen (its lookup is then exact).
         return self._frozen_tables is not None and bool(self._early_tables) and self._early_tables <= self._frozen()
@@ -311,7 +311,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
             self.start_sparse_data_dist(self.batches[2], self.contexts[2])
 
         batch, context = self.batches[0], self.contexts[0]
-        step, next_step = self._train_steps, self._train_steps + 1
+        step = self.train_steps
+        next_step = step + 1
         # Lookups not started early start now, after the previous update (as in TrainPipelineSparseDist):
         # between progress() calls only deliberately stale lookups are in flight.
         pending = [m for m in self._pipelined_modules if m.forward.name not in context.embedding_a2a_requests]

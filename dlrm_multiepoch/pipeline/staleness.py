@@ -13,7 +13,7 @@ summed over ranks with one asynchronous ``all_reduce`` that is waited a step lat
 
 from dataclasses import dataclass
 from collections import deque
-from typing import Collection, Deque, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Collection, Deque, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -22,6 +22,7 @@ from torchrec.distributed.types import ShardingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_multiepoch.tables import describe
+from dlrm_multiepoch.train.part import TrainPart, WindowLog
 
 # Row ids of a table sit in the low bits of a key, the table's index above them.
 _TABLE_SHIFT = 40
@@ -234,3 +235,28 @@ class StalenessMeter:
         self._sum = None
         self._history.clear()
         self.steps = 0
+
+
+class StaleFractionLog(TrainPart):
+    """Logs a semi-synchronous pipeline's stale-row fraction every window (a training-loop part).
+
+    Per-step values are read once per logging window: reading each step would wait on that
+    step's all-reduce (and on CUDA sync the host) in the hot path. Only the sampled steps
+    (``staleness_interval``) have one; each is logged at the step count after it.
+
+    Args:
+        pipeline: anything with a ``staleness_meter`` and ``mean_stale_fraction``, e.g. a
+            :class:`~dlrm_multiepoch.pipeline.SemiSyncTrainPipeline`.
+
+    Example::
+
+        parts = TrainParts([freeze, StaleFractionLog(pipeline)])
+    """
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+
+    def after_window(self, losses: Sequence[torch.Tensor], step: int, log: WindowLog) -> None:
+        for sampled, fraction in self.pipeline.staleness_meter.take_history():
+            log.scalars({"pipeline/stale_fraction": fraction}, sampled + 1)
+        log.scalars({"pipeline/mean_stale_fraction": self.pipeline.mean_stale_fraction}, step)

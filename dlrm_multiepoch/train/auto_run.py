@@ -8,7 +8,7 @@ evaluation, ``auto_decisions`` and ``best`` in ``summary.json``.
 """
 
 import time
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from torch import nn
 from torchrec.optim.keyed import KeyedOptimizer
@@ -16,8 +16,9 @@ from torchrec.optim.keyed import KeyedOptimizer
 from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule, Decision
 from dlrm_multiepoch.auto.policy import PHASES
 from dlrm_multiepoch.train.best import BestCheckpoints
-from dlrm_multiepoch.train.evaluate import TaskMetrics
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
+from dlrm_multiepoch.train.part import Position
+from dlrm_multiepoch.train.validator import Decisions, Results
 
 
 def best_step_of(trainer_state: Mapping[str, Any]) -> Optional[int]:
@@ -28,8 +29,8 @@ def best_step_of(trainer_state: Mapping[str, Any]) -> Optional[int]:
     return step if step >= 0 else None
 
 
-class AutoRun:
-    """Carries out an :class:`AutoFreezeSchedule`'s decisions in a training run.
+class AutoRun(Decisions):
+    """Carries out an :class:`AutoFreezeSchedule`'s decisions in a training run (a validator's :class:`Decisions`).
 
     Args:
         auto: the schedule (it owns the decisions).
@@ -37,13 +38,16 @@ class AutoRun:
         model: the sharded model.
         optimizer: its optimizer (restored with the weights).
         logger: the run's logger.
+        val: the split whose metrics decide.
+        train_sample: a train sample's split, evaluated with ``val`` for the schedule's gate (None: no gate).
+        checkpoint_state: what best checkpoints record besides the weights (e.g. ``{"config": ...}``).
 
     Example::
 
         run = AutoRun(auto, f"{run_dir}/checkpoints", dmp, optimizer, logger)
-        run.observe(val_metrics, None, step, {"config": cfg.to_dict()})
+        validator = Validator(my_evaluate, ["val"], decisions=run)   # evaluates at the schedule's cadence
         ...
-        run.end_on_best(step, steps_per_epoch, evaluate_all_splits)
+        validator.finish(step)                                       # the best-validation weights, evaluated
     """
 
     def __init__(
@@ -53,38 +57,47 @@ class AutoRun:
         model: nn.Module,
         optimizer: KeyedOptimizer,
         logger: MetricsLogger,
+        val: str = "val",
+        train_sample: Optional[str] = None,
+        checkpoint_state: Optional[Mapping[str, Any]] = None,
     ) -> None:
         self.auto = auto
         self.best = BestCheckpoints(checkpoint_dir, best_step_of)
         self.model = model
         self.optimizer = optimizer
         self.logger = logger
+        self.val, self.train_sample = val, train_sample
+        self.checkpoint_state = dict(checkpoint_state or {})
         self.checkpoint_seconds = 0.0  # saving and restoring best checkpoints, this job
 
     @property
-    def stopped(self) -> bool:
+    def stopped(self) -> bool:  # type: ignore[override]
         return self.auto.stopped
 
     @property
-    def eval_every_n_steps(self) -> int:
+    def eval_every_n_steps(self) -> int:  # type: ignore[override]
         return self.auto.eval_every_n_steps
+
+    @property
+    def splits(self) -> Sequence[str]:  # type: ignore[override]
+        return [self.val] + ([self.train_sample] if self.train_sample else [])
 
     def evaluation_due(self, step: int) -> bool:
         return self.auto.evaluation_due(step)
 
-    def observe(
-        self, val: TaskMetrics, train: Optional[TaskMetrics], step: int, checkpoint_state: Mapping[str, Any]
-    ) -> Decision:
-        """Let the schedule decide on the validation metrics (and the train sample's), then act."""
-        decision = self.auto.observe(val, train)
-        self.act(decision, step, checkpoint_state)
-        return decision
+    def observe(self, results: Results, step: int) -> None:
+        """Let the schedule decide on the validation metrics (and the train sample's), then act.
+        Results without the validation split decide nothing."""
+        if self.val in results:
+            sample = results.get(self.train_sample) if self.train_sample else None
+            self.act(self.auto.observe(results[self.val], sample), step)
 
-    def act(self, decision: Decision, step: int, checkpoint_state: Mapping[str, Any]) -> None:
+    def act(self, decision: Decision, step: int) -> None:
         """Checkpoint a new best, restore the best, log (collective when it saves or restores)."""
         start = time.perf_counter()
         if decision.save_best:
-            self.best.save(step, self.model, self.optimizer, {**checkpoint_state, "val_objective": decision.objective})
+            state = {**self.checkpoint_state, "val_objective": decision.objective}
+            self.best.save(step, self.model, self.optimizer, state)
         if decision.restore_best:
             self.best.restore(decision.best_step, self.model, self.optimizer)
         self.checkpoint_seconds += time.perf_counter() - start
@@ -105,17 +118,17 @@ class AutoRun:
             self.logger.text("auto/decisions", line, step)
             self.logger.record("auto_decisions", self.logger.summary.get("auto_decisions", []) + [decision.to_dict()])
 
-    def after_epoch_checkpoint(self) -> None:
+    def after_save(self) -> None:
         """Bests that only pruned epoch checkpoints referred to can go."""
         self.best.prune(keep={self.auto.policy.best_step})
 
-    def check_resumable(self) -> None:
+    def after_load(self, position: Position) -> None:
         """After a resume: the best checkpoint the restored state refers to must exist."""
         best = self.auto.policy.best_step
         if best >= 0:
             self.best.check(best)
 
-    def end_on_best(self, step: int, steps_per_epoch: int, evaluate: Callable[[], Dict[str, TaskMetrics]]) -> None:
+    def finish(self, step: int, evaluate: Callable[[], Results]) -> None:
         """Restore the best-validation weights (unless current), evaluate them, record ``best``."""
         best = self.auto.policy.best_step
         if best < 0:  # no validation evaluation ran
@@ -126,7 +139,7 @@ class AutoRun:
             self.checkpoint_seconds += time.perf_counter() - start
         results = evaluate()
         self.logger.scalars({f"best/{k}": v for k, v in metric_scalars(results).items()}, step)
-        epoch = best / steps_per_epoch
+        epoch = best / self.auto.steps_per_epoch
         schedule = str(self.auto.schedule())
         self.logger.record("best", {"step": best, "epoch": epoch, "schedule": schedule, **results})
         self.logger.record("best_checkpoint_time_s", self.checkpoint_seconds)

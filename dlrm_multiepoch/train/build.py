@@ -1,6 +1,13 @@
-"""Factories and up-front checks for the :class:`~dlrm_multiepoch.train.trainer.Trainer`'s parts."""
+"""Builders of the :class:`~dlrm_multiepoch.train.trainer.Trainer`'s parts from a :class:`TrainConfig`, and up-front checks.
 
-from typing import List, Optional, Union
+Each builder takes what it needs from the config (the one place each setting is read)
+and returns public parts (:mod:`dlrm_multiepoch.train.part`) with their defaults: the
+run's data and loaders, the model and optimizer, the freeze schedule and what decides
+from validation, the table remedies, the pipeline, the non-finite-loss policy and the
+validator.
+"""
+
+from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
 
 import numpy as np
 from torchrec.distributed import DistributedModelParallel
@@ -8,12 +15,27 @@ from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch.auto import AutoFreezeSchedule
 from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.id_dropout import IdDropout
 from dlrm_multiepoch.data.load import load_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
+from dlrm_multiepoch.models.factory import build_model
+from dlrm_multiepoch.optim.accumulation import GradientAccumulation
+from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR
+from dlrm_multiepoch.optim.lr import TableLRScheduler
+from dlrm_multiepoch.optim.reinit import TableReinit
+from dlrm_multiepoch.pipeline import StaleFractionLog, make_train_pipeline
+from dlrm_multiepoch.train.auto_run import AutoRun
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
 from dlrm_multiepoch.train.config import TrainConfig
+from dlrm_multiepoch.train.evaluate import SplitEvaluator
+from dlrm_multiepoch.train.metrics_logger import MetricsLogger
+from dlrm_multiepoch.train.nonfinite import SkipNonFiniteBatches, StopOnNonFinite
+from dlrm_multiepoch.train.part import TrainPart
+from dlrm_multiepoch.train.pretrained import load_pretrained_tables
+from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+from dlrm_multiepoch.train.validator import Decisions, Validator
 
 TRAIN_SAMPLE = "train_sample"
 VAL = "val"
@@ -21,13 +43,23 @@ VAL = "val"
 EVAL_SPLITS = ("test", VAL, TRAIN_SAMPLE)
 NOT_EVALUATED = ("train", "pretrain")  # any other split a dataset brings is evaluated after these
 
-Freeze = Union[FreezeScheduleWrapper, AutoFreezeSchedule]
-
 
 def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
     """Load the dataset on every rank (the cache's file lock lets one rank build it)."""
     data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
     add_train_sample(data, cfg)
+    return data
+
+
+def prepare_data(cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData]) -> InteractionData:
+    """``data`` (default: ``--dataset`` loaded) with its train sample, checked for what the run needs."""
+    if data is None:
+        data = load_data(cfg, env)
+    else:
+        add_train_sample(data, cfg)
+    check_splits(data)
+    if cfg.freeze.is_auto and VAL not in data.splits:
+        raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {data.name!r} has none")
     return data
 
 
@@ -62,6 +94,12 @@ def build_loader(
     )
 
 
+def build_loaders(cfg: TrainConfig, data: InteractionData, env: DistEnv) -> Tuple[BatchLoader, Dict[str, BatchLoader]]:
+    """This rank's training loader and one evaluation loader per evaluated split."""
+    evaluated = {split: build_loader(cfg, data, split, env) for split in evaluated_splits(data)}
+    return build_loader(cfg, data, "train", env, shuffle=True), evaluated
+
+
 def evaluated_splits(data: InteractionData) -> List[str]:
     ordered = [s for s in EVAL_SPLITS if s in data.splits]
     return ordered + [s for s in data.splits if s not in NOT_EVALUATED and s not in ordered]
@@ -82,24 +120,6 @@ def check_splits(data: InteractionData) -> None:
                 f"the {name} split of {data.name} is empty (split sizes {sizes}), so it cannot be evaluated; "
                 f"raise --test_fraction or use more rows (--max_rows, a larger --data_path)"
             )
-
-
-def build_freeze(
-    cfg: TrainConfig,
-    model: DistributedModelParallel,
-    optimizer: CombinedOptimizer,
-    steps_per_epoch: int,
-    tasks: List[str],
-) -> Optional[Freeze]:
-    """The freeze-schedule controller of ``--freeze_schedule``; None when everything trains."""
-    if cfg.freeze.freeze_schedule == "joint":
-        return None
-    if cfg.freeze.is_auto:
-        return AutoFreezeSchedule(model, steps_per_epoch, cfg.epochs, tasks, optimizer=optimizer, config=cfg.auto)
-    try:
-        return FreezeScheduleWrapper(model, cfg.freeze.schedule, steps_per_epoch, cfg.epochs, optimizer=optimizer)
-    except ValueError as e:
-        raise ValueError(f"--freeze_schedule {cfg.freeze.freeze_schedule!r}: {e}") from None
 
 
 def check_resumable(info: CheckpointInfo, cfg: TrainConfig, world_size: int, flag: str = "--resume") -> None:
@@ -138,3 +158,167 @@ def check_resumable(info: CheckpointInfo, cfg: TrainConfig, world_size: int, fla
             f"an epoch at --batch_size {saved_batch}, a data position that only that batch size continues; "
             f"resume with --batch_size {saved_batch} (or from an end-of-epoch checkpoint)"
         )
+
+
+def describe_run(
+    cfg: TrainConfig,
+    env: DistEnv,
+    data: InteractionData,
+    model: DistributedModelParallel,
+    steps_per_epoch: int,
+    job_id: str,
+    logger: MetricsLogger,
+    parts: TrainPart,
+) -> None:
+    """The run's build on the console (model, ranks, plan, each part) and in the summary (config, dataset, job,
+    encoding, what the parts record)."""
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info(
+        f"built {cfg.model.model}: {n_params:,} parameters on rank {env.rank} "
+        f"({env.world_size} ranks, {env.backend} on {env.device}); "
+        f"{steps_per_epoch} steps/epoch at global batch {cfg.loader.batch_size}\n{model.plan}"
+    )
+    logger.info(f"TensorBoard run folder: {logger.run_dir}")
+    logger.record("config", cfg.to_dict())
+    logger.record("dataset", {name: len(split) for name, split in data.splits.items()})
+    logger.record("job_id", job_id)
+    logger.record("encoding", data.encoding)
+    logger.text("config", f"```\n{cfg.to_dict()}\n```")
+    parts.describe(logger.info, logger.record)
+
+
+def table_base_lrs(cfg: TrainConfig, data: InteractionData) -> Dict[str, float]:
+    """Each table's base LR (``--embedding_learning_rate`` or ``--embedding_lr_scale``,
+    overridden by ``--table_lr``); an override of an unknown table is an error."""
+    names = [t.name for t in data.tables]
+    values = cfg.optim.table_lr_values
+    values.check_tables(names)
+    return {t: values.get(t) for t in names}
+
+
+def build_sharded_model(
+    cfg: TrainConfig, data: InteractionData, env: DistEnv, fresh: bool, log: Callable[[str], None]
+) -> Tuple[DistributedModelParallel, CombinedOptimizer, Dict[str, float]]:
+    """The sharded model (with ``--pretrained_tables`` when ``fresh``: a checkpoint brings its own), its
+    optimizer and each table's base LR."""
+    base_lrs = table_base_lrs(cfg, data)
+    model = build_model(data, cfg.model, env.device)
+    apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.base_table_lr(), base_lrs)
+    dmp = shard_model(model, env, cfg.pipeline.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
+    if cfg.freeze.pretrained_tables and fresh:
+        load_pretrained_tables(dmp, cfg.freeze.pretrained_tables, log, data_options=cfg.data.cache_options())
+    return dmp, build_optimizer(dmp, cfg.optim.learning_rate), base_lrs
+
+
+class NoFreeze(TrainPart):
+    """The freeze part of ``--freeze_schedule joint``: every table trains at every step."""
+
+    def frozen_tables(self) -> List[str]:
+        return []
+
+
+def build_schedule(
+    cfg: TrainConfig,
+    model: DistributedModelParallel,
+    optimizer: CombinedOptimizer,
+    steps_per_epoch: int,
+    data: InteractionData,
+    checkpoint_dir: str,
+    logger: MetricsLogger,
+) -> Tuple[Any, Decisions]:
+    """The freeze part of ``--freeze_schedule`` (fixed, automatic or none) and what decides from validation
+    (the automatic schedule's :class:`AutoRun`; nothing otherwise)."""
+    text = cfg.freeze.freeze_schedule
+    if text == "joint":
+        return NoFreeze(), Decisions()
+    if cfg.freeze.is_auto:
+        auto = AutoFreezeSchedule(model, steps_per_epoch, cfg.epochs, data.tasks, optimizer=optimizer, config=cfg.auto)
+        state = {"config": cfg.to_dict(), "tables": {t.name: t.num_embeddings for t in data.tables}}
+        sample = TRAIN_SAMPLE if cfg.auto.auto_gate else None
+        return auto, AutoRun(auto, checkpoint_dir, model, optimizer, logger, VAL, sample, state)
+    try:
+        return FreezeScheduleWrapper(model, cfg.freeze.schedule, steps_per_epoch, cfg.epochs, optimizer=optimizer), Decisions()
+    except ValueError as e:
+        raise ValueError(f"--freeze_schedule {text!r}: {e}") from None
+
+
+def build_remedies(
+    cfg: TrainConfig,
+    data: InteractionData,
+    model: DistributedModelParallel,
+    optimizer: CombinedOptimizer,
+    steps_per_epoch: int,
+    rank: int,
+    base_lrs: Dict[str, float],
+    log: Callable[[str], None],
+) -> Tuple[List[TrainPart], Any]:
+    """The table remedies the config asks for, as parts in hook order, and the optimizer the pipeline drives
+    (gradient accumulation's, or ``optimizer``)."""
+    names = [t.name for t in data.tables]
+    o = cfg.optim
+    reinit = TableReinit(model, optimizer, o.reinit_schedule, cfg.seed, names, log)
+    accumulation = (
+        GradientAccumulation(model, optimizer, o.grad_accum_steps, o.grad_accum_lr_rule) if o.grad_accum_steps > 1 else None
+    )
+    factor = accumulation.lr_factor if accumulation is not None else 1.0
+    parts: List[TrainPart] = [
+        TableLRScheduler(model, o.lr_schedule, steps_per_epoch, cfg.epochs, base_lrs=base_lrs, factor=factor)
+    ]
+    falr_config = o.falr_config
+    if falr_config is not None:
+        parts.append(FrequencyAdaptiveLR(model, falr_config, o.falr_table_list))
+    if accumulation is not None:
+        parts.append(accumulation)
+    rates = cfg.remedies.id_dropout_values
+    rates.check_tables(names)
+    dropout = IdDropout.for_tables(data.tables, {t: rates.get(t) for t in names}, cfg.seed, rank)
+    if dropout:
+        parts.append(dropout)
+    return parts + [reinit], accumulation.optimizer if accumulation is not None else optimizer
+
+
+def build_pipeline(
+    cfg: TrainConfig,
+    model: DistributedModelParallel,
+    optimizer: Any,
+    env: DistEnv,
+    frozen_tables: Callable[[], Collection[str]],
+    step_count: Callable[[], int],
+) -> Tuple[Any, List[TrainPart]]:
+    """The ``--pipeline`` and its logging parts (the semi-synchronous one's stale fraction)."""
+    pipeline = make_train_pipeline(
+        cfg.pipeline.name,
+        model,
+        optimizer,
+        env.device,
+        warmup_batches=cfg.pipeline.pipeline_warmup_batches,
+        frozen_tables=frozen_tables,
+        staleness_interval=cfg.pipeline.pipeline_staleness_interval,
+        step_count=step_count,
+    )
+    return pipeline, [StaleFractionLog(pipeline)] if cfg.pipeline.name == "semi_sync" else []
+
+
+def build_nonfinite(
+    cfg: TrainConfig, model: DistributedModelParallel, steps_per_epoch: int, last_checkpoint: Callable[[], Optional[str]]
+) -> TrainPart:
+    """What a non-finite loss does: skip its batch (``--skip_nonfinite_batches``) or stop the run."""
+    if cfg.pipeline.skip_nonfinite_batches:
+        return SkipNonFiniteBatches(model.module)
+    return StopOnNonFinite(steps_per_epoch, last_checkpoint)
+
+
+def build_validator(
+    cfg: TrainConfig,
+    data: InteractionData,
+    model: DistributedModelParallel,
+    pipeline: Any,
+    loaders: Dict[str, BatchLoader],
+    env: DistEnv,
+    decisions: Decisions,
+    logger: MetricsLogger,
+) -> Validator:
+    """Every evaluated split (through the pipeline, in eval mode) at epoch ends and every ``--eval_every_n_steps``,
+    logged; ``decisions`` at their cadence."""
+    evaluate = SplitEvaluator(model, pipeline.progress, dict(loaders), data.tasks, env.device, data.slices, [TRAIN_SAMPLE])
+    return Validator(evaluate, evaluated_splits(data), cfg.metrics.eval_every_n_steps, decisions, logger.log_evaluation)

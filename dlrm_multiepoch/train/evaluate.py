@@ -19,6 +19,7 @@ variants bin scores on a fixed threshold grid with no error bound.)
 
 import collections
 import math
+import time
 from typing import Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -246,3 +247,49 @@ def evaluate_slices(
         masks = slice_masks(code.to(out.weights.device), slices) if names and code is not None else None
         metrics.update(out.logits, out.labels, out.weights, slice_masks=masks)
     return dict(zip([ALL_ROWS, *names], metrics.compute_all()))
+
+
+class SplitEvaluator:
+    """Metrics of named splits and of each row slice of them (``test.unseen_user``, ...), in eval mode.
+
+    Args:
+        model: the model (put in eval mode for the pass, back in train mode after).
+        progress: what runs a batch, e.g. the train pipeline's ``progress``.
+        loaders: split name -> its evaluation batches.
+        tasks: the model's tasks.
+        device: compute device.
+        slices: the data's slice names.
+        unsliced: splits whose slices are not reported (a train sample is seen by definition).
+
+    Example::
+
+        evaluate = SplitEvaluator(dmp, pipeline.progress, {"test": test_loader}, ["like"], device)
+        results = evaluate(["test"])        # {"test": {"like": {"auc": ...}}, "test.unseen_user": ...}
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        progress: Callable[[Iterator], ModelOutput],
+        loaders: Dict[str, Iterable],
+        tasks: Sequence[str],
+        device: Optional[torch.device] = None,
+        slices: Sequence[str] = (),
+        unsliced: Sequence[str] = (),
+    ) -> None:
+        self.model, self.progress, self.loaders, self.tasks = model, progress, loaders, tasks
+        self.device, self.slices, self.unsliced = device, slices, set(unsliced)
+        self.seconds = 0.0  # spent in evaluation passes
+
+    def __call__(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
+        start = time.perf_counter()
+        self.model.eval()
+        results: Dict[str, TaskMetrics] = {}
+        for split in splits:
+            slices = self.slices if split not in self.unsliced else []
+            per_slice = evaluate_slices(self.progress, self.loaders[split], self.tasks, self.device, slices)
+            for name, metrics in per_slice.items():
+                results[split if name == ALL_ROWS else f"{split}.{name}"] = metrics
+        self.model.train()
+        self.seconds += time.perf_counter() - start
+        return results

@@ -1,12 +1,13 @@
 """Rank-0 logging: TensorBoard scalars, console lines and a JSON summary per run."""
 
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Set, Tuple
 
 from torch.utils.tensorboard import SummaryWriter
 
 from dlrm_multiepoch.run_files import summary_path
 from dlrm_multiepoch.saved_state import StateMismatch, check_state
+from dlrm_multiepoch.train.evaluate import undefined_metrics
 from dlrm_multiepoch.train.json_io import json_safe, write_json
 
 
@@ -36,6 +37,7 @@ class MetricsLogger:
         self.run_dir = run_dir
         self.enabled = enabled
         self.summary: Dict[str, Any] = {"evaluations": []}
+        self._warned: Set[Tuple[str, str]] = set()
         self._writer: Optional[SummaryWriter] = None
         if enabled:
             os.makedirs(run_dir, exist_ok=True)
@@ -64,6 +66,17 @@ class MetricsLogger:
         """Append one evaluation (epoch, step, metrics) to the summary and persist it."""
         self.summary["evaluations"].append(json_safe(entry))
         self._write_summary()
+
+    def log_evaluation(self, results: Mapping[str, Mapping[str, Mapping[str, float]]], step: int, epoch: float) -> None:
+        """An evaluation's metrics: scalars at ``step``, an entry of ``evaluations``, a console line per split
+        and task, and a warning (once per split and task) for each undefined metric."""
+        self.scalars({"eval/epoch": epoch} | metric_scalars(results), step)
+        self.evaluation({"epoch": epoch, "step": step, **results})
+        for key, warning in undefined_metrics(dict(results)).items():
+            if key not in self._warned:
+                self._warned.add(key)
+                self.info(f"WARNING: {warning}")
+        self.info(format_metrics(f"eval after epoch {epoch:g} (step {step}):", results))
 
     def restore(self, summary: Dict[str, Any]) -> None:
         """Continue the summary of a resumed run: its evaluations come first, this run's records win.

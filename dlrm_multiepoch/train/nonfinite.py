@@ -13,11 +13,13 @@ per step) and, if any rank's is not finite, runs no backward on any rank, so no
 weight and no optimizer state changes.
 """
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from dlrm_multiepoch.train.part import Position, TrainPart, WindowLog
 
 
 class NonFiniteLossError(RuntimeError):
@@ -44,14 +46,46 @@ def first_nonfinite_step(losses: Sequence[torch.Tensor], last_step: int) -> Opti
     return None if first == n else last_step - n + 1 + first
 
 
-class SkipNonFiniteBatches:
+class StopOnNonFinite(TrainPart):
+    """Stop the run at a non-finite loss (all ranks together), naming the step and the last good checkpoint.
+
+    Checked once per logging window (``after_window``), with one all-reduce.
+
+    Args:
+        steps_per_epoch: optimizer steps per epoch (names the epoch in the message).
+        last_checkpoint: the path of the run's last checkpoint, or None.
+
+    Example::
+
+        stop = StopOnNonFinite(len(loader), lambda: last_checkpoint)
+        stop.after_window(losses, step, logger)     # raises NonFiniteLossError
+    """
+
+    def __init__(self, steps_per_epoch: int, last_checkpoint: Callable[[], Optional[str]] = lambda: None) -> None:
+        self.steps_per_epoch = steps_per_epoch
+        self.last_checkpoint = last_checkpoint
+
+    def after_window(self, losses: Sequence[torch.Tensor], step: int, log: WindowLog) -> None:
+        bad = first_nonfinite_step(losses, step)
+        if bad is not None:
+            raise NonFiniteLossError(
+                f"non-finite training loss at step {bad} (epoch {(bad - 1) // self.steps_per_epoch + 1}); the weights "
+                f"after it are not usable. Last good checkpoint: {self.last_checkpoint() or 'none'}. Resume from it "
+                f"with --resume PATH after lowering --learning_rate / --embedding_learning_rate or checking the data, "
+                f"or pass --skip_nonfinite_batches to skip such batches"
+            )
+
+
+class SkipNonFiniteBatches(TrainPart):
     """Forward hook on the training module: a step whose loss is not finite on some rank trains nothing.
 
     The module returns ``(loss, output)`` (the train pipelines' contract). When any
     rank's loss is NaN or infinite, every rank gets a fresh zero loss that is not
     connected to the model, so ``backward()`` computes nothing, the fused table
     optimizers apply no update, and the dense parameters' gradients are cleared so the
-    optimizer step skips them (Adam's step count does not advance).
+    optimizer step skips them (Adam's step count does not advance). As a
+    :class:`~dlrm_multiepoch.train.part.TrainPart` it reports the skipped steps every
+    window and keeps its count in the checkpointed position (``skipped_nonfinite``).
 
     Args:
         module: the unsharded training module (``dmp.module``).
@@ -82,6 +116,21 @@ class SkipNonFiniteBatches:
 
     def remove(self) -> None:
         self._handle.remove()
+
+    def after_window(self, losses: Sequence[torch.Tensor], step: int, log: WindowLog) -> None:
+        skipped = [step - len(losses) + 1 + i for i, x in enumerate(losses) if not torch.isfinite(x)]
+        if skipped:
+            log.info(
+                f"WARNING: non-finite loss at step(s) {skipped}: batches skipped, no update "
+                f"({self.skipped} skipped so far)"
+            )
+        log.scalars({"train/skipped_nonfinite_batches": self.skipped}, step)
+
+    def before_save(self, position: Position) -> None:
+        position.skipped_nonfinite = self.skipped
+
+    def after_load(self, position: Position) -> None:
+        self.skipped = position.skipped_nonfinite
 
 
 def finite_mean(losses: List[torch.Tensor]) -> float:

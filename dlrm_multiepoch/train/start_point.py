@@ -157,9 +157,8 @@ def start_branch(trainer: "Trainer", info: CheckpointInfo, changes: List[str]) -
     check_branch(info, trainer.cfg, trainer.steps_per_epoch, [t.name for t in trainer.data.tables])
     changes = changes + check_sharding(info, table_sharding(trainer.model.plan), flag=START_FROM)
     parts = {name: part for name, part in trainer.checkpointed.items() if name not in OWN_PARTS}
+    # The parts (the freeze schedule among them) move to the checkpoint's step in after_load.
     Checkpointer(trainer.run.checkpoints, trainer.model, trainer.optimizer, parts).load(info)
-    if trainer.freeze is not None:
-        trainer.freeze.set_progress(trainer.step)
     parent_wall_time = trainer.progress.wall_time_s
     trainer.progress.wall_time_s = 0.0  # this run's cost is its own training
     evaluations = [e for e in info.parts["metrics"].get("evaluations", []) if e["step"] <= info.step]
@@ -178,16 +177,15 @@ def resume_run(trainer: "Trainer", info: CheckpointInfo, changes: List[str]) -> 
     saved_freeze = info.parts.get("freeze")
     # Compared in normalised form ("delayed" == its expansion, "auto"); None: every group trains.
     saved_schedule = saved_freeze["schedule"] if saved_freeze is not None else None
-    if saved_schedule != (trainer.freeze.state_dict()["schedule"] if trainer.freeze is not None else None):
+    freeze = trainer.checkpointed.get("freeze")
+    if saved_schedule != (freeze.state_dict()["schedule"] if freeze is not None else None):
         raise ValueError(
             f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
             f"{info.state['config']['freeze_schedule']!r}, this run has {trainer.cfg.freeze.freeze_schedule!r}"
         )
     changes = changes + check_sharding(info, table_sharding(trainer.model.plan))
     trainer.checkpointer.load(info)
-    if trainer.auto_run is not None:
-        trainer.auto_run.check_resumable()
-    trainer.after_load(info.path)
+    trainer.after_load(info.path)  # the parts continue at the loaded step (the auto schedule checks its best)
     progress = trainer.progress
     resumed = {"path": info.path, "step": trainer.step, "epoch": progress.epoch, "batch": progress.batch_in_epoch}
     trainer.logger.record("resumed_from", trainer.logger.summary.get("resumed_from", []) + [resumed])

@@ -132,10 +132,10 @@ class TablePretrainer:
         torch.manual_seed(cfg.seed)
         model = build_pretrain_model(data, model_cfg, env.device)
         apply_embedding_optimizer(model, cfg.embedding_optimizer, cfg.embedding_learning_rate)
-        self.model = shard_model(model, env, cfg.pipeline.sharding_types)
+        self.model = shard_model(model, env, cfg.sharding_types)
         self.pipeline = TrainPipelineSparseDist(self.model, build_optimizer(self.model, cfg.learning_rate), env.device)
         self.loader = BatchLoader(
-            data, self.split, cfg.loader.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
+            data, self.split, cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
         )
         self.steps_per_epoch = len(self.loader) if not cfg.limit_batches else min(len(self.loader), cfg.limit_batches)
 
@@ -154,7 +154,7 @@ class TablePretrainer:
         self.log(
             f"pre-training tables {sorted(table_state_dict(self.model))} on {len(self.data.splits[self.split]):,} "
             f"{self.split!r} rows: {cfg.epochs} epoch(s) x {self.steps_per_epoch} steps at global batch "
-            f"{cfg.loader.batch_size}, {self.env.world_size} rank(s)"
+            f"{cfg.batch_size}, {self.env.world_size} rank(s)"
         )
         history: List[Dict[str, float]] = []
         step = 0
@@ -164,7 +164,7 @@ class TablePretrainer:
             self.loader.set_epoch(epoch)
             batches = itertools.islice(iter(self.loader), self.steps_per_epoch)
             window: List[torch.Tensor] = []
-            show = self.env.is_main and cfg.metrics.progress_bar
+            show = self.env.is_main and cfg.progress_bar
             bar = tqdm(total=self.steps_per_epoch, desc=f"pretrain epoch {epoch + 1}", disable=not show)
             while True:
                 try:
@@ -174,7 +174,7 @@ class TablePretrainer:
                 step += 1
                 bar.update(1)
                 window.append(loss)  # a host sync only when logging
-                if len(window) == cfg.metrics.log_every_n_steps:
+                if len(window) == cfg.log_every_n_steps:
                     history.append(self._log_window(epoch, step, window))
                     window = []
             bar.close()

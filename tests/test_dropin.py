@@ -281,7 +281,7 @@ def _parts_loop_equals_trainer(rank: int, world_size: int, tmp: str) -> None:
         learning_rate=0.03, embedding_learning_rate=0.5, table_lr_warmup="0.5", table_lr_decay="cosine",
         table_lr_final=0.1, falr="log", reinit="tables@1", grad_accum_steps=2,
     )  # fmt: skip
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_flags(
         data=DataConfig(dataset="movielens", max_rows=3000, val_fraction=0.2),
         model=ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16,8", over_arch_layer_sizes="16"),
         optim=remedies, tensorboard_dir=tmp, run_name="app", epochs=2, batch_size=256, eval_batch_size=1024,

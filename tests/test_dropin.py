@@ -36,8 +36,9 @@ from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline, embedding_modules
 from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, dense_optimizer, shard
-from tests.freeze_helpers import changed, snapshot
+from tests.freeze_helpers import changed
 from tests.multiprocess import run_on_ranks
+from tests.sharding_helpers import snapshot
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _MARKER = "<!-- drop-in loop: tests/test_dropin.py runs this block -->"

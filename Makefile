@@ -126,8 +126,9 @@ test: $(STAMP)
 	$(RUN) $(PY) -m pytest $(PYTEST_ARGS)
 
 # Markers in pyproject.toml; tests/conftest.py marks the tests that spawn ranks or start programs.
+# The bad-input fuzz suites draw 10 seeded examples each here, 40 in `make test`.
 test-fast: $(STAMP)
-	$(RUN) $(PY) -m pytest -m "not multiprocess and not launch and not network" $(PYTEST_ARGS)
+	DLRM_BAD_INPUT_EXAMPLES=10 $(RUN) $(PY) -m pytest -m "not multiprocess and not launch and not network" $(PYTEST_ARGS)
 
 # The tests that follow TorchRec's private internals (the drop-in wrappers, the semi-sync
 # pipeline, freezing, gates, fused lookups and their optimizer state, resharded

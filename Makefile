@@ -2,6 +2,7 @@
 #
 #   make demo          pre-train tables, then compare the default strategies (2 ranks each, under TorchX): table, CSV, PNG, TensorBoard
 #   make test          the test suite; PYTEST_ARGS="tests/test_components.py -x" picks tests
+#   make test-fast     the tests that spawn no processes and download nothing (markers: multiprocess, launch, network), under a minute
 #   make test-1.9      the tests that reach into TorchRec's internals, on the TorchRec 1.9 stack (.venv-1.9/)
 #   make test-cluster  start a Slurm cluster on this machine, run tests/cluster on it, stop it (needs root)
 #   make bench         every benchmarks/*.py, one after the other
@@ -65,7 +66,7 @@ endif
 # index pip takes that index's build of the exact pin.
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
-.PHONY: help install demo test test-1.9 test-cluster bench
+.PHONY: help install demo test test-fast test-1.9 test-cluster bench
 
 help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile
@@ -123,6 +124,11 @@ demo: $(STAMP) $(DEMO_PRETRAINED)/pretrain.json
 
 test: $(STAMP)
 	$(RUN) $(PY) -m pytest $(PYTEST_ARGS)
+
+# Markers in pyproject.toml; tests/conftest.py marks the tests that spawn ranks or start programs.
+# The bad-input fuzz suites draw 10 seeded examples each here, 40 in `make test`.
+test-fast: $(STAMP)
+	DLRM_BAD_INPUT_EXAMPLES=10 $(RUN) $(PY) -m pytest -m "not multiprocess and not launch and not network" $(PYTEST_ARGS)
 
 # The tests that follow TorchRec's private internals (the drop-in wrappers, the semi-sync
 # pipeline, freezing, gates, fused lookups and their optimizer state, resharded

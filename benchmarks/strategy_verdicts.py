@@ -37,7 +37,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dlrm_multiepoch.auto.policy import METRIC_SIGN, AutoScheduleConfig  # noqa: E402
+from dlrm_multiepoch.auto.config import METRIC_SIGN, AutoScheduleConfig  # noqa: E402
 from val_metric_choice import replay  # noqa: E402  (this folder)
 
 Pick = Tuple[float, dict]  # (epoch, evaluation with a "test" split)

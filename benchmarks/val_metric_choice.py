@@ -39,7 +39,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dlrm_multiepoch.auto.policy import DONE, JOINT, METRIC_SIGN, AutoScheduleConfig, AutoSchedulePolicy  # noqa: E402
+from dlrm_multiepoch.auto.config import METRIC_SIGN, AutoScheduleConfig  # noqa: E402
+from dlrm_multiepoch.auto.policy import DONE, JOINT, AutoSchedulePolicy  # noqa: E402
 
 Evaluation = Dict[str, Dict[str, Dict[str, float]]]
 

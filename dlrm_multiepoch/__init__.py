@@ -1,8 +1,27 @@
 """dlrm-multiepoch: multi-epoch training components for TorchRec DLRM-style models.
 
-Every public component is importable from here. The exports load on first use
-(PEP 562), so ``import dlrm_multiepoch.<config module>`` (the TorchX components, the
-``dlrm-multiepoch`` command) does not load torch.
+The top level exports the components a TorchRec user puts into their own model and
+training loop, and nothing else (``tests/test_public_api.py`` checks this list):
+
+- freeze schedule: ``FreezeSchedule``, ``Window``, ``FreezeScheduleWrapper``,
+  ``ScheduleSource``, ``FixedSchedule``
+- automatic schedule: ``AutoFreezeSchedule``, ``AutoSchedulePolicy``, ``AutoScheduleConfig``
+- gradient gates: ``GradientGate``
+- table remedies: ``TableLRScheduler``, ``TableLRSchedule``, ``FrequencyAdaptiveLR``,
+  ``FALRConfig``, ``reinit_tables``, ``ReinitSchedule``, ``GradientAccumulation``
+- semi-synchronous pipeline: ``SemiSyncTrainPipeline``, ``SemiSyncContext``, ``StalenessMeter``
+- lookups: ``FusedKJTLookup``, ``SingletonEmbeddingBagCollection``,
+  ``SmallTableEmbeddingBagCollection``, ``dense_grad_embedding_bag``
+- tables: ``embedding_modules``, ``EmbeddingModule``
+
+Everything else lives in its subpackage: the datasets and loaders in
+:mod:`dlrm_multiepoch.data`, the models in :mod:`dlrm_multiepoch.models`, the training
+app in :mod:`dlrm_multiepoch.train`, the ``--pipeline`` factory in
+:mod:`dlrm_multiepoch.pipeline.factory`, the all-to-all counter tests and benchmarks use
+in :mod:`dlrm_multiepoch.lookup.comm_count`.
+
+The exports load on first use (PEP 562), so ``import dlrm_multiepoch.<config module>``
+(the TorchX components, the ``dlrm-multiepoch`` command) does not load torch.
 
 Example::
 
@@ -12,29 +31,31 @@ Example::
 from dlrm_multiepoch.lazy import lazy_exports
 
 _EXPORTS = {
-    "AutoFreezeSchedule": "dlrm_multiepoch.auto",
-    "AutoScheduleConfig": "dlrm_multiepoch.auto",
-    "AutoSchedulePolicy": "dlrm_multiepoch.auto",
-    "Batch": "dlrm_multiepoch.data",
-    "BatchLoader": "dlrm_multiepoch.data",
-    "InteractionData": "dlrm_multiepoch.data",
-    "FixedSchedule": "dlrm_multiepoch.freeze",
+    "FreezeSchedule": "dlrm_multiepoch.schedule",
+    "Window": "dlrm_multiepoch.schedule",
     "FreezeScheduleWrapper": "dlrm_multiepoch.freeze",
     "ScheduleSource": "dlrm_multiepoch.freeze",
+    "FixedSchedule": "dlrm_multiepoch.freeze",
+    "AutoFreezeSchedule": "dlrm_multiepoch.auto",
+    "AutoSchedulePolicy": "dlrm_multiepoch.auto",
+    "AutoScheduleConfig": "dlrm_multiepoch.auto",
     "GradientGate": "dlrm_multiepoch.gates",
+    "TableLRScheduler": "dlrm_multiepoch.optim",
+    "TableLRSchedule": "dlrm_multiepoch.optim",
+    "FrequencyAdaptiveLR": "dlrm_multiepoch.optim",
+    "FALRConfig": "dlrm_multiepoch.optim",
+    "reinit_tables": "dlrm_multiepoch.optim",
+    "ReinitSchedule": "dlrm_multiepoch.optim",
+    "GradientAccumulation": "dlrm_multiepoch.optim",
+    "SemiSyncTrainPipeline": "dlrm_multiepoch.pipeline",
+    "SemiSyncContext": "dlrm_multiepoch.pipeline",
+    "StalenessMeter": "dlrm_multiepoch.pipeline",
     "FusedKJTLookup": "dlrm_multiepoch.lookup",
     "SingletonEmbeddingBagCollection": "dlrm_multiepoch.lookup",
     "SmallTableEmbeddingBagCollection": "dlrm_multiepoch.lookup",
-    "count_all_to_all": "dlrm_multiepoch.lookup",
     "dense_grad_embedding_bag": "dlrm_multiepoch.lookup",
-    "SemiSyncTrainPipeline": "dlrm_multiepoch.pipeline",
-    "StalenessMeter": "dlrm_multiepoch.pipeline",
-    "make_train_pipeline": "dlrm_multiepoch.pipeline",
-    "PRESETS": "dlrm_multiepoch.schedule",
-    "FreezeSchedule": "dlrm_multiepoch.schedule",
-    "Window": "dlrm_multiepoch.schedule",
-    "EmbeddingModule": "dlrm_multiepoch.tables",
     "embedding_modules": "dlrm_multiepoch.tables",
+    "EmbeddingModule": "dlrm_multiepoch.tables",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -1,10 +1,59 @@
-"""Session fixtures shared across test modules."""
+"""Session fixtures shared across test modules, and the markers applied by themselves.
+
+A test gets a marker (registered in pyproject.toml) when it, a function of the tests'
+modules it calls, or a fixture it requests names what the marker stands for, so tests
+are not marked by hand:
+
+- ``multiprocess``: ``run_on_ranks`` (gloo ranks in spawned processes);
+- ``launch``: ``subprocess`` or ``tests/torchx_cli.py``'s ``torchx`` (a fresh interpreter,
+  torchrun, a TorchX run or dry run). Tests that start real runs through the sweep or
+  search launcher in this process are marked ``launch`` where they are defined.
+
+Worker-pool tests (``multiprocess``) and the download test (``network``) are marked where
+they are defined too. ``make test-fast`` runs the rest:
+``pytest -m "not multiprocess and not launch and not network"``.
+"""
 
 from pathlib import Path
+from types import CodeType, FunctionType
+from typing import Callable, Set
 
 import pytest
 
 from tests.multiprocess import run_on_ranks
+
+MARKED_BY_NAME = {"multiprocess": {"run_on_ranks"}, "launch": {"subprocess", "torchx"}}
+
+
+def _names(fn: Callable, seen: Set[Callable]) -> Set[str]:
+    """Global and imported names ``fn`` reads, with those of the tests' functions it names."""
+    fn = getattr(fn, "__func__", fn)  # a method's function
+    if not isinstance(fn, FunctionType) or fn in seen:
+        return set()
+    seen.add(fn)
+    names: Set[str] = set()
+    stack = [fn.__code__]
+    while stack:  # nested functions and lambdas too
+        code = stack.pop()
+        names.update(code.co_names)  # a function-level import's names are here too
+        stack.extend(c for c in code.co_consts if isinstance(c, CodeType))
+    for name in list(names):
+        value = fn.__globals__.get(name)
+        if isinstance(value, FunctionType) and value.__module__.startswith("tests"):
+            names |= _names(value, seen)
+    return names
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    for item in items:
+        if not isinstance(item, pytest.Function):
+            continue
+        seen: Set[Callable] = set()
+        fixtures = [d.func for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs]
+        names = set().union(*(_names(fn, seen) for fn in [item.function, *fixtures]))
+        for marker, wanted in MARKED_BY_NAME.items():
+            if names & wanted:
+                item.add_marker(marker)
 
 
 def _train_references(rank: int, world_size: int, tmp: str) -> None:

@@ -56,6 +56,7 @@ from torchrec.optim.keyed import KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from dlrm_multiepoch.tables import embedding_modules
+from tests.sharding_helpers import copy_into_shards
 
 ROWS, DIM, BATCH, STEPS_PER_EPOCH = 40, 8, 8, 2
 FUSED = {"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": 0.05}
@@ -237,9 +238,7 @@ def fill_tables(dmp: nn.Module) -> None:
             g = torch.Generator().manual_seed(sum(map(ord, parts[-2])))
             full = torch.empty(ROWS, DIM).uniform_(-0.1, 0.1, generator=g)
             if hasattr(value, "local_shards"):
-                for shard in value.local_shards():
-                    (r, c), (h, w) = shard.metadata.shard_offsets, shard.metadata.shard_sizes
-                    shard.tensor.copy_(full[r : r + h, c : c + w])
+                copy_into_shards(value, full)
             else:  # data-parallel: the full table on every rank
                 value.copy_(full)
 

@@ -1,36 +1,9 @@
-"""Bitwise snapshots of a sharded model and its optimizers, for the freeze-schedule tests.
-
-A snapshot holds this rank's copy of every parameter, table shard and optimizer state
-tensor (fused table state such as row-wise Adagrad's ``momentum1`` included), keyed
-``w.<state_dict key>`` or ``opt.<optimizer state key>``. A table-wise table lives on one
-rank: the others hold no key of it.
-"""
+"""What changed between two snapshots (``tests.sharding_helpers.snapshot``), per table, for the freeze tests."""
 
 import re
-from typing import Any, Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional
 
 import torch
-from torchrec.distributed import DistributedModelParallel
-
-
-def _flat(prefix: str, value: Any, out: Dict[str, torch.Tensor]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flat(f"{prefix}.{k}", v, out)
-    elif hasattr(value, "local_shards"):  # ShardedTensor: this rank's shards
-        shards = [s.tensor for s in value.local_shards()]
-        if shards:
-            out[prefix] = torch.cat([s.flatten() for s in shards]).clone()
-    elif isinstance(value, torch.Tensor):
-        out[prefix] = value.detach().clone()
-
-
-def snapshot(dmp: DistributedModelParallel, optimizer: Any) -> Dict[str, torch.Tensor]:
-    """Copies of this rank's weights (``w.``) and optimizer state (``opt.``)."""
-    out: Dict[str, torch.Tensor] = {}
-    _flat("w", dmp.state_dict(), out)
-    _flat("opt", optimizer.state_dict()["state"], out)
-    return out
 
 
 def table_of(key: str, tables: Iterable[str]) -> Optional[str]:

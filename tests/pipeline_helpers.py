@@ -10,7 +10,6 @@ from typing import Dict, NamedTuple
 
 import torch
 from torchrec.distributed import DistributedModelParallel
-from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch.data.dataset import InteractionData
@@ -18,6 +17,7 @@ from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import DistEnv, init_distributed
 from dlrm_multiepoch.models import ModelConfig, build_dlrm
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer
+from tests.sharding_helpers import copy_into_shards, local_tensors, shard
 
 TABLE_SIZES: Dict[str, int] = {"user": 1000, "item": 2000, "age": 8}
 # Real sharding, so the input and output all-to-alls happen. TorchRec 1.8's planner
@@ -56,18 +56,9 @@ def build_job(
     cfg = ModelConfig(embedding_dim=embedding_dim, dense_arch_layer_sizes=dense_arch, over_arch_layer_sizes=over_arch)
     model = build_dlrm(data, cfg, env.device)
     apply_embedding_optimizer(model, "rowwise_adagrad", embedding_lr)
-    dmp = shard(model, env, sharding)
+    dmp = shard(model, env.world_size, sharding, device=env.device, local_world_size=env.local_world_size)
     seed_tables(dmp, seed)
     return Job(env, data, dmp, build_optimizer(dmp, dense_lr))
-
-
-def shard(model: torch.nn.Module, env: DistEnv, sharding: Dict[str, str]) -> DistributedModelParallel:
-    """``DistributedModelParallel`` with one fixed sharding type per table."""
-    constraints = {table: ParameterConstraints(sharding_types=[kind]) for table, kind in sharding.items()}
-    topology = Topology(world_size=env.world_size, compute_device=env.device.type, local_world_size=env.local_world_size)
-    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
-    plan = planner.collective_plan(model, pg=torch.distributed.GroupMember.WORLD)
-    return DistributedModelParallel(module=model, device=env.device, plan=plan)
 
 
 def seed_tables(dmp: DistributedModelParallel, seed: int) -> None:
@@ -77,30 +68,10 @@ def seed_tables(dmp: DistributedModelParallel, seed: int) -> None:
             continue
         full_rows, dim = tensor.size()
         g = torch.Generator().manual_seed(seed * 1000 + sum(map(ord, name)))
-        full = torch.empty(full_rows, dim).uniform_(-0.05, 0.05, generator=g)
-        for shard in tensor.local_shards():
-            r0, c0 = shard.metadata.shard_offsets
-            rows, cols = shard.metadata.shard_sizes
-            shard.tensor.copy_(full[r0 : r0 + rows, c0 : c0 + cols])
-
-
-def snapshot(dmp: DistributedModelParallel) -> Dict[str, torch.Tensor]:
-    """Local copies of every parameter and table shard (for bitwise comparisons)."""
-    out: Dict[str, torch.Tensor] = {}
-    for name, tensor in dmp.state_dict().items():
-        if hasattr(tensor, "local_shards"):
-            for i, shard in enumerate(tensor.local_shards()):
-                out[f"{name}#{i}"] = shard.tensor.detach().clone()
-        elif isinstance(tensor, torch.Tensor):
-            out[name] = tensor.detach().clone()
-    return out
+        copy_into_shards(tensor, torch.empty(full_rows, dim).uniform_(-0.05, 0.05, generator=g))
 
 
 def table_shards(dmp: DistributedModelParallel) -> Dict[str, torch.Tensor]:
     """This rank's table shards, as views into the live (FBGEMM) weights."""
-    out: Dict[str, torch.Tensor] = {}
-    for name, tensor in dmp.state_dict().items():
-        if hasattr(tensor, "local_shards") and "embedding_bags" in name:
-            for i, shard in enumerate(tensor.local_shards()):
-                out[f"{name}#{i}"] = shard.tensor
-    return out
+    pieces = local_tensors(dmp.state_dict())
+    return {f"{k}@{o}": t for k, shards in pieces.items() if "embedding_bags" in k for o, t in shards if o}

@@ -17,11 +17,11 @@ from typing import Any, Dict, List, Set, Tuple
 
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from torch.distributed._shard.sharded_tensor import ShardedTensor
 
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.train.config import TrainConfig
+from tests.sharding_helpers import local_tensors
 
 STEPS_PER_EPOCH = 10  # 2400 train rows of the 3000-row MovieLens sample, global batch 256
 SCHEDULE = "tables=train@[0,1) frozen@[1,end); module:over_arch.*=frozen@[0,1) train@[1,end)"
@@ -57,19 +57,6 @@ def resume_config(tmp: str, run_name: str, **overrides: Any) -> TrainConfig:
         run_name=run_name,
         **(settings | overrides),
     )
-
-
-def local_tensors(state: Any, prefix: str = "") -> Dict[str, List[Tuple[Tuple[int, ...], torch.Tensor]]]:
-    """Every tensor of a nested state dict, as this rank's (shard offsets, tensor) pieces."""
-    out: Dict[str, List[Tuple[Tuple[int, ...], torch.Tensor]]] = {}
-    for key, value in state.items():
-        if isinstance(value, dict):
-            out |= local_tensors(value, f"{prefix}{key}/")
-        elif isinstance(value, ShardedTensor):
-            out[prefix + key] = [(tuple(s.metadata.shard_offsets), s.tensor) for s in value.local_shards()]
-        elif isinstance(value, torch.Tensor):
-            out[prefix + key] = [((), value)]
-    return out
 
 
 def assert_bitwise_equal(a: Any, b: Any, what: str) -> None:

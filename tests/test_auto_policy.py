@@ -6,15 +6,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
+from dlrm_multiepoch.auto.config import AutoScheduleConfig, parse_task_weights
 from dlrm_multiepoch.auto.policy import (
     DENSE,
     DONE,
     FROZEN,
     JOINT,
-    AutoScheduleConfig,
     AutoSchedulePolicy,
     Decision,
-    parse_task_weights,
 )
 
 EVERY = 10  # scripted evaluations every 10 steps

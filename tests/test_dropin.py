@@ -46,9 +46,10 @@ from dlrm_multiepoch.train.build import build_loaders, build_sharded_model
 from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, dense_optimizer, shard
-from tests.freeze_helpers import changed, snapshot
+from tests.freeze_helpers import changed
 from tests.multiprocess import run_on_ranks
 from tests.resume_helpers import assert_bitwise_equal
+from tests.sharding_helpers import snapshot
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 _MARKER = "<!-- drop-in loop: tests/test_dropin.py runs this block -->"

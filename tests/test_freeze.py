@@ -19,8 +19,9 @@ from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.models import ModelConfig, build_dlrm
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
-from tests.freeze_helpers import changed, held_tables, snapshot, table_of
+from tests.freeze_helpers import changed, held_tables, table_of
 from tests.multiprocess import run_on_ranks
+from tests.sharding_helpers import snapshot
 
 TABLES = ("user", "item", "age")
 STEPS_PER_EPOCH = 3  # 768 train rows / global batch 256

@@ -28,8 +28,9 @@ from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.multipath import PATHS, build_multipath
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
-from tests.freeze_helpers import changed, held_tables, snapshot, table_of
+from tests.freeze_helpers import changed, held_tables, table_of
 from tests.multiprocess import run_on_ranks
+from tests.sharding_helpers import snapshot
 
 TABLES = ("user", "item", "age")
 K = 6

@@ -11,7 +11,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from dlrm_multiepoch.lookup import FusedKJTLookup, count_all_to_all
 from tests.multiprocess import run_on_ranks
-from tests.sharding_helpers import local_tables, shard_table_wise
+from tests.sharding_helpers import local_tables, random_kjt, shard_table_wise
 
 ROWS = 50
 
@@ -28,10 +28,7 @@ def _tables() -> List[EmbeddingBagConfig]:
 
 
 def _kjt(keys: List[str], batch: int, gen: torch.Generator, weighted: bool = False, max_len: int = 3) -> KeyedJaggedTensor:
-    lengths = torch.randint(0, max_len + 1, (len(keys) * batch,), generator=gen)
-    values = torch.randint(0, ROWS, (int(lengths.sum()),), generator=gen)
-    weights = torch.rand(values.numel(), generator=gen) if weighted else None
-    return KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, weights=weights, stride=batch)
+    return random_kjt(keys, batch, gen, ROWS, max_len, weighted)
 
 
 def _groups(gen: torch.Generator, weighted: bool = False) -> Dict[str, KeyedJaggedTensor]:
@@ -207,7 +204,7 @@ def _sharded_fused_vs_separate(rank: int, world_size: int) -> None:
 
     model = torch.nn.Module()
     model.lookup = FusedKJTLookup(copy.deepcopy(reference))
-    dmp_model = shard_table_wise(model, world_size, configs=_tables())
+    dmp_model = shard_table_wise(model, world_size)
     assert isinstance(dmp_model.module.lookup.module, ShardedEmbeddingBagCollection)
     out_m = dmp_model.module.lookup(groups)
     out_ref = FusedKJTLookup(reference)(groups)

@@ -10,7 +10,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_multiepoch.lookup import SingletonEmbeddingBagCollection, detect_singleton_features
 from tests.multiprocess import run_on_ranks
-from tests.sharding_helpers import local_tables, shard_table_wise
+from tests.sharding_helpers import local_tables, random_kjt, shard_table_wise
 
 ROWS = 40
 SINGLETONS = ["user_id", "item_id", "cand_item"]
@@ -30,16 +30,7 @@ def _tables(item_pooling: PoolingType = PoolingType.MEAN) -> List[EmbeddingBagCo
 
 def _kjt(batch: int, gen: torch.Generator, weighted: bool, singleton_len: int = 1) -> KeyedJaggedTensor:
     keys = ["item_id", "genres", "age", "user_id", "cand_item"]  # not table order
-    per_key = []
-    for key in keys:
-        if key in SINGLETONS:
-            per_key.append(torch.full((batch,), singleton_len))
-        else:
-            per_key.append(torch.randint(0, 4, (batch,), generator=gen))
-    lengths = torch.cat(per_key)
-    values = torch.randint(0, ROWS, (int(lengths.sum()),), generator=gen)
-    weights = torch.rand(values.numel(), generator=gen) if weighted else None
-    return KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, weights=weights, stride=batch)
+    return random_kjt(keys, batch, gen, ROWS, weighted=weighted, fixed_lengths={k: singleton_len for k in SINGLETONS})
 
 
 @pytest.mark.parametrize("weighted", [False, True])

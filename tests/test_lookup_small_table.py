@@ -17,6 +17,7 @@ from dlrm_multiepoch.lookup import (
 )
 from dlrm_multiepoch.lookup import small_table
 from tests.multiprocess import run_on_ranks
+from tests.sharding_helpers import random_kjt
 
 
 def _bags(rows: int, bags: int, gen: torch.Generator, max_len: int = 4):
@@ -79,10 +80,7 @@ def _tables():
 
 
 def _kjt(batch: int, gen: torch.Generator) -> KeyedJaggedTensor:
-    keys = ["city", "age", "country", "home", "hour"]
-    lengths = torch.randint(0, 4, (len(keys) * batch,), generator=gen)
-    values = torch.randint(0, 12, (int(lengths.sum()),), generator=gen)
-    return KeyedJaggedTensor(keys=keys, values=values, lengths=lengths, stride=batch)
+    return random_kjt(["city", "age", "country", "home", "hour"], batch, gen, rows=12)
 
 
 def test_collection_equals_embedding_bag_collection() -> None:

@@ -18,7 +18,6 @@ import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 from torch import nn
 from torchrec.distributed import DistributedModelParallel
-from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
@@ -29,7 +28,7 @@ from dlrm_multiepoch.optim.shards import table_shards
 from dlrm_multiepoch.saved_state import StateMismatch
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer
 from tests.multiprocess import run_on_ranks
-from tests.sharding_helpers import load_full_tables
+from tests.sharding_helpers import load_full_tables, shard
 
 # name -> (rows, dim, sharding type, FALR on)
 TABLES = {
@@ -137,10 +136,7 @@ def _build(rank: int, optimizer: str) -> Tuple[DistributedModelParallel, Dict[st
     model = Tower()
     full = {k: v.detach().clone() for k, v in model.state_dict().items()}
     apply_embedding_optimizer(model, optimizer, LR)
-    constraints = {n: ParameterConstraints(sharding_types=[kind]) for n, (_, _, kind, _) in TABLES.items()}
-    planner = EmbeddingShardingPlanner(topology=Topology(world_size=2, compute_device="cpu"), constraints=constraints)
-    plan = planner.collective_plan(model, pg=dist.GroupMember.WORLD)
-    dmp = DistributedModelParallel(model, device=torch.device("cpu"), plan=plan)
+    dmp = shard(model, 2, {n: kind for n, (_, _, kind, _) in TABLES.items()})
     load_full_tables(dmp, full)
     return dmp, {k.split(".")[-2]: v.clone() for k, v in full.items()}
 

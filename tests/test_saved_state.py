@@ -18,7 +18,8 @@ import torch
 from torch import nn
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 
-from dlrm_multiepoch.auto.policy import AutoScheduleConfig, AutoSchedulePolicy
+from dlrm_multiepoch.auto.config import AutoScheduleConfig
+from dlrm_multiepoch.auto.policy import AutoSchedulePolicy
 from dlrm_multiepoch.auto.wrapper import PolicySource
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.optim.accumulation import GradientAccumulation

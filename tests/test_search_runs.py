@@ -11,6 +11,8 @@ import pytest
 from dlrm_multiepoch.search.pruning import objective
 from dlrm_multiepoch.search.command import main as search_main
 
+pytestmark = pytest.mark.launch  # every test here reads real runs the module's fixture launches
+
 STEPS = 4  # per epoch (--limit_train_batches)
 SEARCH = [
     "--epochs", "2", "--candidates", "joint,early", "-j", "1x2", "--",

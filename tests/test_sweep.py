@@ -290,6 +290,7 @@ def test_launch_parameters_and_data_needs_are_checked_before_anything_is_written
     assert not exp.exists()  # nothing written
 
 
+@pytest.mark.launch
 def test_a_failed_run_is_told_by_the_apps_own_error_line(tmp_path):
     log = tmp_path / "combined.log"
     log.write_text(

@@ -18,6 +18,8 @@ from dlrm_multiepoch.report.command import main as compare_main
 from dlrm_multiepoch.report.plots import PANEL_PX
 from dlrm_multiepoch.sweep.command import main as sweep_main
 
+pytestmark = pytest.mark.launch  # every test here reads real runs the module's fixture launches
+
 # A schedule with spaces, given the way a shell user quotes it.
 SCHEDULE = "tables=frozen@[0, 50%) train@[50%, end)"
 SWEEP = [

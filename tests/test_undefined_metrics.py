@@ -12,6 +12,7 @@ import re
 from contextlib import redirect_stdout
 
 import numpy as np
+import pytest
 
 from dlrm_multiepoch.report.command import main as compare_main
 from dlrm_multiepoch.sweep.command import main as sweep_main
@@ -72,6 +73,7 @@ def _ratings(path):
     path.write_text("user_id,item_id,rating\n" + "".join(f"{u},{i},{int(r)}\n" for u, i, r in zip(users, items, ratings)))
 
 
+@pytest.mark.launch
 def test_a_sweep_on_a_split_where_every_user_was_seen_prints_and_compares(tmp_path):
     _ratings(tmp_path / "ratings.csv")
     exp = tmp_path / "exp"

@@ -3,8 +3,8 @@
 from dlrm_multiepoch.lazy import lazy_exports
 
 _EXPORTS = {
-    "AUTO": "dlrm_multiepoch.auto.policy",
-    "AutoScheduleConfig": "dlrm_multiepoch.auto.policy",
+    "AUTO": "dlrm_multiepoch.auto.config",
+    "AutoScheduleConfig": "dlrm_multiepoch.auto.config",
     "AutoSchedulePolicy": "dlrm_multiepoch.auto.policy",
     "Decision": "dlrm_multiepoch.auto.policy",
     "AutoFreezeSchedule": "dlrm_multiepoch.auto.wrapper",

@@ -14,11 +14,10 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.stateful import Stateful
 
+from dlrm_multiepoch.auto.config import AUTO, AutoScheduleConfig
 from dlrm_multiepoch.auto.policy import (
-    AUTO,
     DONE,
     JOINT,
-    AutoScheduleConfig,
     AutoSchedulePolicy,
     Decision,
     TaskMetrics,

@@ -13,7 +13,7 @@ input, the others over scratch files beside the output:
    timestamps: 8 bytes a row).
 3. fit: id maps (frequency order, ``min_count`` folding) from the train rows (or the
    recipe's ``id_fit_splits``), dense statistics from the train rows.
-4. write: every row, encoded, to its split's column files (:mod:`~dlrm_multiepoch.data.store`).
+4. write: every row, encoded, to its split's column files (:mod:`~dlrm_multiepoch.data.store_writer`).
 
 Resident memory: one chunk, arrays the size of each vocabulary, the split plan (1 byte
 a row) and what the plan loads; with ``--history_length``, about 40 bytes a row more.
@@ -36,7 +36,7 @@ from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, UNKNOWN_ID, Ragged, Ta
 from dlrm_multiepoch.data.history import history_blocks
 from dlrm_multiepoch.data.npy import SpillColumn
 from dlrm_multiepoch.data.recipe import ITEM_FEATURE, USER_FEATURE, Blocks, Chunk, Recipe, SplitPlan
-from dlrm_multiepoch.data.store import DatasetWriter, commit
+from dlrm_multiepoch.data.store_writer import DatasetWriter, commit
 from dlrm_multiepoch.data.scan import FileInput, ScanSpec, ScanView, scan_chunks, scan_files
 from dlrm_multiepoch.data.vocab import IdCounter, frequency_ids, hashed_ids, values_digest, write_vocab
 

@@ -111,7 +111,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _weights(text: str) -> dict:
     """``--auto_task_weights`` as ``{task: weight}``; the tasks are checked by the runs (empty: equal weights)."""
-    from dlrm_multiepoch.auto.policy import parse_task_weights
+    from dlrm_multiepoch.auto.config import parse_task_weights
 
     names = [part.partition(":")[0].strip() for part in text.split(",") if part.strip()]
     return parse_task_weights(text, names) if names else {}

@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dlrm_multiepoch.auto.policy import METRIC_SIGN
+from dlrm_multiepoch.auto.config import METRIC_SIGN
 from dlrm_multiepoch.search.candidates import Candidate
 
 DEFAULT_ETA = 3

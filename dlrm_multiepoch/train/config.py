@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
 
-from dlrm_multiepoch.auto.policy import AutoScheduleConfig
+from dlrm_multiepoch.auto.config import AutoScheduleConfig
 from dlrm_multiepoch.config_section import flag_fields, flag_name, flag_values
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig

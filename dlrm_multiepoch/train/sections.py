@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Optional, Tuple
 
-from dlrm_multiepoch.auto.policy import AUTO
+from dlrm_multiepoch.auto.config import AUTO
 from dlrm_multiepoch.config_section import parsed
 from dlrm_multiepoch.names import PIPELINES, SHARDING_TYPES, check_name
 from dlrm_multiepoch.schedule import FreezeSchedule

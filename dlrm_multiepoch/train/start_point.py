@@ -20,7 +20,7 @@ Example::
 
 from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
 
-from dlrm_multiepoch.auto.policy import AUTO
+from dlrm_multiepoch.auto.config import AUTO
 from dlrm_multiepoch.optim.options import ReinitSchedule
 from dlrm_multiepoch.schedule import FreezeSchedule, ResolvedSchedule
 from dlrm_multiepoch.train.build import check_resumable

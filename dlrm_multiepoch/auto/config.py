@@ -1,0 +1,130 @@
+"""The automatic schedule's settings: the ``--auto_*`` flags of ``--freeze_schedule auto``.
+
+Torch-free (the CLI and the sweep planner read it); the decisions they drive are
+:mod:`~dlrm_multiepoch.auto.policy`'s.
+
+Example::
+
+    cfg = AutoScheduleConfig(auto_metric="auc", auto_task_weights="like:1,love:0.5")
+    cfg.validate()
+    parse_task_weights(cfg.auto_task_weights, ["like", "love"])   # {"like": 1.0, "love": 0.5}
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Sequence
+
+AUTO = "auto"  # the --freeze_schedule value that selects this schedule
+# Metric name -> +1 when higher is better, -1 when lower is.
+# cal_ne: NE after refitting sigmoid(a * logit + b) on the split (train/recalibrated.py),
+# blind to a shift of the positive rate between train and validation.
+METRIC_SIGN = {"auc": 1.0, "logloss": -1.0, "ne": -1.0, "cal_ne": -1.0}
+AFTER_TABLES = ("refreeze", "stop")
+
+
+def parse_task_weights(text: str, tasks: Sequence[str]) -> Dict[str, float]:
+    """``"like:1,love:0.5"`` -> ``{"like": 1.0, "love": 0.5}``; empty: every task weighs 1.
+
+    Raises:
+        ValueError: naming ``--auto_task_weights`` for unknown tasks, bad numbers or an
+            all-zero weighting.
+    """
+    if not text.strip():
+        return {t: 1.0 for t in tasks}
+    weights: Dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition(":")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = float("nan")
+        if not sep or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"--auto_task_weights: {part!r} must be TASK:WEIGHT with a weight >= 0, e.g. 'like:1'")
+        if name not in tasks:
+            raise ValueError(f"--auto_task_weights: unknown task {name!r}; tasks: {list(tasks)}")
+        weights[name] = weight
+    if not any(weights.values()):
+        raise ValueError(f"--auto_task_weights {text!r}: at least one weight must be positive")
+    return weights
+
+
+@dataclass
+class AutoScheduleConfig:
+    """Knobs of ``--freeze_schedule auto``; every field is a ``--<field>`` flag.
+
+    The defaults are in epochs and relative changes, not in steps or absolute metric
+    values, so they carry over between datasets (see docs/RESULTS.md for how they were
+    chosen).
+
+    Example::
+
+        AutoScheduleConfig(auto_patience=2, auto_after_tables="stop", auto_frozen_cap=0.0)  # joint + early stop
+    """
+
+    auto_evals_per_epoch: int = field(
+        default=10, metadata={"help": "auto schedule: validation evaluations per epoch (patience counts these)"}
+    )
+    auto_patience: int = field(
+        default=3, metadata={"help": "auto schedule: evaluations without improvement that end a phase"}
+    )
+    auto_min_improvement: float = field(
+        default=0.001,
+        metadata={"help": "auto schedule: relative improvement of the validation objective that counts (0.001 = 0.1%%)"},
+    )
+    auto_frozen_cap: float = field(
+        default=0.5,
+        metadata={
+            "help": "auto schedule: most of the budget (a share, rounded down to whole epochs) the tables stay "
+            "frozen at first; below one epoch skips that phase"
+        },
+    )
+    auto_after_tables: str = field(
+        default="refreeze",
+        metadata={
+            "help": "auto schedule: when the tables stop improving validation, 'refreeze' them and let the dense "
+            "part continue while it improves, or 'stop' the run"
+        },
+    )
+    auto_min_tables_epochs: float = field(
+        default=1.0,
+        metadata={
+            "help": "auto schedule: epochs the tables train before a validation plateau may end their phase "
+            "(1: one whole pass over the data; 0: the first plateau)"
+        },
+    )
+    auto_metric: str = field(
+        default="cal_ne",
+        metadata={
+            "help": "auto schedule: validation metric it follows: cal_ne (NE after refitting the scores' "
+            "calibration on the split: blind to a drifting positive rate), auc, logloss or ne"
+        },
+    )
+    auto_task_weights: str = field(
+        default="", metadata={"help": "auto schedule: weights of the tasks' metrics, e.g. 'like:1,love:0.5' (empty: equal)"}
+    )
+    auto_gate: str = field(
+        default="",
+        metadata={
+            "help": "auto schedule: a GradientGate (e.g. feature_cross) closed while the tables train once the "
+            "train/validation gap grows by --auto_gate_gap (empty: none)"
+        },
+    )
+    auto_gate_gap: float = field(
+        default=0.1,
+        metadata={"help": "auto schedule: growth of the relative train/validation gap that closes --auto_gate"},
+    )
+
+    def validate(self) -> None:
+        for name in ("auto_evals_per_epoch", "auto_patience"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.auto_frozen_cap <= 1.0:
+            raise ValueError(f"--auto_frozen_cap must be in [0, 1], got {self.auto_frozen_cap}")
+        for name in ("auto_min_improvement", "auto_gate_gap", "auto_min_tables_epochs"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"--{name} must be a finite number >= 0, got {value}")
+        if self.auto_after_tables not in AFTER_TABLES:
+            raise ValueError(f"--auto_after_tables must be one of {AFTER_TABLES}, got {self.auto_after_tables!r}")
+        if self.auto_metric not in METRIC_SIGN:
+            raise ValueError(f"--auto_metric must be one of {tuple(METRIC_SIGN)}, got {self.auto_metric!r}")

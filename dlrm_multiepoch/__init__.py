@@ -13,6 +13,9 @@ training loop, and nothing else (``tests/test_public_api.py`` checks this list):
 - lookups: ``FusedKJTLookup``, ``SingletonEmbeddingBagCollection``,
   ``SmallTableEmbeddingBagCollection``, ``dense_grad_embedding_bag``
 - tables: ``embedding_modules``, ``EmbeddingModule``
+- the training loop's parts (the app's Trainer is a loop over them): ``TrainPart``,
+  ``TrainParts``, ``Validator``, ``Decisions``, ``AutoRun``, ``TableReinit``, ``IdDropout``,
+  ``SkipNonFiniteBatches``, ``BinaryMetrics``, ``eval_outputs``, ``MetricsLogger``
 
 Everything else lives in its subpackage: the datasets and loaders in
 :mod:`dlrm_multiepoch.data`, the models in :mod:`dlrm_multiepoch.models`, the training
@@ -56,6 +59,17 @@ _EXPORTS = {
     "dense_grad_embedding_bag": "dlrm_multiepoch.lookup",
     "embedding_modules": "dlrm_multiepoch.tables",
     "EmbeddingModule": "dlrm_multiepoch.tables",
+    "TrainPart": "dlrm_multiepoch.train.part",
+    "TrainParts": "dlrm_multiepoch.train.part",
+    "Validator": "dlrm_multiepoch.train.validator",
+    "Decisions": "dlrm_multiepoch.train.validator",
+    "AutoRun": "dlrm_multiepoch.train.auto_run",
+    "TableReinit": "dlrm_multiepoch.optim.reinit",
+    "IdDropout": "dlrm_multiepoch.data.id_dropout",
+    "SkipNonFiniteBatches": "dlrm_multiepoch.train.nonfinite",
+    "BinaryMetrics": "dlrm_multiepoch.train.evaluate",
+    "eval_outputs": "dlrm_multiepoch.train.evaluate",
+    "MetricsLogger": "dlrm_multiepoch.train.metrics_logger",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -129,11 +129,12 @@ class TrainConfig:
             "newest checkpoint wins once it has one"
         },
     )
-    stop_at_epoch: int = field(
-        default=0,
+    stop_at_epoch: float = field(
+        default=0.0,
         metadata={
             "help": "pause after this many epochs of the --epochs schedule (checkpoint saved, no final records); a "
-            "later launch with --resume auto continues (0: train to --epochs)"
+            "later launch with --resume auto continues (0: train to --epochs). A fraction pauses inside an epoch, "
+            "at step round(X * steps per epoch), with an evaluation of every split and a checkpoint there"
         },
     )
     overwrite: bool = field(
@@ -235,7 +236,7 @@ class TrainConfig:
 
     def _validate_branch(self) -> None:
         if not 0 <= self.stop_at_epoch <= self.epochs:
-            raise ValueError(f"--stop_at_epoch must be in [0, --epochs {self.epochs}] (0: no pause), got {self.stop_at_epoch}")
+            raise ValueError(f"--stop_at_epoch must be in [0, --epochs {self.epochs}] (0: no pause), got {self.stop_at_epoch:g}")
         if self.stop_at_epoch and not self.checkpoint:
             raise ValueError("--stop_at_epoch pauses a run to continue it from its checkpoint: drop --no-checkpoint")
         if not self.start_from:

@@ -186,12 +186,13 @@ class Trainer:
         self._train_start = time.perf_counter()
         if self.progress.epoch >= self.cfg.epochs:
             self.logger.info(f"nothing left to train: {self.progress.epoch} of {self.cfg.epochs} epochs are done")
-        end = min(self.cfg.epochs, self.cfg.stop_at_epoch or self.cfg.epochs)
-        while self.progress.epoch < end and not self.stopped:
+        end = min(self.cfg.epochs, math.ceil(self.pause_step / self.steps_per_epoch) or self.cfg.epochs)
+        while self.progress.epoch < end and not self.stopped and (self.step < self.pause_step or not self.pause_step):
             self.run_epoch(self.progress.epoch)
         if self.progress.epoch < self.cfg.epochs and not self.stopped:
             # Paused by --stop_at_epoch: the run is not over, so no end-of-run records.
-            self.logger.info(f"paused after epoch {end} of {self.cfg.epochs} (--stop_at_epoch); --resume auto continues")
+            at = self.step / self.steps_per_epoch
+            self.logger.info(f"paused after epoch {at:g} of {self.cfg.epochs} (--stop_at_epoch); --resume auto continues")
         else:
             if self.auto_run is not None:
                 self.auto_run.end_on_best(self.step, self.steps_per_epoch, lambda: self._eval_pass(list(self.eval_loaders)))
@@ -210,7 +211,7 @@ class Trainer:
             if tables:
                 self.logger.info(f"re-initialised {tables} before epoch {epoch + 1} (optimizer state zeroed)")
         self.train_epoch(epoch)
-        if self.stopped:  # mid-epoch: no epoch evaluation, no epoch checkpoint
+        if self.stopped or self.progress.batch_in_epoch < self.steps_per_epoch:  # mid-epoch: the auto stop or a pause
             return
         self.evaluate(epoch=epoch + 1)
         self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
@@ -260,8 +261,13 @@ class Trainer:
         steps = len(self.train_loader)
         return min(steps, self.cfg.limit_train_batches) if self.cfg.limit_train_batches else steps
 
+    @property
+    def pause_step(self) -> int:
+        """The step ``--stop_at_epoch`` pauses at, ``round(X * steps per epoch)`` (0: no pause)."""
+        return math.floor(self.cfg.stop_at_epoch * self.steps_per_epoch + 0.5)
+
     def _steps_to_boundary(self) -> int:
-        """Steps until the next mid-epoch evaluation or step checkpoint (the pipeline drains there).
+        """Steps until the next mid-epoch evaluation, step checkpoint or pause (the pipeline drains there).
 
         Evaluations: all splits every ``--eval_every_n_steps``, the val split at the auto
         schedule's cadence.
@@ -269,7 +275,8 @@ class Trainer:
         periods = [self.cfg.eval_every_n_steps, self.auto_run.eval_every_n_steps if self.auto_run else 0]
         if self.cfg.checkpoint:
             periods.append(self.cfg.checkpoint_every_n_steps)
-        return min((p - self.step % p for p in periods if p), default=math.inf)  # type: ignore[arg-type]
+        to_pause = [self.pause_step - self.step] if self.pause_step > self.step else []
+        return min([p - self.step % p for p in periods if p] + to_pause, default=math.inf)  # type: ignore[arg-type]
 
     def train_epoch(self, epoch: int) -> None:
         """Train epoch ``epoch`` from its data position: the batches a resumed checkpoint had not done."""
@@ -297,7 +304,20 @@ class Trainer:
                 break
             if self.cfg.checkpoint and self.cfg.checkpoint_every_n_steps and self.step % self.cfg.checkpoint_every_n_steps == 0:
                 self.save_checkpoint()
+            if self.step == self.pause_step:
+                self._pause(epoch + done / steps)
+                break
         bar.close()
+
+    def _pause(self, epoch: float) -> None:
+        """A --stop_at_epoch pause inside an epoch: every split evaluated and a checkpoint, where none was already.
+
+        The evaluation does not feed the auto schedule: a paused run decides as an unpaused one.
+        """
+        if not (self.cfg.eval_every_n_steps and self.step % self.cfg.eval_every_n_steps == 0):
+            self.evaluate(epoch=epoch, observe=False)
+        if not (self.cfg.checkpoint_every_n_steps and self.step % self.cfg.checkpoint_every_n_steps == 0):
+            self.save_checkpoint()
 
     def _train_segment(self, batches: Iterator[Batch], epoch: int, bar: tqdm) -> None:
         self.model.train()
@@ -366,11 +386,11 @@ class Trainer:
 
     # -- evaluation -------------------------------------------------------------
 
-    def evaluate(self, epoch: float, splits: Optional[Sequence[str]] = None) -> Dict[str, TaskMetrics]:
+    def evaluate(self, epoch: float, splits: Optional[Sequence[str]] = None, observe: bool = True) -> Dict[str, TaskMetrics]:
         """Metrics of ``splits`` (default: every evaluated split), logged at the current step.
 
-        With the auto schedule, an evaluation that covers the val split also feeds its
-        decision (and only that split's metrics, plus the train sample's for a gate).
+        With the auto schedule and ``observe``, an evaluation that covers the val split also
+        feeds its decision (and only that split's metrics, plus the train sample's for a gate).
         """
         results = self._eval_pass(splits or list(self.eval_loaders))
         values = {"eval/epoch": epoch} | metric_scalars(results)
@@ -381,7 +401,7 @@ class Trainer:
                 self._warned.add(key)
                 self.logger.info(f"WARNING: {warning}")
         self.logger.info(format_metrics(f"eval after epoch {epoch:g} (step {self.step}):", results))
-        if self.auto_run is not None and VAL in results:
+        if self.auto_run is not None and observe and VAL in results:
             tables = {t.name: t.num_embeddings for t in self.data.tables}
             state = {"config": self.cfg.to_dict(), "tables": tables}
             self.auto_run.observe(results[VAL], results.get(TRAIN_SAMPLE), self.step, state)

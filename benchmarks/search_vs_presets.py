@@ -1,9 +1,10 @@
 """The schedule search's deployed model against the fixed presets, per task: test AUC mean ± seed std, and cost.
 
-Reads a search folder (``dlrm-multiepoch search``: ``search.json`` and its branches) and a
-sweep folder of the same setup (``dlrm-multiepoch sweep``: ``<strategy>-s<seed>/summary.json``).
-A preset missing (or unfinished) in the sweep folder is read from the search's own branch when that
-branch trained to its end (a cut branch has no final result). A fixed preset is judged by what it deploys: joint at its best *validation* epoch (the
+Reads a search folder (``dlrm-multiepoch search``: ``search.json`` and its branches) and
+sweep folders of the same setup (``dlrm-multiepoch sweep``: ``<strategy>-s<seed>/summary.json``;
+comma-separated, the first that has a finished run wins; ``--alias auto=auto-cal`` reads a
+preset under another run name). A preset missing (or unfinished) there is read from the
+search's own branch when that branch trained to its end (a cut branch has no final result). A fixed preset is judged by what it deploys: joint at its best *validation* epoch (the
 search's objective), ``auto`` its restored best weights, every other preset its last
 epoch. Prints a Markdown table (docs/RESULTS.md, "Schedule search") and the issue's
 target: searched mean >= best preset mean - 1 seed std, and >= joint at its best
@@ -11,7 +12,7 @@ validation epoch, per task.
 
 Usage::
 
-    python benchmarks/search_vs_presets.py SEARCH_DIR SWEEP_DIR [--presets joint,delayed,reinit,early,window@1,auto]
+    python benchmarks/search_vs_presets.py SEARCH_DIR SWEEP_DIR[,SWEEP_DIR2] [--presets joint,delayed,reinit,early,window@1,auto]
 """
 
 import argparse
@@ -57,6 +58,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("search_dir")
     parser.add_argument("sweep_dir")
     parser.add_argument("--presets", default="joint,delayed,reinit,early,window@1,auto")
+    parser.add_argument("--alias", default="", help="preset=run name in the sweep folders, e.g. auto=auto-cal")
     args = parser.parse_args(argv)
     record = _read(os.path.join(args.search_dir, "search.json"))
     metric, weights = record["metric"], record["task_weights"]
@@ -77,8 +79,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     for preset in args.presets.split(","):
         for seed in record["seeds"]:
             aucs = None
-            for folder in (args.sweep_dir, args.search_dir):  # not swept (or unfinished): the search's own branch
-                path = os.path.join(folder, f"{preset}-s{seed}", "summary.json")
+            aliases = dict(a.split("=") for a in args.alias.split(",") if a)
+            for folder in [*args.sweep_dir.split(","), args.search_dir]:  # not swept: the search's own branch
+                run = aliases.get(preset, preset) if folder != args.search_dir else preset
+                path = os.path.join(folder, f"{run}-s{seed}", "summary.json")
                 aucs = aucs or (deployed_test_auc(_read(path), preset, metric, weights) if os.path.isfile(path) else None)
             for task, auc in (aucs or {}).items():
                 presets.setdefault(preset, {}).setdefault(task, []).append(auc)

@@ -193,6 +193,7 @@ def search(
     epochs: int = 3,
     seeds: str = "0",
     eta: int = 3,
+    rung_fraction: float = 0.3,
     candidates: Optional[str] = None,
     scheduler: str = "local_cwd",
     scheduler_args: Optional[str] = None,
@@ -228,6 +229,8 @@ def search(
         epochs: epoch budget E of every schedule (joint: E + 1)
         seeds: comma-separated seeds; one independent search per seed
         eta: successive halving: the top 1/eta of the judged branches go on at each rung
+        rung_fraction: a branch is first judged (against branches with tables as young) this fraction of an
+            epoch after its tables start; 1: after a whole epoch, with every branch
         candidates: comma-separated subset of the candidates (default: all; a branch needs its parent)
         scheduler: TorchX scheduler the branches are launched on from inside this job
         scheduler_args: that scheduler's options, e.g. queue=default (TorchX -cfg syntax)

@@ -10,13 +10,16 @@ is the one ``auto`` follows: ``--auto_metric`` averaged over tasks with
 
 1. **Not judged yet.** Before its first judgement a branch is neither compared nor cut:
    its tables are at their initial values (or it is still its parent).
-2. **Cohorts at a fractional rung.** There, branches are ranked only against the judged
-   branches of their *cohort*: the same ``tables_from``, i.e. tables equally young (at
-   1 + f: ``joint`` with ``early``; ``reinit``, ``window@1`` and ``auto``, whose tables
-   have trained f of an epoch, together). Across cohorts a fraction of an epoch says
-   more about the tables' age than about where a schedule ends (``auto`` at 1.5 epochs
-   is below ``joint`` on every setup, above it at its end on two of three). Within each
-   cohort, successive halving: the top ``ceil(n / eta)`` go on.
+2. **Cohorts at a fractional rung.** There, fixed-schedule branches are ranked only
+   against the judged fixed-schedule branches of their *cohort*: the same
+   ``tables_from``, i.e. tables equally young (at 1 + f: ``joint`` with ``early``;
+   ``reinit`` with ``window@1``). Across cohorts a fraction of an epoch says more about
+   the tables' age than about where a schedule ends (``auto`` at 1.5 epochs is below
+   ``joint`` on every setup, above it at its end on two of three). Within each cohort,
+   successive halving: the top ``ceil(n / eta)`` go on. ``auto`` is not judged inside an
+   epoch: its own rule lets a plateau end its tables' phase only after a whole pass
+   (``--auto_min_tables_epochs``), and a search that cut it at 1.3 epochs on MovieLens
+   (time split) lost its best model.
 3. **Past its peak** (whole epochs). A judged fixed-schedule branch that has epochs left
    and whose objective after whole epoch ``e`` is below its best at an earlier judged
    whole epoch is cut: its best epoch stays a deployable checkpoint. (``auto`` keeps
@@ -120,10 +123,11 @@ def compared_at(point: float, live: Sequence[Candidate], fraction: float = 1.0) 
 
     A whole epoch: the judged branches with epochs left, when two or more are (halving), or
     a fixed-schedule one judged at an earlier whole epoch too (its peak). A fractional rung:
-    the members of each cohort with two or more judged branches with epochs left.
+    the fixed-schedule members of each cohort with two or more such judged branches with epochs left.
     """
     going_on = _going_on(point, live, fraction)
     if not _whole(point):
+        going_on = [c for c in going_on if not c.adaptive]
         paired = {c.name for group in _cohorts(going_on) if len(group) >= 2 for c in group}
         return [c for c in going_on if c.name in paired]
     if len(going_on) >= 2:

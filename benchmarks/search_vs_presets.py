@@ -32,13 +32,20 @@ def _read(path: str) -> dict:
         return json.load(f)
 
 
-def deployed_test_auc(summary: dict, preset: str, metric: str, weights: Dict[str, float]) -> Optional[Dict[str, float]]:
-    """Test AUC per task of what ``preset`` deploys (see the module docstring); None if unfinished."""
+def deployed_test_auc(
+    summary: dict, preset: str, metric: str, weights: Dict[str, float], budget: int
+) -> Optional[Dict[str, float]]:
+    """Test AUC per task of what ``preset`` deploys (see the module docstring); None if unfinished.
+
+    ``joint`` is joint at its best validation epoch within the budget; ``joint-end`` joint after ``budget`` epochs.
+    """
+    whole = [e for e in summary["evaluations"] if float(e["epoch"]).is_integer() and e["epoch"] <= budget]
+    if preset == "joint-end":
+        return next(({t: m["auc"] for t, m in e["test"].items()} for e in whole if e["epoch"] == budget), None)
     if "wall_time_s" not in summary:
         return None
     if "best" in summary:
         return {t: m["auc"] for t, m in summary["best"]["test"].items()}
-    whole = [e for e in summary["evaluations"] if float(e["epoch"]).is_integer()]
     if preset == "joint":
         chosen = max(whole, key=lambda e: objective(e["val"], metric, weights))
     else:
@@ -57,7 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("search_dir")
     parser.add_argument("sweep_dir")
-    parser.add_argument("--presets", default="joint,delayed,reinit,early,window@1,auto")
+    parser.add_argument("--presets", default="joint,joint-end,delayed,reinit,early,window@1,auto")
     parser.add_argument("--alias", default="", help="preset=run name in the sweep folders, e.g. auto=auto-cal")
     args = parser.parse_args(argv)
     record = _read(os.path.join(args.search_dir, "search.json"))
@@ -82,8 +89,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             aliases = dict(a.split("=") for a in args.alias.split(",") if a)
             for folder in [*args.sweep_dir.split(","), args.search_dir]:  # not swept: the search's own branch
                 run = aliases.get(preset, preset) if folder != args.search_dir else preset
+                run = "joint" if preset == "joint-end" else run  # the same run, read after the budget
                 path = os.path.join(folder, f"{run}-s{seed}", "summary.json")
-                aucs = aucs or (deployed_test_auc(_read(path), preset, metric, weights) if os.path.isfile(path) else None)
+                found = os.path.isfile(path) and deployed_test_auc(_read(path), preset, metric, weights, record["budget"])
+                aucs = aucs or found or None
             for task, auc in (aucs or {}).items():
                 presets.setdefault(preset, {}).setdefault(task, []).append(auc)
     tasks = sorted(searched)
@@ -93,11 +102,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     print("\n| test AUC | " + " | ".join(tasks) + " |\n|---|" + "---|" * len(tasks))
     print("| **search (deployed)** | " + " | ".join(_stats(searched[t]) for t in tasks) + " |")
     for preset, per_task in presets.items():
-        label = "joint at its best val epoch" if preset == "joint" else preset
+        label = {"joint": "joint at its best val epoch", "joint-end": "joint after the budget"}.get(preset, preset)
         print(f"| {label} | " + " | ".join(_stats(per_task.get(t, [])) for t in tasks) + " |")
     print()
     for t in tasks:
-        means = {p: statistics.mean(v[t]) for p, v in presets.items() if v.get(t)}
+        # The target's "best fixed preset": validation-driven runs (auto) are not fixed presets.
+        means = {p: statistics.mean(v[t]) for p, v in presets.items() if v.get(t) and not p.startswith("auto")}
         if not means or not searched.get(t):
             continue
         best = max(means, key=means.get)

@@ -27,7 +27,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -73,7 +73,14 @@ def value_at(run: dict, point: float, steps: int) -> Optional[float]:
     return None
 
 
-def simulate(runs: Dict[str, dict], tree: List[Candidate], fraction: float, eta: int, steps: int, pick: Dict[float, Dict[int, str]]):
+def simulate(
+    runs: Dict[str, dict],
+    tree: List[Candidate],
+    fraction: float,
+    eta: int,
+    steps: int,
+    pick: Dict[float, Dict[int, str]],
+):
     """One search (``eta`` 0: nothing cut); ``pick``: rung -> cohort -> the name that goes on where the
     comparison is not recorded.
 
@@ -100,7 +107,9 @@ def simulate(runs: Dict[str, dict], tree: List[Candidate], fraction: float, eta:
             if v is None:
                 missing.setdefault(c.tables_from, []).append(c.name)
                 v = math.nan
-            curves[c.name] = Curve({point: v, **{e: x for e, x in runs[c.name]["values"].items() if float(e).is_integer()}})
+            curves[c.name] = Curve(
+                {point: v, **{e: x for e, x in runs[c.name]["values"].items() if float(e).is_integer()}}
+            )
         if missing:  # not recorded: the pick decides the cohort
             guessed = True
             for cohort, names in missing.items():
@@ -111,7 +120,9 @@ def simulate(runs: Dict[str, dict], tree: List[Candidate], fraction: float, eta:
         cuts = prune_rung(point, live, curves, eta, fraction) if eta else {}
         live = [c for c in live if c.name not in cuts]
     for c in live:  # the survivors train to their ends (auto: where it stopped itself)
-        reached[c.name] = runs[c.name]["end"] if c.adaptive else min(c.epochs, BUDGET) if c.name == "joint" else c.epochs
+        reached[c.name] = (
+            runs[c.name]["end"] if c.adaptive else min(c.epochs, BUDGET) if c.name == "joint" else c.epochs
+        )
         if c.name == "joint" and c.epochs > BUDGET and _rising(runs["joint"], BUDGET):
             reached[c.name] = c.epochs  # the 4th epoch (not recorded: it cannot be deployed here)
     final = {c.name for c in live}
@@ -124,12 +135,16 @@ def simulate(runs: Dict[str, dict], tree: List[Candidate], fraction: float, eta:
     choice = choose(tree, curves)
     run = runs[choice.branch]
     test = run["best"][2] if by[choice.branch].adaptive else run["test"][round(float(choice.epoch), 6)]
-    own = sum(reached[c.name] - (c.fork if c.parent else 0) for c in tree if reached[c.name] > (c.fork if c.parent else 0))
+    own = sum(
+        reached[c.name] - (c.fork if c.parent else 0) for c in tree if reached[c.name] > (c.fork if c.parent else 0)
+    )
     return (choice.branch, choice.epoch, test), own, guessed
 
 
 def _rising(run: dict, epoch: int) -> bool:
-    return run["values"].get(epoch, -math.inf) >= max(v for e, v in run["values"].items() if float(e).is_integer() and e < epoch)
+    return run["values"].get(epoch, -math.inf) >= max(
+        v for e, v in run["values"].items() if float(e).is_integer() and e < epoch
+    )
 
 
 def main() -> None:
@@ -169,12 +184,16 @@ def main() -> None:
                 cost = [o for *_, o in uniq]
                 guessed = any(o[2] for o in outcomes)
                 rng = lambda xs: f"{min(xs):.4f}" if max(xs) - min(xs) < 5e-5 else f"{min(xs):.4f}..{max(xs):.4f}"  # noqa: E731
-                print(f"| {label} | {seed}{' (picks)' if guessed and len(uniq) > 1 else ''} | {deploys} | {rng(like)} / "
-                      f"{rng(love)} | {min(cost):.1f}..{max(cost):.1f} of {sweep} | {min(cost) / sweep:.0%}..{max(cost) / sweep:.0%} |")
+                print(
+                    f"| {label} | {seed}{' (picks)' if guessed and len(uniq) > 1 else ''} | {deploys} | {rng(like)} / "
+                    f"{rng(love)} | {min(cost):.1f}..{max(cost):.1f} of {sweep} | {min(cost) / sweep:.0%}..{max(cost) / sweep:.0%} |"
+                )
                 likes.append(np.mean(like)), loves.append(np.mean(love)), shares.append(np.mean(cost) / sweep)
             if likes:
-                print(f"| {label} | mean | | {np.mean(likes):.4f} ± {np.std(likes):.4f} / {np.mean(loves):.4f} ± "
-                      f"{np.std(loves):.4f} | | {np.mean(shares):.0%} |")
+                print(
+                    f"| {label} | mean | | {np.mean(likes):.4f} ± {np.std(likes):.4f} / {np.mean(loves):.4f} ± "
+                    f"{np.std(loves):.4f} | | {np.mean(shares):.0%} |"
+                )
 
 
 if __name__ == "__main__":

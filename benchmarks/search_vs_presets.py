@@ -91,7 +91,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 run = aliases.get(preset, preset) if folder != args.search_dir else preset
                 run = "joint" if preset == "joint-end" else run  # the same run, read after the budget
                 path = os.path.join(folder, f"{run}-s{seed}", "summary.json")
-                found = os.path.isfile(path) and deployed_test_auc(_read(path), preset, metric, weights, record["budget"])
+                found = os.path.isfile(path) and deployed_test_auc(
+                    _read(path), preset, metric, weights, record["budget"]
+                )
                 aucs = aucs or found or None
             for task, auc in (aucs or {}).items():
                 presets.setdefault(preset, {}).setdefault(task, []).append(auc)

@@ -6,7 +6,15 @@ import re
 import pytest
 
 from dlrm_multiepoch.search import (
-    Curve, can_cut, candidate_tree, choose, compared_at, objective, prune_rung, rung_points, select,
+    Curve,
+    can_cut,
+    candidate_tree,
+    choose,
+    compared_at,
+    objective,
+    prune_rung,
+    rung_points,
+    select,
 )  # fmt: skip
 from dlrm_multiepoch.search.candidates import sweep_epochs
 from dlrm_multiepoch.search.command import main as search_main

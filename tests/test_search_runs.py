@@ -11,8 +11,8 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from dlrm_multiepoch.search.pruning import objective
 from dlrm_multiepoch.search.command import main as search_main
+from dlrm_multiepoch.search.pruning import objective
 
 STEPS = 4  # per epoch (--limit_train_batches)
 SEARCH = [
@@ -52,7 +52,9 @@ def test_the_branch_starts_from_its_parent_and_the_record_holds_every_curve(sear
         branch = seed["branches"][name]
         assert [e["epoch"] for e in summary["evaluations"]][:3] == [1, 1.5, 2][: len(summary["evaluations"])]
         assert summary["evaluations"][1]["step"] == 6  # the pause at the rung: round(1.5 * 4)
-        assert branch["curve"] == {f"{e['epoch']:g}": -objective(e["val"], "cal_ne", {}) for e in summary["evaluations"]}
+        assert branch["curve"] == {
+            f"{e['epoch']:g}": -objective(e["val"], "cal_ne", {}) for e in summary["evaluations"]
+        }
         whole = [e for e in summary["evaluations"] if float(e["epoch"]).is_integer()]
         assert branch["test_auc"] == {str(int(e["epoch"])): {t: m["auc"] for t, m in e["test"].items()} for e in whole}
     assert (seed["branches"]["early"]["parent"], seed["branches"]["early"]["fork"]) == ("joint", 1)
@@ -88,4 +90,6 @@ def test_rerunning_the_same_search_trains_nothing_and_decides_the_same(searched)
     assert "training" not in again and "resuming" not in again
     after = json.loads((exp / "search.json").read_text())["seeds"]["0"]
     assert after["deploy"] == before["deploy"] and after["rungs"] == before["rungs"]
-    assert {n: b["curve"] for n, b in after["branches"].items()} == {n: b["curve"] for n, b in before["branches"].items()}
+    assert {n: b["curve"] for n, b in after["branches"].items()} == {
+        n: b["curve"] for n, b in before["branches"].items()
+    }

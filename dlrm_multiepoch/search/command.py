@@ -43,11 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
-    parser.add_argument("experiment_dir", help="folder of the branches (one run folder each), sweep.json and search.json")
+    parser.add_argument(
+        "experiment_dir", help="folder of the branches (one run folder each), sweep.json and search.json"
+    )
     parser.add_argument("--epochs", type=int, default=3, help="epoch budget E of every schedule (joint: E + 1)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds; one independent search per seed")
     parser.add_argument(
-        "--candidates", default="", help="comma-separated subset of the candidates (default: all; a branch needs its parent)"
+        "--candidates",
+        default="",
+        help="comma-separated subset of the candidates (default: all; a branch needs its parent)",
     )
     parser.add_argument("--eta", type=int, default=DEFAULT_ETA, help="successive halving: the top 1/eta go on")
     parser.add_argument(
@@ -81,7 +85,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
     if "val_fraction" not in flag_names(tuple(common)):
         common = [*common, "--val_fraction", str(DEFAULT_VAL_FRACTION)]
-        print(f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}", flush=True)
+        print(
+            f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}",
+            flush=True,
+        )
     from dlrm_multiepoch.train.config import parse_config  # torch-heavy
 
     cfg = parse_config([*common, "--epochs", str(args.epochs)])  # a bad app flag exits here, naming it
@@ -113,8 +120,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"search: {len(failed)} launch(es) failed: {', '.join(failed)}; rerun the same command to continue")
         return 1
     if not args.dryrun:
-        print(f"search: done; its record is {args.experiment_dir}/search.json (compare the branches: "
-              f"dlrm-multiepoch compare {args.experiment_dir})")
+        print(
+            f"search: done; its record is {args.experiment_dir}/search.json (compare the branches: "
+            f"dlrm-multiepoch compare {args.experiment_dir})"
+        )
     return 0
 
 

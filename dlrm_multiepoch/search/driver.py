@@ -1,9 +1,10 @@
 """The search loop: advance branches rung by rung through TorchX launches, prune, choose what to deploy.
 
 For each seed (an independent search): at every rung (a whole epoch, or a candidate's
-first judgement inside an epoch, :func:`~dlrm_multiepoch.search.pruning.rung_points`) where
-the rule could cut something (:func:`~dlrm_multiepoch.search.pruning.compared_at`), each
-branch compared there is trained up to it (``--stop_at_epoch``, fractional inside an epoch; a branch's first launch starts
+first judgement inside an epoch, :func:`~dlrm_multiepoch.search.pruning.rung_points`)
+where the rule could cut something (:func:`~dlrm_multiepoch.search.pruning.compared_at`),
+each branch compared there is trained up to it (``--stop_at_epoch``, a fraction inside an
+epoch; a branch's first launch starts
 from its parent's checkpoint with ``--start_from``, later ones continue with
 ``--resume auto``), then :func:`~dlrm_multiepoch.search.pruning.prune_rung` cuts. The
 survivors are then trained to their ends, and :func:`~dlrm_multiepoch.search.pruning.choose`
@@ -29,8 +30,8 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchx.runner import Runner, get_runner
 
-from dlrm_multiepoch.search.candidates import Candidate, sweep_epochs
 from dlrm_multiepoch.auto.policy import METRIC_SIGN
+from dlrm_multiepoch.search.candidates import Candidate, sweep_epochs
 from dlrm_multiepoch.search.pruning import DEFAULT_RUNG_FRACTION, Curve, choose, compared_at, prune_rung, rung_points
 from dlrm_multiepoch.search.record import (
     BranchRecord,
@@ -43,7 +44,7 @@ from dlrm_multiepoch.search.record import (
     write_record,
 )
 from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
-from dlrm_multiepoch.sweep.plan import RunSpec, build_plan, read_json, read_manifest, run_state
+from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, build_plan, read_json, read_manifest, run_state
 from dlrm_multiepoch.sweep.strategies import Strategy
 
 _POLL_S = 5.0
@@ -137,7 +138,11 @@ class ScheduleSearch:
             if name in branches:
                 branches[name].launches = list(earlier.get("launches", []))
         rungs: List[Dict[str, Any]] = []
-        entry = {"branches": branches, "rungs": rungs, "previous_wall_s": float(before.get("cost", {}).get("wall_s", 0.0))}
+        entry = {
+            "branches": branches,
+            "rungs": rungs,
+            "previous_wall_s": float(before.get("cost", {}).get("wall_s", 0.0)),
+        }
         self._say(
             f"search seed {seed}: {len(self.tree)} candidates, budget {self.budget} epochs, decides on validation "
             f"{self.settings.metric} (--auto_metric), eta {self.settings.eta}, first judgements "
@@ -167,7 +172,9 @@ class ScheduleSearch:
             self._say(f"rung after epoch {point:g} (seed {seed}): compared {', '.join(c.name for c in judged)}")
             for c in judged:
                 verdict = f"CUT, {cuts[c.name]}" if c.name in cuts else "kept"
-                self._say(f"    {c.name:<10} val {self.settings.metric} {format_curve(branches[c.name].curve)}  -> {verdict}")
+                self._say(
+                    f"    {c.name:<10} val {self.settings.metric} {format_curve(branches[c.name].curve)}  -> {verdict}"
+                )
         live = self._live(seed, branches)
         failed = self._advance(seed, [(c, c.epochs) for c in live], branches)
         if failed:
@@ -191,7 +198,10 @@ class ScheduleSearch:
                 continue
             done, finished = self._progress(c, seed)
             if finished and done < min(c.epochs, epoch):
-                record.status, record.reason = "finished", f"stopped itself after epoch {done} (its own validation rule)"
+                record.status, record.reason = (
+                    "finished",
+                    f"stopped itself after epoch {done} (its own validation rule)",
+                )
                 continue
             live.append(c)
         return live
@@ -212,7 +222,7 @@ class ScheduleSearch:
 
         run_dir = self._run_dir(c, seed)
         saved = complete_checkpoints(os.path.join(run_dir, "checkpoints"))
-        evaluations = read_json(os.path.join(run_dir, "summary.json")).get("evaluations", [])
+        evaluations = read_json(os.path.join(run_dir, SUMMARY)).get("evaluations", [])
         per_epoch = [e["step"] / e["epoch"] for e in evaluations if e["epoch"]]
         if not saved or not per_epoch:
             return 0.0
@@ -224,7 +234,9 @@ class ScheduleSearch:
         """Every branch's validation curve (a branch not started yet: its parent's, up to the fork)."""
         curves: Dict[str, Curve] = {}
         for c in self.tree:
-            curve, facts = read_branch(self._run_dir(c, seed), self.settings.metric, self.settings.task_weights, self.rungs)
+            curve, facts = read_branch(
+                self._run_dir(c, seed), self.settings.metric, self.settings.task_weights, self.rungs
+            )
             if not curve.values and c.parent is not None:
                 curve = Curve({e: v for e, v in curves[c.parent].values.items() if e <= c.fork})
             curves[c.name] = curve
@@ -236,7 +248,9 @@ class ScheduleSearch:
 
     # -- launching ---------------------------------------------------------------------
 
-    def _advance(self, seed: int, targets: List[Tuple[Candidate, float]], branches: Dict[str, BranchRecord]) -> List[str]:
+    def _advance(
+        self, seed: int, targets: List[Tuple[Candidate, float]], branches: Dict[str, BranchRecord]
+    ) -> List[str]:
         """Train each ``(branch, point)`` up to that point (epochs), parents first; returns the failed runs."""
         waves: List[Dict[str, float]] = [{}, {}]
         for c, epoch in targets:
@@ -346,7 +360,9 @@ class ScheduleSearch:
         branches: Dict[str, BranchRecord] = entry["branches"]
         wall = entry["previous_wall_s"] + time.perf_counter() - start
         own = sum(b.trained_steps for b in branches.values())
-        steps_per_epoch = _steps_per_epoch([self._run_dir(c, seed) for c in self.tree if c.parent is None], self.settings)
+        steps_per_epoch = _steps_per_epoch(
+            [self._run_dir(c, seed) for c in self.tree if c.parent is None], self.settings
+        )
         cost = {
             "trained_steps": own, "sweep_steps": sweep_epochs(self.tree) * steps_per_epoch,
             "steps_per_epoch": steps_per_epoch, "wall_s": round(wall, 1),

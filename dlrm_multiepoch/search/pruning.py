@@ -140,8 +140,14 @@ def can_cut(point: float, live: Sequence[Candidate], fraction: float = 1.0) -> b
     return bool(compared_at(point, live, fraction))
 
 
-def _halve(ranked: List[Candidate], values: Mapping[str, float], shown: Mapping[str, float], point: float, eta: int,
-           among: str = "") -> Dict[str, str]:
+def _halve(
+    ranked: List[Candidate],
+    values: Mapping[str, float],
+    shown: Mapping[str, float],
+    point: float,
+    eta: int,
+    among: str = "",
+) -> Dict[str, str]:
     ranked = sorted(ranked, key=lambda c: _sort_key(values[c.name]), reverse=True)
     keep = math.ceil(len(ranked) / eta)
     return {
@@ -189,7 +195,9 @@ def prune_rung(
     for c in compared:
         if c.adaptive:
             continue
-        earlier = [(curves[c.name].values[e], e) for e in _earlier_whole(c, point, fraction) if e in curves[c.name].values]
+        earlier = [
+            (curves[c.name].values[e], e) for e in _earlier_whole(c, point, fraction) if e in curves[c.name].values
+        ]
         if earlier:
             peak, at = max(earlier)
             if _better(peak, values[c.name]):
@@ -234,4 +242,3 @@ def choose(tree: Sequence[Candidate], curves: Mapping[str, Curve]) -> Optional[C
             if best is None or _better(value, best.objective):
                 best = Choice(c.name, epoch, value)
     return best
-

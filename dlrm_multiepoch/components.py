@@ -144,6 +144,7 @@ def search(
     epochs: int = 3,
     seeds: str = "0",
     eta: int = 3,
+    rung_fraction: float = 0.3,
     candidates: str = "",
     name: str = "dlrm_multiepoch/search",
     **params: object,
@@ -169,11 +170,14 @@ def search(
         epochs: epoch budget E of every schedule (joint: E + 1)
         seeds: comma-separated seeds; one independent search per seed
         eta: successive halving: the top 1/eta of the judged branches go on at each rung
+        rung_fraction: a branch is first judged (against branches with tables as young) this fraction of an
+            epoch after its tables start; 1: after a whole epoch, with every branch
         candidates: comma-separated subset of the candidates (default: all; a branch needs its parent)
         name: job name, {experimentname}/{runname}
     """
     options = take_launch_options(search, params)
-    own = ["--epochs", str(epochs), "--seeds", seeds, "--eta", str(eta), *(["--candidates", candidates] if candidates else [])]
+    own = ["--epochs", str(epochs), "--seeds", seeds, "--eta", str(eta), "--rung_fraction", f"{rung_fraction:g}"]
+    own += ["--candidates", candidates] if candidates else []
     args = ["search", experiment_dir, *own, *options.to_flags(), "--", *config_flags(search, params, app_args), *app_args]
     return _cli_job("search", args, name, options)
 

@@ -5,7 +5,17 @@ import re
 
 import pytest
 
-from dlrm_multiepoch.search import Curve, can_cut, candidate_tree, choose, objective, prune_rung, select
+from dlrm_multiepoch.search import (
+    Curve,
+    can_cut,
+    candidate_tree,
+    choose,
+    compared_at,
+    objective,
+    prune_rung,
+    rung_points,
+    select,
+)  # fmt: skip
 from dlrm_multiepoch.search.candidates import sweep_epochs
 from dlrm_multiepoch.search.command import main as search_main
 from dlrm_multiepoch.sweep.strategies import STRATEGIES, window_strategy
@@ -23,17 +33,22 @@ def test_the_tree_holds_every_fixed_preset_and_auto_with_their_shared_prefixes()
         ("early", "joint", 1, 3), ("reinit", "joint", 1, 3), ("window@1", "delayed", 1, 3),
     ]  # fmt: skip
     assert by["joint"].epochs == 4 and by["delayed"].epochs == 3
-    # Judged once its tables and its own suffix have trained a whole epoch.
-    assert {c.name: c.judged_from for c in tree} == {
+    # Judged once its tables (from their initial values) and its own suffix have trained a whole epoch,
+    # or a fraction of one; reinit's tables start again after epoch 1.
+    assert {c.name: c.judged_from() for c in tree} == {
         "joint": 1, "delayed": 3, "auto": 2, "early": 2, "reinit": 2, "window@1": 2,
     }  # fmt: skip
+    assert {c.name: round(c.judged_from(0.3), 9) for c in tree} == {
+        "joint": 0.3, "delayed": 2.3, "auto": 1.3, "early": 1.3, "reinit": 1.3, "window@1": 1.3,
+    }  # fmt: skip
+    assert [round(p, 9) for p in rung_points(tree, 0.3)] == [0.3, 1, 1.3, 2, 2.3, 3]
     assert sweep_epochs(tree) == 4 + 3 * 5
     four = candidate_tree(4)
     assert [(c.name, c.parent, c.fork) for c in four if c.name.startswith("window")] == [
         ("window@1", "delayed", 1), ("window@2", "delayed", 2),
     ]  # fmt: skip
     assert [c.name for c in candidate_tree(1)] == ["joint", "auto"]
-    assert {c.name: c.judged_from for c in candidate_tree(1)} == {"joint": 1, "auto": 1}
+    assert {c.name: c.judged_from() for c in candidate_tree(1)} == {"joint": 1, "auto": 1}
 
 
 def test_a_subset_must_keep_each_branch_with_its_parent() -> None:
@@ -74,7 +89,7 @@ def test_pruning_cuts_the_peaked_and_halves_the_rest_and_never_judges_frozen_tab
     assert not can_cut(1, tree)  # only joint is judged after epoch 1: nothing to compare yet
     cuts = prune_rung(2, tree, _curves(2), eta=3)
     assert set(cuts) == {"joint", "auto", "early"}
-    assert cuts["joint"].startswith("past its peak: validation 0.5980 after epoch 2 is below 0.6100 after epoch 1")
+    assert cuts["joint"].startswith("past its peak: validation 0.5980 after epoch 2 is worse than 0.6100 after epoch 1")
     # auto is never cut for a fall (it keeps its own best); halving: 4 ranked, the top ceil(4/3) = 2 go on.
     assert cuts["auto"] == "halving: rank 4 of 4 after epoch 2 (validation 0.6000); the top 2 go on"
     assert cuts["early"] == "halving: rank 3 of 4 after epoch 2 (validation 0.6040); the top 2 go on"
@@ -142,3 +157,30 @@ def test_search_component_runs_the_search_command(tmp_path) -> None:
     assert re.findall(r"^=== run (\S+) \((\d) epochs\)", out.read_text(), flags=re.M) == [
         ("joint-s0", "4"), ("delayed-s0", "3"), ("auto-s0", "3"),
     ]  # fmt: skip
+
+
+def test_a_fractional_rung_ranks_each_branch_within_its_cohort_of_equally_young_tables() -> None:
+    tree = candidate_tree(3)
+    by = {c.name: c for c in tree}
+    f = 0.3
+    assert compared_at(0.3, tree, f) == [] and compared_at(2.3, [by["delayed"], by["joint"]], f) == []
+    # auto is not judged inside an epoch (its own rule waits a whole pass of its tables).
+    assert [c.name for c in compared_at(1.3, tree, f)] == ["joint", "early", "reinit", "window@1"]
+    # At 1.3 epochs the young tables (reinit, window@1) are both below joint and early: ranked together
+    # they would both go; within cohorts, the best of each goes on.
+    at = {"joint": -0.886, "early": -0.884, "reinit": -0.905, "window@1": -0.889}
+    curves = {n: Curve({1.3: v}) for n, v in at.items()}
+    cuts = prune_rung(1.3, tree, curves, eta=3, fraction=f, sign=-1.0)
+    assert set(cuts) == {"joint", "reinit"}
+    assert cuts["reinit"] == (
+        "halving within its cohort (reinit, window@1: tables as young): rank 2 of 2 after epoch 1.3 "
+        "(validation 0.9050); the top 1 go on"
+    )
+    assert cuts["joint"].startswith("halving within its cohort (joint, early: tables as young): rank 2 of 2")
+    # Whole epochs compare every cohort together, as with --rung_fraction 1.
+    live = [by["delayed"], by["early"], by["window@1"]]
+    assert [c.name for c in compared_at(2, live, f)] == ["early", "window@1"]
+    two = {"early": Curve({1: 0.61, 1.3: 0.6, 2: 0.604}), "window@1": Curve({1.3: 0.5, 2: 0.63}), "delayed": Curve()}
+    assert set(prune_rung(2, live, two, eta=3, fraction=f)) == {"early"}
+    # A rung value is judged, never deployed: joint's best whole epoch is.
+    assert choose([by["joint"]], {"joint": Curve({1: 0.6, 1.3: 0.9, 2: 0.61})}).epoch == 2

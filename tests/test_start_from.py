@@ -9,6 +9,8 @@ S switching after epoch 1; see ``tests/resume_helpers.py``):
 - B branches from P's step-10 checkpoint with the same S, saves a step checkpoint,
   "dies" before the end of epoch 2, and its own ``--resume auto`` finishes it: weights,
   optimizer state and every evaluation are bitwise A's.
+- Q pauses inside epoch 2 (``--stop_at_epoch 1.5``: an evaluation and a checkpoint at
+  step 15) and ``--resume auto`` finishes it: bitwise A's, A's evaluations plus the pause's.
 - D branches from P's step 10 with another suffix (the tables keep training in epoch 2);
   E trains D's schedule from scratch: D equals E bitwise (the shared prefix is exact).
 """
@@ -57,6 +59,18 @@ def _branches(rank: int, world_size: int, tmp: str) -> None:
     _same(a, b2, "branch with the same schedule, resumed")
     assert summary_b["evaluations"] == summary_a["evaluations"]  # the parent's epoch 1, then its own epoch 2
     assert summary_b["started_from"]["path"] == parent and summary_b["started_from"]["step"] == 10
+
+    # A pause inside an epoch (step 15 of 20, between the step checkpoints 12 and 16): its own evaluation of
+    # every split and checkpoint, then --resume auto goes on to A's end, bitwise.
+    q1 = Trainer(resume_config(tmp, "q", stop_at_epoch=1.5), env)
+    summary_q1 = q1.train()
+    assert "wall_time_s" not in summary_q1 and [e["epoch"] for e in summary_q1["evaluations"]] == [1, 1.5]
+    assert summary_q1["evaluations"][1]["step"] == 15 and q1.last_checkpoint.endswith("step_15")
+    q2 = Trainer(resume_config(tmp, "q", resume="auto"), env)
+    assert q2.resume_from.path == f"{tmp}/q/checkpoints/step_15"
+    summary_q2 = q2.train()
+    _same(a, q2, "paused inside epoch 2, resumed")
+    assert [e for e in summary_q2["evaluations"] if e["epoch"] != 1.5] == summary_a["evaluations"]
 
     d = Trainer(resume_config(tmp, "d", start_from=parent, freeze_schedule=OTHER_SUFFIX), env)
     summary_d = d.train()
@@ -120,6 +134,7 @@ def test_start_from_flags_are_checked_before_any_data_is_read(tmp_path: Path, ca
         (["--start_from", "x", "--resume", "y"], "--start_from 'x' with --resume 'y': give one checkpoint"),
         (["--start_from", "x", "--freeze_schedule", "auto", "--val_fraction", "0.1"], "cannot start from another run"),
         (["--stop_at_epoch", "4", "--epochs", "3"], "--stop_at_epoch must be in [0, --epochs 3]"),
+        (["--stop_at_epoch", "-0.5"], "--stop_at_epoch must be in [0, --epochs 3] (0: no pause), got -0.5"),
         (["--stop_at_epoch", "1", "--no-checkpoint"], "--stop_at_epoch pauses a run to continue it from its checkpoint"),
         (["--start_from", str(tmp_path / "none")], "--start_from '" + str(tmp_path / "none") + "': no such checkpoint"),
     ]:

@@ -19,6 +19,7 @@ Example::
     tree = candidate_tree(3)
     [c.name for c in tree]            # ['joint', 'delayed', 'auto', 'early', 'reinit', 'window@1']
     tree[3].parent, tree[3].fork      # ('joint', 1)
+    tree[4].judged_from(0.3)          # 1.3: reinit's tables are re-initialised after epoch 1
 """
 
 import math
@@ -38,9 +39,10 @@ class Candidate:
         epochs: its ``--epochs``.
         parent: the candidate it branches from (None: trained from scratch).
         fork: the parent's epoch whose checkpoint it starts from (0 for a root).
-        tables_from: the first epoch (0-based) in which its tables train (for ``auto`` the
-            latest it can be: its frozen cap). Before a whole epoch of table training its
-            validation metric says little about where it ends, so it is not compared yet.
+        tables_from: the epoch (0-based) from which its tables train from their initial
+            values: never trained before (for ``auto`` the latest it can be: its frozen cap)
+            or re-initialised (``reinit``: epoch 1). Branches with the same ``tables_from``
+            form a *cohort*: their tables are equally young, so they can be compared early.
         adaptive: it decides its own schedule on validation, stops itself and ends on its
             best-validation weights (``auto``).
         any_epoch: it is deployed at its best validation epoch (``joint``); any other fixed
@@ -56,15 +58,15 @@ class Candidate:
     adaptive: bool = False
     any_epoch: bool = False
 
-    @property
-    def judged_from(self) -> int:
-        """The first whole epoch at which its validation metric takes part in pruning: its tables have
-        trained a whole epoch and it has trained a whole epoch of its own (before, it is its parent)."""
-        return min(max(self.tables_from, self.fork) + 1, self.epochs)
+    def judged_from(self, fraction: float = 1.0) -> float:
+        """The first point (epochs) at which its validation metric takes part in pruning: ``fraction`` of an
+        epoch after its tables started from their initial values and after its own suffix started (before
+        that it is its parent). With ``fraction`` 1: a whole epoch of both."""
+        return min(max(self.tables_from, self.fork) + fraction, self.epochs)
 
-    def judged_at(self, epoch: int) -> bool:
-        """Whether the search compares it after ``epoch`` epochs (from its first informative epoch to its end)."""
-        return self.judged_from <= epoch <= self.epochs
+    def judged_at(self, point: float, fraction: float = 1.0) -> bool:
+        """Whether the search may compare it after ``point`` epochs (from its first judgement to its end)."""
+        return self.judged_from(fraction) <= point <= self.epochs
 
     def as_strategy(self) -> Strategy:
         """The sweep strategy training this candidate from scratch (what a sweep of the same candidates runs)."""
@@ -96,9 +98,9 @@ def candidate_tree(budget: int, auto_frozen_cap: float = 0.5) -> List[Candidate]
     cap = math.floor(auto_frozen_cap * budget + 1e-9)  # the latest epoch its tables start
     tree.append(Candidate(auto.name, auto.flags, budget, tables_from=cap, adaptive=True))
     if budget >= 2:
-        for name in ("early", "reinit"):
+        for name, tables_from in (("early", 0), ("reinit", 1)):  # reinit: tables re-initialised before epoch 2
             s = _preset(name, budget)
-            tree.append(Candidate(s.name, s.flags, budget, parent=joint.name, fork=1))
+            tree.append(Candidate(s.name, s.flags, budget, parent=joint.name, fork=1, tables_from=tables_from))
     for w in range(1, budget - 1):
         s = window_strategy(w, budget)
         tree.append(Candidate(s.name, s.flags, budget, parent=delayed.name, fork=w, tables_from=w))

@@ -2,7 +2,7 @@
 
 Usage::
 
-    dlrm-multiepoch search EXPERIMENT_DIR [--epochs E] [--seeds 0,1,2] [--eta 3]
+    dlrm-multiepoch search EXPERIMENT_DIR [--epochs E] [--seeds 0,1,2] [--eta 3] [--rung_fraction 0.3]
         [-s SCHEDULER] [-j NODESxPROCS] [--dryrun] [-- TRAINING-APP FLAGS COMMON TO EVERY BRANCH]
 
     dlrm-multiepoch search runs/ml --seeds 0,1,2 -- --dataset movielens --val_fraction 0.1
@@ -11,7 +11,9 @@ Usage::
 The candidates are every fixed preset (joint at its best epoch, early, reinit, tables
 starting at each whole epoch: window@W and delayed) and the greedy ``auto``; branches
 share prefixes through checkpoints (``--start_from``), losers are cut on the validation
-objective (``--auto_metric``, ``--auto_task_weights`` of the runs), and the record of
+objective (``--auto_metric``, ``--auto_task_weights`` of the runs; the ``auto`` candidate
+follows the same), first among branches whose tables are equally young a fraction of an
+epoch after their tables start (``--rung_fraction``), then at whole epochs; the record of
 every branch goes to the console and ``EXPERIMENT_DIR/search.json`` with the checkpoint
 to deploy. Rerun the same command after an interruption: it continues.
 """
@@ -21,7 +23,7 @@ import sys
 from typing import List, Optional
 
 from dlrm_multiepoch.search.candidates import candidate_tree, select
-from dlrm_multiepoch.search.pruning import DEFAULT_ETA
+from dlrm_multiepoch.search.pruning import DEFAULT_ETA, DEFAULT_RUNG_FRACTION
 from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
 from dlrm_multiepoch.sweep.plan import split_at_dashes
 from dlrm_multiepoch.sweep.strategies import flag_names
@@ -41,13 +43,22 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
-    parser.add_argument("experiment_dir", help="folder of the branches (one run folder each), sweep.json and search.json")
+    parser.add_argument(
+        "experiment_dir", help="folder of the branches (one run folder each), sweep.json and search.json"
+    )
     parser.add_argument("--epochs", type=int, default=3, help="epoch budget E of every schedule (joint: E + 1)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds; one independent search per seed")
     parser.add_argument(
-        "--candidates", default="", help="comma-separated subset of the candidates (default: all; a branch needs its parent)"
+        "--candidates",
+        default="",
+        help="comma-separated subset of the candidates (default: all; a branch needs its parent)",
     )
     parser.add_argument("--eta", type=int, default=DEFAULT_ETA, help="successive halving: the top 1/eta go on")
+    parser.add_argument(
+        "--rung_fraction", type=float, default=DEFAULT_RUNG_FRACTION,
+        help="a branch is first judged (against its cohort: tables as young) this fraction of an epoch after its "
+        "tables start; 1: after a whole epoch, with every branch",
+    )  # fmt: skip
     add_launch_args(parser, "branch", "as for dlrm-multiepoch sweep")
     return parser
 
@@ -64,6 +75,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("--seeds must name at least one seed")
     if args.eta < 2:
         parser.error(f"--eta must be at least 2, got {args.eta}")
+    if not 0 < args.rung_fraction <= 1:
+        parser.error(f"--rung_fraction must be in (0, 1], got {args.rung_fraction:g}")
     taken = sorted(set(flag_names(tuple(common))) & set(BRANCH_FLAGS))
     if taken:
         parser.error(
@@ -72,7 +85,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         )
     if "val_fraction" not in flag_names(tuple(common)):
         common = [*common, "--val_fraction", str(DEFAULT_VAL_FRACTION)]
-        print(f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}", flush=True)
+        print(
+            f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}",
+            flush=True,
+        )
     from dlrm_multiepoch.train.config import parse_config  # torch-heavy
 
     cfg = parse_config([*common, "--epochs", str(args.epochs)])  # a bad app flag exits here, naming it
@@ -94,7 +110,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(str(e))
     finally:
         runner.close()
-    settings = SearchSettings(metric=cfg.auto.auto_metric, task_weights=weights, eta=args.eta)
+    settings = SearchSettings(cfg.auto.auto_metric, weights, args.eta, args.rung_fraction)
     try:
         search = ScheduleSearch(args.experiment_dir, tree, seeds, args.epochs, common, options, settings)
         failed = search.run()
@@ -104,8 +120,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"search: {len(failed)} launch(es) failed: {', '.join(failed)}; rerun the same command to continue")
         return 1
     if not args.dryrun:
-        print(f"search: done; its record is {args.experiment_dir}/search.json (compare the branches: "
-              f"dlrm-multiepoch compare {args.experiment_dir})")
+        print(
+            f"search: done; its record is {args.experiment_dir}/search.json (compare the branches: "
+            f"dlrm-multiepoch compare {args.experiment_dir})"
+        )
     return 0
 
 

@@ -1,8 +1,10 @@
 """The search loop: advance branches rung by rung through TorchX launches, prune, choose what to deploy.
 
-For each seed (an independent search): at every whole epoch where the rule could cut
-something (:func:`~dlrm_multiepoch.search.pruning.can_cut`), each live branch judged
-there is trained up to that epoch (``--stop_at_epoch``; a branch's first launch starts
+For each seed (an independent search): at every rung (a whole epoch, or a candidate's
+first judgement inside an epoch, :func:`~dlrm_multiepoch.search.pruning.rung_points`)
+where the rule could cut something (:func:`~dlrm_multiepoch.search.pruning.compared_at`),
+each branch compared there is trained up to it (``--stop_at_epoch``, a fraction inside an
+epoch; a branch's first launch starts
 from its parent's checkpoint with ``--start_from``, later ones continue with
 ``--resume auto``), then :func:`~dlrm_multiepoch.search.pruning.prune_rung` cuts. The
 survivors are then trained to their ends, and :func:`~dlrm_multiepoch.search.pruning.choose`
@@ -28,8 +30,9 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchx.runner import Runner, get_runner
 
+from dlrm_multiepoch.auto.policy import METRIC_SIGN
 from dlrm_multiepoch.search.candidates import Candidate, sweep_epochs
-from dlrm_multiepoch.search.pruning import Curve, can_cut, choose, prune_rung
+from dlrm_multiepoch.search.pruning import DEFAULT_RUNG_FRACTION, Curve, choose, compared_at, prune_rung, rung_points
 from dlrm_multiepoch.search.record import (
     BranchRecord,
     branch_dict,
@@ -41,7 +44,7 @@ from dlrm_multiepoch.search.record import (
     write_record,
 )
 from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
-from dlrm_multiepoch.sweep.plan import RunSpec, build_plan, read_json, read_manifest, run_state
+from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, build_plan, read_json, read_manifest, run_state
 from dlrm_multiepoch.sweep.strategies import Strategy
 
 _POLL_S = 5.0
@@ -49,17 +52,25 @@ _POLL_S = 5.0
 
 @dataclass
 class SearchSettings:
-    """What a search decides on: the validation objective and the halving factor.
+    """What a search decides on: the validation objective, the halving factor, where first judgements fall.
 
     Args:
-        metric: validation metric (``auc``, ``logloss``, ``ne``): the runs' ``--auto_metric``.
+        metric: validation metric (``cal_ne``, ``auc``, ``logloss``, ``ne``): the runs' ``--auto_metric``.
         task_weights: ``--auto_task_weights`` of the runs, e.g. ``{"like": 1.0}`` (empty: equal).
         eta: successive-halving factor: the top ``ceil(n / eta)`` judged branches go on.
+        rung_fraction: a candidate is first judged this fraction of an epoch after its tables
+            (and its own suffix) started (``--rung_fraction``; 1: after a whole epoch).
     """
 
     metric: str
     task_weights: Dict[str, float]
     eta: int
+    rung_fraction: float = DEFAULT_RUNG_FRACTION
+
+    @property
+    def sign(self) -> float:
+        """+1 when a higher metric is better (AUC), -1 otherwise: the objective is ``sign * metric``."""
+        return METRIC_SIGN[self.metric]
 
 
 class ScheduleSearch:
@@ -96,8 +107,10 @@ class ScheduleSearch:
         self.options = options
         self.settings = settings
         self.out = out
+        self.rungs = rung_points(self.tree, settings.rung_fraction)
         self.record: Dict[str, Any] = {
             "budget": budget, "metric": settings.metric, "task_weights": settings.task_weights, "eta": settings.eta,
+            "rung_fraction": settings.rung_fraction,
             "common_flags": self.common, "candidates": [c.name for c in self.tree],
             "seeds": dict(read_record(experiment_dir).get("seeds", {})),  # other seeds' searches stay
         }  # fmt: skip
@@ -125,32 +138,43 @@ class ScheduleSearch:
             if name in branches:
                 branches[name].launches = list(earlier.get("launches", []))
         rungs: List[Dict[str, Any]] = []
-        entry = {"branches": branches, "rungs": rungs, "previous_wall_s": float(before.get("cost", {}).get("wall_s", 0.0))}
-        self._say(f"search seed {seed}: {len(self.tree)} candidates, budget {self.budget} epochs, eta {self.settings.eta}")
+        entry = {
+            "branches": branches,
+            "rungs": rungs,
+            "previous_wall_s": float(before.get("cost", {}).get("wall_s", 0.0)),
+        }
+        self._say(
+            f"search seed {seed}: {len(self.tree)} candidates, budget {self.budget} epochs, decides on validation "
+            f"{self.settings.metric} (--auto_metric), eta {self.settings.eta}, first judgements "
+            f"{self.settings.rung_fraction:g} epoch after a branch's tables start"
+        )
         if self.options.dryrun:  # what follows depends on the results: show the roots' launches
             roots = [(c, c.epochs) for c in self.tree if c.parent is None]
             return self._launch(seed, roots, branches)
-        for epoch in range(1, max(c.epochs for c in self.tree)):
-            live = self._live(seed, branches, epoch)
-            if not can_cut(epoch, live):
+        f = self.settings.rung_fraction
+        for point in self.rungs:
+            judged = compared_at(point, self._live(seed, branches, point), f)
+            if not judged:
                 continue
-            judged = [c for c in live if c.judged_at(epoch) and c.epochs > epoch]
-            failed = self._advance(seed, [(c, epoch) for c in judged], branches)
+            failed = self._advance(seed, [(c, point) for c in judged], branches)
             if failed:
                 return self._stop(seed, entry, start, failed)
             curves = self._curves(seed, branches)
-            cuts = prune_rung(epoch, self._live(seed, branches, epoch), curves, self.settings.eta)
+            live = self._live(seed, branches, point)
+            cuts = prune_rung(point, live, curves, self.settings.eta, f, self.settings.sign)
             for name, reason in cuts.items():
-                branches[name].status, branches[name].reason, branches[name].cut_at = "cut", reason, epoch
+                branches[name].status, branches[name].reason, branches[name].cut_at = "cut", reason, point
             kept = [c.name for c in judged if c.name not in cuts]
             for name in kept:
-                kept_note = f"kept after epoch {epoch} ({curves[name].values[epoch]:.4f})"
+                kept_note = f"kept after epoch {point:g} ({self.settings.sign * curves[name].values[point]:.4f})"
                 branches[name].reason = "; ".join(filter(None, [branches[name].reason, kept_note]))
-            rungs.append({"epoch": epoch, "judged": [c.name for c in judged], "cuts": cuts, "kept": kept})
-            self._say(f"rung after epoch {epoch} (seed {seed}): compared {', '.join(c.name for c in judged)}")
+            rungs.append({"epoch": point, "judged": [c.name for c in judged], "cuts": cuts, "kept": kept})
+            self._say(f"rung after epoch {point:g} (seed {seed}): compared {', '.join(c.name for c in judged)}")
             for c in judged:
                 verdict = f"CUT, {cuts[c.name]}" if c.name in cuts else "kept"
-                self._say(f"    {c.name:<10} val {format_curve(branches[c.name].curve)}  -> {verdict}")
+                self._say(
+                    f"    {c.name:<10} val {self.settings.metric} {format_curve(branches[c.name].curve)}  -> {verdict}"
+                )
         live = self._live(seed, branches)
         failed = self._advance(seed, [(c, c.epochs) for c in live], branches)
         if failed:
@@ -174,37 +198,61 @@ class ScheduleSearch:
                 continue
             done, finished = self._progress(c, seed)
             if finished and done < min(c.epochs, epoch):
-                record.status, record.reason = "finished", f"stopped itself after epoch {done} (its own validation rule)"
+                record.status, record.reason = (
+                    "finished",
+                    f"stopped itself after epoch {done} (its own validation rule)",
+                )
                 continue
             live.append(c)
         return live
 
-    def _progress(self, c: Candidate, seed: int) -> Tuple[int, bool]:
-        """Whole epochs the branch has trained (0 before its first launch) and whether its run ended."""
+    def _progress(self, c: Candidate, seed: int) -> Tuple[float, bool]:
+        """Epochs the branch has trained (0 before its first launch; a fraction after a pause inside an epoch),
+        and whether its run ended."""
         state = run_state(self.dir, RunSpec(run_name(c.name, seed), c.name, seed, c.epochs, ()))
         if state.status in ("new", "stale"):  # stale: evaluated but no checkpoint to go on from; it starts over
             return 0, False
-        return state.epochs_done, state.status == "finished"
+        if state.status != "resumable":
+            return state.epochs_done, state.status == "finished"
+        return max(float(state.epochs_done), self._checkpointed_epochs(c, seed)), False
+
+    def _checkpointed_epochs(self, c: Candidate, seed: int) -> float:
+        """Epochs up to the branch's newest checkpoint (its step over the steps per epoch of its evaluations)."""
+        from dlrm_multiepoch.train.checkpoint import complete_checkpoints  # torch-heavy
+
+        run_dir = self._run_dir(c, seed)
+        saved = complete_checkpoints(os.path.join(run_dir, "checkpoints"))
+        evaluations = read_json(os.path.join(run_dir, SUMMARY)).get("evaluations", [])
+        per_epoch = [e["step"] / e["epoch"] for e in evaluations if e["epoch"]]
+        if not saved or not per_epoch:
+            return 0.0
+        epochs = saved[-1][0] / per_epoch[0]
+        # A pause at a rung is at step round(rung * steps per epoch): within half a step of it.
+        return next((p for p in self.rungs if abs(epochs - p) <= 0.5 / per_epoch[0] + 1e-9), epochs)
 
     def _curves(self, seed: int, branches: Dict[str, BranchRecord]) -> Dict[str, Curve]:
         """Every branch's validation curve (a branch not started yet: its parent's, up to the fork)."""
         curves: Dict[str, Curve] = {}
         for c in self.tree:
-            curve, facts = read_branch(self._run_dir(c, seed), self.settings.metric, self.settings.task_weights)
+            curve, facts = read_branch(
+                self._run_dir(c, seed), self.settings.metric, self.settings.task_weights, self.rungs
+            )
             if not curve.values and c.parent is not None:
                 curve = Curve({e: v for e, v in curves[c.parent].values.items() if e <= c.fork})
             curves[c.name] = curve
             record = branches[c.name]
-            record.curve = {str(e): v for e, v in sorted(curve.values.items())}
+            record.curve = {f"{e:g}": self.settings.sign * v for e, v in sorted(curve.values.items())}
             record.test_auc = {str(e): aucs for e, aucs in sorted(facts["test_auc"].items())}
             record.trained_steps = max(facts["last_step"] - facts["start_step"], 0)
         return curves
 
     # -- launching ---------------------------------------------------------------------
 
-    def _advance(self, seed: int, targets: List[Tuple[Candidate, int]], branches: Dict[str, BranchRecord]) -> List[str]:
-        """Train each ``(branch, epoch)`` up to that epoch, parents first; returns the failed runs."""
-        waves: List[Dict[str, int]] = [{}, {}]
+    def _advance(
+        self, seed: int, targets: List[Tuple[Candidate, float]], branches: Dict[str, BranchRecord]
+    ) -> List[str]:
+        """Train each ``(branch, point)`` up to that point (epochs), parents first; returns the failed runs."""
+        waves: List[Dict[str, float]] = [{}, {}]
         for c, epoch in targets:
             if self._progress(c, seed)[0] >= epoch:
                 continue
@@ -212,7 +260,7 @@ class ScheduleSearch:
                 parent = self.by_name[c.parent]
                 if self._progress(parent, seed)[0] < c.fork:
                     # Never compared before its end (delayed): trained through in one launch.
-                    to = parent.epochs if parent.judged_from >= parent.epochs else c.fork
+                    to = c.fork if self._compared_before_end(parent) else parent.epochs
                     waves[0][parent.name] = max(waves[0].get(parent.name, 0), to)
                     waves[1][c.name] = epoch
                     continue
@@ -225,8 +273,14 @@ class ScheduleSearch:
                 return failed
         return []
 
-    def _strategy(self, c: Candidate, seed: int, stop: int) -> Strategy:
-        flags = [*c.flags, "--stop_at_epoch", str(stop), "--keep_checkpoints", str(c.epochs + 1)]
+    def _compared_before_end(self, c: Candidate) -> bool:
+        """Whether a rung before its end may compare ``c`` (with every candidate still in)."""
+        return any(c in compared_at(p, self.tree, self.settings.rung_fraction) for p in self.rungs if p < c.epochs)
+
+    def _strategy(self, c: Candidate, seed: int, stop: float) -> Strategy:
+        # Checkpoints kept: every whole epoch (the deployables) and every rung it pauses at.
+        keep = c.epochs + 1 + len(self.rungs)
+        flags = [*c.flags, "--stop_at_epoch", f"{stop:g}", "--keep_checkpoints", str(keep)]
         if c.parent is not None:
             flags += ["--start_from", self._fork_checkpoint(c, seed)]
         return Strategy(c.name, tuple(flags), help=f"search branch of {c.parent or 'nothing'}", epochs=c.epochs)
@@ -242,7 +296,7 @@ class ScheduleSearch:
                 return path
         raise FileNotFoundError(f"branch {c.name}: {folder} holds no checkpoint after epoch {c.fork} to start from")
 
-    def _launch(self, seed: int, items: List[Tuple[Candidate, int]], branches: Dict[str, BranchRecord]) -> List[str]:
+    def _launch(self, seed: int, items: List[Tuple[Candidate, float]], branches: Dict[str, BranchRecord]) -> List[str]:
         """Launch ``(branch, stop epoch)`` runs: one after another locally, as parallel jobs elsewhere."""
         strategies = [self._strategy(c, seed, stop) for c, stop in items]
         if self.options.scheduler == LOCAL or self.options.dryrun:
@@ -306,7 +360,9 @@ class ScheduleSearch:
         branches: Dict[str, BranchRecord] = entry["branches"]
         wall = entry["previous_wall_s"] + time.perf_counter() - start
         own = sum(b.trained_steps for b in branches.values())
-        steps_per_epoch = _steps_per_epoch([self._run_dir(c, seed) for c in self.tree if c.parent is None], self.settings)
+        steps_per_epoch = _steps_per_epoch(
+            [self._run_dir(c, seed) for c in self.tree if c.parent is None], self.settings
+        )
         cost = {
             "trained_steps": own, "sweep_steps": sweep_epochs(self.tree) * steps_per_epoch,
             "steps_per_epoch": steps_per_epoch, "wall_s": round(wall, 1),
@@ -320,7 +376,7 @@ class ScheduleSearch:
         write_record(self.dir, self.record)
 
     def _summarise(self, seed: int, entry: Dict[str, Any], deploy: Optional[Dict[str, Any]]) -> None:
-        self._say(f"search seed {seed}: every branch (validation {self.settings.metric} objective per epoch)")
+        self._say(f"search seed {seed}: every branch (validation {self.settings.metric} per epoch and rung)")
         for b in entry["branches"].values():
             origin = f"from {b.parent}@{b.fork}" if b.parent else "from scratch"
             self._say(f"  {b.name:<10} {origin:<14} {b.status:<8} {format_curve(b.curve)}  {b.reason}")
@@ -334,7 +390,7 @@ class ScheduleSearch:
             test = " ".join(f"{t} {'n/a' if a is None else f'{a:.4f}'}" for t, a in deploy["test_auc"].items())
             self._say(
                 f"  deploy: {deploy['checkpoint']} ({deploy['branch']} after epoch {deploy['epoch']:g}, validation "
-                f"{deploy['val_objective']:.4f}; test AUC, reported only: {test})"
+                f"{self.settings.metric} {self.settings.sign * deploy['val_objective']:.4f}; test AUC, reported only: {test})"
             )
 
     def _say(self, line: str) -> None:

@@ -1,25 +1,38 @@
 """The search's pruning rule and its choice of what to deploy, as pure functions of validation curves.
 
-The rule (applied at every whole epoch ``e``, the *rung*, once every live branch judged
-there has been evaluated after epoch ``e``; the objective is the one ``auto`` follows:
-``--auto_metric`` averaged over tasks with ``--auto_task_weights``, signed so that
-higher is better):
+Rungs are the points (in epochs) where the rule may cut: every whole epoch, and each
+candidate's first judgement, ``f`` (``--rung_fraction``, default 0.3) of an epoch after
+its tables started from their initial values and its own suffix started (``joint`` at
+f, ``early``, ``reinit`` and ``window@1`` at 1 + f, ``delayed`` at E - 1 + f; ``auto`` at
+its first whole epoch after 1 + f, see 2). A
+branch is trained to a rung only if the rule could cut something there. The objective
+is the one ``auto`` follows: ``--auto_metric`` averaged over tasks with
+``--auto_task_weights``, signed so that higher is better.
 
-1. **Not judged yet.** A branch whose tables have not trained a whole epoch by ``e``
-   (``delayed`` before its last epoch, ``window@W`` before ``W + 1``, ``auto`` before its
-   frozen cap + 1) is neither compared nor cut: with tables still at their
-   initial values its validation metric says nothing about where it ends.
-2. **Past its peak.** A judged fixed-schedule branch that has epochs left and whose
-   objective after ``e`` is below its best at an earlier judged epoch is cut: it has
-   started to overfit, and its best epoch stays a deployable checkpoint. (``auto``
-   keeps its own best weights and stops itself; this rule leaves it alone.)
-3. **Successive halving.** The other judged branches with epochs left are ranked by
-   their objective after ``e``; the top ``ceil(n / eta)`` go on, the rest are cut
-   (``eta`` = 3 by default, as in Hyperband). A branch at its last epoch is never cut:
-   there is nothing left to save.
+1. **Not judged yet.** Before its first judgement a branch is neither compared nor cut:
+   its tables are at their initial values (or it is still its parent).
+2. **Cohorts at a fractional rung.** There, fixed-schedule branches are ranked only
+   against the judged fixed-schedule branches of their *cohort*: the same
+   ``tables_from``, i.e. tables equally young (at 1 + f: ``joint`` with ``early``;
+   ``reinit`` with ``window@1``). Across cohorts a fraction of an epoch says more about
+   the tables' age than about where a schedule ends (on MovieLens, ``auto`` at 1.3 and
+   1.5 epochs is below ``joint`` in all six recorded runs, above it at epoch 2 in the
+   three on the time split). Within each cohort,
+   successive halving: the top ``ceil(n / eta)`` go on. ``auto`` is not judged inside an
+   epoch: its own rule lets a plateau end its tables' phase only after a whole pass
+   (``--auto_min_tables_epochs``), and a search that cut it at 1.3 epochs on MovieLens
+   (time split) lost its best model.
+3. **Past its peak** (whole epochs). A judged fixed-schedule branch that has epochs left
+   and whose objective after whole epoch ``e`` is below its best at an earlier judged
+   whole epoch is cut: its best epoch stays a deployable checkpoint. (``auto`` keeps
+   its own best weights and stops itself; this rule leaves it alone.)
+4. **Successive halving** (whole epochs). The other judged branches with epochs left,
+   every cohort together, are ranked by their objective after ``e``; the top
+   ``ceil(n / eta)`` go on (``eta`` = 3 by default, as in Hyperband). A branch at its
+   last epoch is never cut: there is nothing left to save.
 
 **Deploy**: the best validation objective among what each candidate deploys as a
-preset: joint at its best validation epoch (cut or not: its epochs so far are
+preset: joint at its best validation (whole) epoch (cut or not: its epochs so far are
 checkpoints), ``auto``'s restored best weights, every other schedule after its last
 epoch (a branch cut before its end has no deployable model). Ties go to the earlier
 candidate and epoch. Test metrics are only ever reported.
@@ -38,6 +51,7 @@ from dlrm_multiepoch.auto.config import METRIC_SIGN
 from dlrm_multiepoch.search.candidates import Candidate
 
 DEFAULT_ETA = 3
+DEFAULT_RUNG_FRACTION = 0.3
 
 
 def objective(metrics: Mapping[str, Mapping[str, Optional[float]]], metric: str, weights: Mapping[str, float]) -> float:
@@ -65,14 +79,14 @@ def objective(metrics: Mapping[str, Mapping[str, Optional[float]]], metric: str,
 
 @dataclass
 class Curve:
-    """A branch's validation objective after each whole epoch it (or its prefix) trained.
+    """A branch's validation objective after each whole epoch and rung it (or its prefix) trained.
 
     Args:
-        values: epoch -> objective, the parent's epochs up to the fork included.
+        values: epoch (whole, or a fractional rung) -> objective, the parent's up to the fork included.
         best: for ``auto``, ``(epoch, objective)`` of the best-validation weights it restored at its end.
     """
 
-    values: Dict[int, float] = field(default_factory=dict)
+    values: Dict[float, float] = field(default_factory=dict)
     best: Optional[Tuple[float, float]] = None
 
 
@@ -80,56 +94,120 @@ def _better(a: float, b: float) -> bool:
     return not math.isnan(a) and (math.isnan(b) or a > b)
 
 
-def can_cut(epoch: int, live: Sequence[Candidate]) -> bool:
-    """Whether the rule could cut anything at rung ``epoch`` (else the search does not stop there).
+def rung_points(tree: Sequence[Candidate], fraction: float) -> List[float]:
+    """Every point where the rule may cut: each whole epoch and each candidate's first judgement, before the last end."""
+    last = max(c.epochs for c in tree)
+    points = {float(e) for e in range(1, last)} | {c.judged_from(fraction) for c in tree}
+    return sorted(p for p in points if 0 < p < last)
 
-    Halving needs two judged branches with epochs left; the peak rule one fixed-schedule
-    branch judged at an earlier epoch too.
+
+def _whole(point: float) -> bool:
+    return float(point).is_integer()
+
+
+def _going_on(point: float, live: Sequence[Candidate], fraction: float) -> List[Candidate]:
+    return [c for c in live if c.judged_at(point, fraction) and c.epochs > point]
+
+
+def _cohorts(branches: Sequence[Candidate]) -> List[List[Candidate]]:
+    groups: Dict[int, List[Candidate]] = {}
+    for c in branches:
+        groups.setdefault(c.tables_from, []).append(c)
+    return list(groups.values())
+
+
+def _earlier_whole(c: Candidate, point: float, fraction: float) -> List[int]:
+    return [e for e in range(math.ceil(c.judged_from(fraction)), math.ceil(point)) if e < point]
+
+
+def compared_at(point: float, live: Sequence[Candidate], fraction: float = 1.0) -> List[Candidate]:
+    """The branches the rule compares (and may cut) at rung ``point``; empty: the search does not stop there.
+
+    A whole epoch: the judged branches with epochs left, when two or more are (halving), or
+    a fixed-schedule one judged at an earlier whole epoch too (its peak). A fractional rung:
+    the fixed-schedule members of each cohort with two or more such judged branches with epochs left.
     """
-    going_on = [c for c in live if c.judged_at(epoch) and c.epochs > epoch]
-    return len(going_on) >= 2 or any(not c.adaptive and c.judged_from < epoch for c in going_on)
+    going_on = _going_on(point, live, fraction)
+    if not _whole(point):
+        going_on = [c for c in going_on if not c.adaptive]
+        paired = {c.name for group in _cohorts(going_on) if len(group) >= 2 for c in group}
+        return [c for c in going_on if c.name in paired]
+    if len(going_on) >= 2:
+        return going_on
+    return [c for c in going_on if not c.adaptive and _earlier_whole(c, point, fraction)]
 
 
-def prune_rung(epoch: int, live: Sequence[Candidate], curves: Mapping[str, Curve], eta: int = DEFAULT_ETA) -> Dict[str, str]:
-    """The branches the rule cuts at rung ``epoch``, each with the reason (see the module docstring).
+def can_cut(point: float, live: Sequence[Candidate], fraction: float = 1.0) -> bool:
+    """Whether the rule could cut anything at rung ``point`` (else the search does not stop there)."""
+    return bool(compared_at(point, live, fraction))
+
+
+def _halve(
+    ranked: List[Candidate],
+    values: Mapping[str, float],
+    shown: Mapping[str, float],
+    point: float,
+    eta: int,
+    among: str = "",
+) -> Dict[str, str]:
+    ranked = sorted(ranked, key=lambda c: _sort_key(values[c.name]), reverse=True)
+    keep = math.ceil(len(ranked) / eta)
+    return {
+        c.name: f"halving{among}: rank {rank} of {len(ranked)} after epoch {point:g} (validation "
+        f"{shown[c.name]:.4f}); the top {keep} go on"
+        for rank, c in enumerate(ranked[keep:], keep + 1)
+    }
+
+
+def prune_rung(
+    point: float,
+    live: Sequence[Candidate],
+    curves: Mapping[str, Curve],
+    eta: int = DEFAULT_ETA,
+    fraction: float = 1.0,
+    sign: float = 1.0,
+) -> Dict[str, str]:
+    """The branches the rule cuts at rung ``point``, each with the reason (see the module docstring).
 
     Args:
-        epoch: the rung (whole epochs trained).
+        point: the rung (epochs trained: whole, or a fractional first judgement).
         live: the branches not cut (nor finished) so far.
-        curves: every branch's curve; each judged live branch with epochs left has a value at ``epoch``.
+        curves: every branch's curve; each compared branch has a value at ``point``.
         eta: halving factor (>= 2).
+        fraction: ``--rung_fraction``: where first judgements fall.
+        sign: the metric's sign (``METRIC_SIGN``): the reasons show the metric itself, not the signed objective.
 
     Raises:
-        ValueError: ``eta`` below 2, or a judged branch without a value at ``epoch``.
+        ValueError: ``eta`` below 2, or a compared branch without a value at ``point``.
     """
     if eta < 2:
         raise ValueError(f"--eta must be at least 2, got {eta}")
-    going_on = [c for c in live if c.judged_at(epoch) and c.epochs > epoch]
-    missing = [c.name for c in going_on if epoch not in curves[c.name].values]
+    compared = compared_at(point, live, fraction)
+    missing = [c.name for c in compared if point not in curves[c.name].values]
     if missing:
-        raise ValueError(f"rung {epoch}: no validation evaluation after epoch {epoch} for {missing}")
+        raise ValueError(f"rung {point:g}: no validation evaluation after epoch {point:g} for {missing}")
+    values = {c.name: curves[c.name].values[point] for c in compared}
+    shown = {name: sign * v for name, v in values.items()}
     cuts: Dict[str, str] = {}
-    for c in going_on:
+    if not _whole(point):
+        for group in _cohorts(compared):
+            among = f" within its cohort ({', '.join(c.name for c in group)}: tables as young)"
+            cuts |= _halve(group, values, shown, point, eta, among)
+        return cuts
+    for c in compared:
         if c.adaptive:
             continue
-        values = curves[c.name].values
-        earlier = [(values[e], e) for e in range(c.judged_from, epoch) if e in values]
+        earlier = [
+            (curves[c.name].values[e], e) for e in _earlier_whole(c, point, fraction) if e in curves[c.name].values
+        ]
         if earlier:
             peak, at = max(earlier)
-            if _better(peak, values[epoch]):
+            if _better(peak, values[c.name]):
                 cuts[c.name] = (
-                    f"past its peak: validation {values[epoch]:.4f} after epoch {epoch} is below {peak:.4f} after "
-                    f"epoch {at} (its best epoch stays a deployable checkpoint)"
+                    f"past its peak: validation {shown[c.name]:.4f} after epoch {point:g} is worse than "
+                    f"{sign * peak:.4f} after epoch {at} (its best epoch stays a deployable checkpoint)"
                 )
-    ranked = [c for c in going_on if c.name not in cuts]
-    ranked.sort(key=lambda c: _sort_key(curves[c.name].values[epoch]), reverse=True)
-    keep = math.ceil(len(ranked) / eta)
-    for rank, c in enumerate(ranked[keep:], keep + 1):
-        cuts[c.name] = (
-            f"halving: rank {rank} of {len(ranked)} after epoch {epoch} (validation {curves[c.name].values[epoch]:.4f}); "
-            f"the top {keep} go on"
-        )
-    return cuts
+    return cuts | _halve([c for c in compared if c.name not in cuts], values, shown, point, eta)
 
 
 def _sort_key(value: float) -> float:
@@ -159,11 +237,10 @@ def choose(tree: Sequence[Candidate], curves: Mapping[str, Curve]) -> Optional[C
         if c.adaptive:
             points: List[Tuple[float, float]] = [curve.best] if curve.best is not None else []
         elif c.any_epoch:
-            points = [(e, v) for e, v in sorted(curve.values.items()) if e > c.fork]
+            points = [(e, v) for e, v in sorted(curve.values.items()) if e > c.fork and _whole(e)]
         else:
             points = [(c.epochs, curve.values[c.epochs])] if c.epochs in curve.values else []
         for epoch, value in points:
             if best is None or _better(value, best.objective):
                 best = Choice(c.name, epoch, value)
     return best
-

@@ -18,7 +18,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.run_files import (
     best_checkpoint_name,
@@ -47,8 +47,8 @@ class BranchRecord:
         epochs: its ``--epochs``.
         status: ``live`` (may go on), ``finished`` (trained to its end or stopped itself), ``cut``.
         reason: why it was cut, or kept.
-        cut_at: the rung (epoch) of the cut.
-        curve: validation objective after each whole epoch (its prefix's included).
+        cut_at: the rung (epochs) of the cut.
+        curve: validation metric (``--auto_metric``, as measured) after each whole epoch and rung (its prefix's included).
         test_auc: test AUC per task after each whole epoch (reported, never used to decide).
         trained_steps: optimizer steps it trained itself (not its prefix).
         launches: ``{"to_epoch": E, "wall_s": S}`` per launch that trained it.
@@ -61,7 +61,7 @@ class BranchRecord:
     epochs: int
     status: str = "live"
     reason: str = ""
-    cut_at: Optional[int] = None
+    cut_at: Optional[float] = None
     curve: Dict[str, float] = field(default_factory=dict)
     test_auc: Dict[str, Dict[str, Optional[float]]] = field(default_factory=dict)
     trained_steps: int = 0
@@ -77,8 +77,15 @@ def run_name(candidate: str, seed: int) -> str:
     return run_folder_name(candidate, seed)
 
 
-def read_branch(run_dir: str, metric: str, weights: Mapping[str, float]) -> Tuple[Curve, Dict[str, Any]]:
+def read_branch(
+    run_dir: str, metric: str, weights: Mapping[str, float], rungs: Sequence[float] = ()
+) -> Tuple[Curve, Dict[str, Any]]:
     """A branch's validation curve and facts from its ``summary.json`` (empty when it has none yet).
+
+    Args:
+        rungs: the search's fractional rungs: an evaluation within half a step of one (its
+            ``--stop_at_epoch`` pause, at step ``round(rung * steps per epoch)``) counts there;
+            other mid-epoch evaluations (auto's, ``--eval_every_n_steps``) are not in the curve.
 
     Returns:
         ``(curve, facts)``: facts hold ``test_auc`` (epoch -> task -> AUC), ``steps``
@@ -90,10 +97,13 @@ def read_branch(run_dir: str, metric: str, weights: Mapping[str, float]) -> Tupl
     facts: Dict[str, Any] = {"test_auc": {}, "steps": {}, "start_step": 0, "finished": summary_finished(summary)}
     facts["last_step"] = max((int(e["step"]) for e in summary.get("evaluations", [])), default=0)
     for e in summary.get("evaluations", []):
-        if not float(e["epoch"]).is_integer() or VAL not in e:
-            continue  # mid-epoch evaluations (auto's, --eval_every_n_steps) are not checkpoints to deploy
-        epoch = int(e["epoch"])
-        curve.values[epoch] = objective(e[VAL], metric, weights)
+        point = _point(float(e["epoch"]), int(e["step"]), rungs)
+        if point is None or VAL not in e:
+            continue
+        curve.values[point] = objective(e[VAL], metric, weights)
+        if not float(point).is_integer():
+            continue  # a rung inside an epoch is judged, not deployed
+        epoch = int(point)
         facts["steps"][epoch] = int(e["step"])
         facts["test_auc"][epoch] = {task: m.get("auc") for task, m in e.get(TEST, {}).items()}
     started = summary.get("started_from")
@@ -105,6 +115,14 @@ def read_branch(run_dir: str, metric: str, weights: Mapping[str, float]) -> Tupl
         test = {task: m.get("auc") for task, m in best.get(TEST, {}).items()}
         facts["best"] = {"step": best["step"], "epoch": best["epoch"], "test_auc": test}
     return curve, facts
+
+
+def _point(epoch: float, step: int, rungs: Sequence[float]) -> Optional[float]:
+    """The whole epoch or rung an evaluation stands for (None: another mid-epoch evaluation)."""
+    if epoch.is_integer():
+        return int(epoch)
+    half_step = 0.5 * epoch / step  # half a step, in epochs
+    return next((r for r in rungs if abs(epoch - r) <= half_step + 1e-9), None)
 
 
 def json_number(value: float) -> Optional[float]:

@@ -232,11 +232,12 @@ class CheckpointConfig:
             "newest checkpoint wins once it has one"
         },
     )
-    stop_at_epoch: int = field(
-        default=0,
+    stop_at_epoch: float = field(
+        default=0.0,
         metadata={
             "help": "pause after this many epochs of the --epochs schedule (checkpoint saved, no final records); a "
-            "later launch with --resume auto continues (0: train to --epochs)"
+            "later launch with --resume auto continues (0: train to --epochs). A fraction pauses inside an epoch, "
+            "at step round(X * steps per epoch), with an evaluation of every split and a checkpoint there"
         },
     )
     overwrite: bool = field(
@@ -253,7 +254,7 @@ class CheckpointConfig:
         if self.keep_checkpoints < 1:
             raise ValueError(f"--keep_checkpoints must be >= 1, got {self.keep_checkpoints}")
         if not 0 <= self.stop_at_epoch <= epochs:
-            raise ValueError(f"--stop_at_epoch must be in [0, --epochs {epochs}] (0: no pause), got {self.stop_at_epoch}")
+            raise ValueError(f"--stop_at_epoch must be in [0, --epochs {epochs}] (0: no pause), got {self.stop_at_epoch:g}")
         if self.stop_at_epoch and not self.enabled:
             raise ValueError("--stop_at_epoch pauses a run to continue it from its checkpoint: drop --no-checkpoint")
         if self.start_from and self.resume not in ("", "auto"):

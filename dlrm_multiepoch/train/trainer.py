@@ -20,8 +20,7 @@ from dlrm_multiepoch.train.build import build_schedule, build_sharded_model, bui
 from dlrm_multiepoch.train.build import describe_run, prepare_data
 from dlrm_multiepoch.train.checkpoint import Checkpointer, check_compatible, table_sharding
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.metrics_logger import MetricsLogger
-from dlrm_multiepoch.train.nonfinite import finite_mean
+from dlrm_multiepoch.train.metrics_logger import MetricsLogger, train_scalars
 from dlrm_multiepoch.train.part import TrainPart, TrainParts
 from dlrm_multiepoch.train.progress import TrainProgress
 from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
@@ -82,6 +81,8 @@ class Trainer:
         flag = {"flag": "--start_from"} if self.start_from is not None else {}
         changes = check_compatible(loaded, cfg.to_dict(), self.data.tables, **flag) if loaded else []
         self.train_loader, self.eval_loaders = build_loaders(cfg, self.data, env)
+        self.steps_per_epoch = min(len(self.train_loader), cfg.loader.limit_train_batches or len(self.train_loader))
+        self._pause_step = math.floor(cfg.checkpoint.stop_at_epoch * self.steps_per_epoch + 0.5)  # 0: no pause
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         self.logger = MetricsLogger(self.run.path, enabled=env.is_main, purge_step=self.run.purge_step)
         model, optimizer, base_lrs = build_sharded_model(cfg, self.data, env, loaded is None, self.logger.info)
@@ -112,18 +113,13 @@ class Trainer:
         """Optimizer steps done over the whole run."""
         return self.progress.step
 
-    @property
-    def steps_per_epoch(self) -> int:
-        steps = len(self.train_loader)
-        return min(steps, self.cfg.loader.limit_train_batches) if self.cfg.loader.limit_train_batches else steps
-
-    # -- training ---------------------------------------------------------------
-
     def _halted(self) -> bool:
-        """The one place the loop decides to stop or pause: the validator's decisions ended the run, or
-        this launch reached ``--stop_at_epoch``."""
-        end = min(self.cfg.epochs, self.cfg.checkpoint.stop_at_epoch or self.cfg.epochs)
-        return self.validator.stopped or self.progress.epoch >= end
+        """The one place the loop decides to stop: the decisions ended the run, or --epochs or --stop_at_epoch."""
+        pause = self._pause_step
+        return self.validator.stopped or self.progress.epoch >= self.cfg.epochs or bool(pause and self.step >= pause)
+
+    def _every(self, n: int) -> bool:
+        return bool(n) and self.step % n == 0
 
     def train(self) -> Dict[str, Any]:
         """Train what is left of ``cfg.epochs`` (up to ``--stop_at_epoch``, a pause), evaluating and checkpointing
@@ -135,8 +131,8 @@ class Trainer:
             self.run_epoch(self.progress.epoch)
         if self.progress.epoch < self.cfg.epochs and not self.validator.stopped:
             # Paused by --stop_at_epoch: the run is not over, so no end-of-run records.
-            where = f"{self.progress.epoch} of {self.cfg.epochs}"
-            self.logger.info(f"paused after epoch {where} (--stop_at_epoch); --resume auto continues")
+            at = f"{self.step / self.steps_per_epoch:g} of {self.cfg.epochs}"
+            self.logger.info(f"paused after epoch {at} (--stop_at_epoch); --resume auto continues")
         else:
             self.validator.finish(self.step)
             self.logger.record("eval_time_s", self.validator.evaluate.seconds)  # part of the wall time (this job's)
@@ -152,7 +148,7 @@ class Trainer:
         if not (self.progress.epoch == epoch and self.progress.batch_in_epoch > 0):
             self.parts.before_epoch(epoch)
         self.train_epoch(epoch)
-        if self._halted():  # mid-epoch: no epoch evaluation, no epoch checkpoint
+        if self.validator.stopped or self.progress.batch_in_epoch < self.steps_per_epoch:  # stopped or paused mid-epoch
             return
         self.validator.validate(self.step, epoch + 1)
         self.progress.epoch, self.progress.batch_in_epoch = epoch + 1, 0
@@ -163,10 +159,11 @@ class Trainer:
         return self._wall_time_before + time.perf_counter() - self._train_start
 
     def _steps_to_boundary(self) -> int:
-        """Steps until the next mid-epoch evaluation or step checkpoint (the pipeline drains there)."""
+        """Steps until the next mid-epoch evaluation, step checkpoint or pause (the pipeline drains there)."""
         every = self.cfg.checkpoint.checkpoint_every_n_steps if self.cfg.checkpoint.enabled else 0
         checkpoint = every - self.step % every if every else math.inf
-        return min(self.validator.steps_to_next(self.step), checkpoint)  # type: ignore[return-value]
+        pause = self._pause_step - self.step if self._pause_step > self.step else math.inf
+        return min(self.validator.steps_to_next(self.step), checkpoint, pause)  # type: ignore[return-value]
 
     def train_epoch(self, epoch: int) -> None:
         """Train epoch ``epoch`` from its data position: the batches a resumed checkpoint had not done."""
@@ -187,12 +184,22 @@ class Trainer:
             if done == steps:
                 break  # the epoch's evaluation and checkpoint follow in run_epoch
             self.validator.at_step(self.step, epoch + done / steps)
-            if self._halted():
+            if self.validator.stopped:
                 break
-            every = self.cfg.checkpoint.checkpoint_every_n_steps
-            if self.cfg.checkpoint.enabled and every and self.step % every == 0:
+            if self.cfg.checkpoint.enabled and self._every(self.cfg.checkpoint.checkpoint_every_n_steps):
                 self.save_checkpoint()
+            if self._halted():  # a --stop_at_epoch pause
+                self._pause(epoch + done / steps)
+                break
         bar.close()
+
+    def _pause(self, epoch: float) -> None:
+        """A pause inside an epoch: every split evaluated (not fed to the decisions: a paused run decides as an
+        unpaused one) and a checkpoint, unless this step just had them."""
+        if not self._every(self.cfg.metrics.eval_every_n_steps):
+            self.validator.validate(self.step, epoch, observe=False)
+        if not self._every(self.cfg.checkpoint.checkpoint_every_n_steps):
+            self.save_checkpoint()
 
     def _train_segment(self, batches: Iterator[Batch], epoch: int, bar: tqdm) -> None:
         self.model.train()
@@ -215,19 +222,11 @@ class Trainer:
             self._log_train(window, epoch, time.perf_counter() - t0, bar)
 
     def _log_train(self, window: List[ModelOutput], epoch: int, seconds: float, bar: tqdm) -> float:
-        losses = [o.loss for o in window]
-        self.parts.after_window(losses, self.step, self.logger)  # the non-finite check first: it may stop the run
-        # Local real samples times ranks: exact except in an epoch's last, padded step.
-        samples = sum(float(o.weights.sum()) for o in window) * self.env.world_size
-        loss = finite_mean(losses)
-        values = {"train/loss": loss, "train/samples_per_sec": samples / max(seconds, 1e-9), "train/epoch": epoch}
-        for name in window[0].losses:
-            values[f"train/loss_{name}"] = finite_mean([o.losses[name] for o in window])
+        self.parts.after_window([o.loss for o in window], self.step, self.logger)  # the non-finite check first
+        values = train_scalars(window, epoch, seconds, self.env.world_size)
         self.logger.scalars(values, self.step)
-        bar.set_postfix(loss=f"{loss:.4f}", samples_per_s=f"{values['train/samples_per_sec']:,.0f}")
+        bar.set_postfix(loss=f"{values['train/loss']:.4f}", samples_per_s=f"{values['train/samples_per_sec']:,.0f}")
         return time.perf_counter()
-
-    # -- checkpoints ------------------------------------------------------------
 
     def save_checkpoint(self) -> str:
         """Save the whole training state to ``<run_dir>/checkpoints/step_<step>`` (collective)."""

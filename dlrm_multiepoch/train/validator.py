@@ -96,11 +96,12 @@ class Validator(TrainPart):
             return self.validate(step, epoch, self.decisions.splits)
         return None
 
-    def validate(self, step: int, epoch: float, splits: Optional[Sequence[str]] = None) -> Results:
-        """Evaluate ``splits`` (default: all of :attr:`splits`) now, report and decide."""
+    def validate(self, step: int, epoch: float, splits: Optional[Sequence[str]] = None, observe: bool = True) -> Results:
+        """Evaluate ``splits`` (default: all of :attr:`splits`) now, report, and decide unless not ``observe``."""
         results = self.evaluate(list(splits or self.splits))
         self.report(results, step, epoch)
-        self.decisions.observe(results, step)
+        if observe:
+            self.decisions.observe(results, step)
         return results
 
     def finish(self, step: int) -> None:

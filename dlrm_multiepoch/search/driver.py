@@ -44,7 +44,9 @@ from dlrm_multiepoch.search.record import (
     write_record,
 )
 from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
-from dlrm_multiepoch.sweep.plan import SUMMARY, RunSpec, build_plan, read_json, read_manifest, run_state
+from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, read_manifest, read_optional_json, read_summary
+from dlrm_multiepoch.run_files import state_path
+from dlrm_multiepoch.sweep.plan import RunSpec, build_plan, run_state
 from dlrm_multiepoch.sweep.strategies import Strategy
 
 _POLL_S = 5.0
@@ -218,11 +220,9 @@ class ScheduleSearch:
 
     def _checkpointed_epochs(self, c: Candidate, seed: int) -> float:
         """Epochs up to the branch's newest checkpoint (its step over the steps per epoch of its evaluations)."""
-        from dlrm_multiepoch.train.checkpoint import complete_checkpoints  # torch-heavy
-
         run_dir = self._run_dir(c, seed)
-        saved = complete_checkpoints(os.path.join(run_dir, "checkpoints"))
-        evaluations = read_json(os.path.join(run_dir, SUMMARY)).get("evaluations", [])
+        saved = complete_checkpoints(checkpoints_dir(run_dir))
+        evaluations = read_summary(run_dir).get("evaluations", [])
         per_epoch = [e["step"] / e["epoch"] for e in evaluations if e["epoch"]]
         if not saved or not per_epoch:
             return 0.0
@@ -287,11 +287,9 @@ class ScheduleSearch:
 
     def _fork_checkpoint(self, c: Candidate, seed: int) -> str:
         """The parent's checkpoint after ``c.fork`` whole epochs."""
-        from dlrm_multiepoch.train.checkpoint import STATE_FILE, complete_checkpoints  # torch-heavy
-
-        folder = os.path.join(self._run_dir(self.by_name[str(c.parent)], seed), "checkpoints")
+        folder = checkpoints_dir(self._run_dir(self.by_name[str(c.parent)], seed))
         for _, path in complete_checkpoints(folder) if os.path.isdir(folder) else []:
-            progress = read_json(os.path.join(path, STATE_FILE)).get("parts", {}).get("progress", {})
+            progress = read_optional_json(state_path(path)).get("parts", {}).get("progress", {})
             if progress.get("epoch") == c.fork and progress.get("batch_in_epoch") == 0:
                 return path
         raise FileNotFoundError(f"branch {c.name}: {folder} holds no checkpoint after epoch {c.fork} to start from")

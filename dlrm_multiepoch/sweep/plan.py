@@ -19,19 +19,17 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-# read_manifest and read_json are imported from here by sweep/command.py and search/driver.py.
-from dlrm_multiepoch.run_files import (  # noqa: F401
+from dlrm_multiepoch.run_files import (
     checkpoints_dir,
     complete_checkpoints,
     live_holder,
-    read_manifest,
     read_summary,
     run_folder_name,
     state_path,
     summary_finished,
     whole_epoch_evaluations,
 )
-from dlrm_multiepoch.run_files import read_optional_json as read_json  # noqa: F401
+from dlrm_multiepoch.run_files import read_optional_json as read_json
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
 
 # Flags each run gets from the sweep itself.

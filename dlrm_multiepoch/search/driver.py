@@ -4,9 +4,8 @@ For each seed (an independent search): at every rung (a whole epoch, or a candid
 first judgement inside an epoch, :func:`~dlrm_multiepoch.search.pruning.rung_points`)
 where the rule could cut something (:func:`~dlrm_multiepoch.search.pruning.compared_at`),
 each branch compared there is trained up to it (``--stop_at_epoch``, a fraction inside an
-epoch; a branch's first launch starts
-from its parent's checkpoint with ``--start_from``, later ones continue with
-``--resume auto``), then :func:`~dlrm_multiepoch.search.pruning.prune_rung` cuts. The
+epoch; a branch's first launch starts from its parent's checkpoint with ``--start_from``,
+later ones continue with ``--resume auto``), then :func:`~dlrm_multiepoch.search.pruning.prune_rung` cuts. The
 survivors are then trained to their ends, and :func:`~dlrm_multiepoch.search.pruning.choose`
 picks the checkpoint to deploy. Every launch goes through the sweep's
 :class:`~dlrm_multiepoch.sweep.launch.SweepLauncher`: one after another on ``local_cwd``,
@@ -30,22 +29,14 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchx.runner import Runner, get_runner
 
-from dlrm_multiepoch.auto.policy import METRIC_SIGN
+from dlrm_multiepoch.auto.config import METRIC_SIGN
 from dlrm_multiepoch.search.candidates import Candidate, sweep_epochs
 from dlrm_multiepoch.search.pruning import DEFAULT_RUNG_FRACTION, Curve, choose, compared_at, prune_rung, rung_points
-from dlrm_multiepoch.search.record import (
-    BranchRecord,
-    branch_dict,
-    deployable,
-    format_curve,
-    read_branch,
-    read_record,
-    run_name,
-    write_record,
-)
+from dlrm_multiepoch.search.record import BranchRecord, branch_dict, deployable, format_curve, read_branch
+from dlrm_multiepoch.search.record import read_record, run_name, write_record
 from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
-from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, read_manifest, read_optional_json, read_summary
-from dlrm_multiepoch.run_files import state_path
+from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, read_manifest, read_optional_json
+from dlrm_multiepoch.run_files import read_summary, state_path
 from dlrm_multiepoch.sweep.plan import RunSpec, build_plan, run_state
 from dlrm_multiepoch.sweep.strategies import Strategy
 

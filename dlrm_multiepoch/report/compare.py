@@ -33,6 +33,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dlrm_multiepoch.names import TEST, TRAIN_SAMPLE, VAL
 from dlrm_multiepoch.report.groups import ConfigGroup, config_groups
 from dlrm_multiepoch.report.runs import RunProblem, RunRecord, read_experiment
 from dlrm_multiepoch.report.stats import Stat, is_defined, stat_of
@@ -40,7 +41,6 @@ from dlrm_multiepoch.report.windows import WindowFit, window_fit, window_of
 
 JOINT_1EP = "joint-1ep"
 JOINT = "joint"
-VAL, TEST, TRAIN_SAMPLE = "val", "test", "train_sample"
 
 
 @dataclass

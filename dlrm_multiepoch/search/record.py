@@ -20,6 +20,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from dlrm_multiepoch.names import TEST, VAL
 from dlrm_multiepoch.run_files import (
     best_checkpoint_name,
     checkpoint_name,
@@ -32,8 +33,6 @@ from dlrm_multiepoch.run_files import (
 )
 from dlrm_multiepoch.search.candidates import Candidate
 from dlrm_multiepoch.search.pruning import Choice, Curve, objective
-
-VAL, TEST = "val", "test"
 
 
 @dataclass

@@ -21,6 +21,7 @@ from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.models.factory import build_model
+from dlrm_multiepoch.names import TEST, TRAIN_SAMPLE, VAL
 from dlrm_multiepoch.optim.accumulation import GradientAccumulation
 from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR
 from dlrm_multiepoch.optim.lr import TableLRScheduler
@@ -37,10 +38,8 @@ from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 from dlrm_multiepoch.train.validator import Decisions, Validator
 
-TRAIN_SAMPLE = "train_sample"
-VAL = "val"
 # Splits evaluated, in this order, where the data has them; only "val" drives decisions.
-EVAL_SPLITS = ("test", VAL, TRAIN_SAMPLE)
+EVAL_SPLITS = (TEST, VAL, TRAIN_SAMPLE)
 NOT_EVALUATED = ("train", "pretrain")  # any other split a dataset brings is evaluated after these
 
 

@@ -138,8 +138,14 @@ def has_event_files(run_dir: str) -> bool:
 
 
 def read_optional_json(path: str) -> Dict[str, Any]:
-    """A JSON file's content; empty when the file does not exist, ValueError naming it when it is not JSON."""
-    return read_json(path) if os.path.isfile(path) else {}
+    """A JSON record file's object; empty when the file does not exist, ValueError naming it when it is not
+    JSON or holds no JSON object (so no reader checks the type again)."""
+    if not os.path.isfile(path):
+        return {}
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} holds a JSON {type(record).__name__}, not an object (damaged)")
+    return record
 
 
 def read_summary(run_dir: str) -> Dict[str, Any]:

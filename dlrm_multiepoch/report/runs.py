@@ -332,19 +332,16 @@ def _manifest(experiment_dir: str) -> Optional[Dict[str, Any]]:
     if not os.path.isfile(manifest_path(experiment_dir)):
         return None
     manifest = read_manifest(experiment_dir)
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("runs"), dict):
+    if not isinstance(manifest.get("runs"), dict):
         raise ValueError(f"{manifest_path(experiment_dir)} is not a sweep manifest (no 'runs'); fix or remove it")
     return manifest
 
 
 def _read_summary(run_dir: str) -> Dict[str, Any]:
     try:
-        summary = read_summary(run_dir)
+        return read_summary(run_dir)
     except ValueError as e:
         raise RunError(f"corrupt summary.json: {e}") from None
-    if not isinstance(summary, dict):
-        raise RunError(f"corrupt summary.json: it holds a JSON {type(summary).__name__}, not an object")
-    return summary
 
 
 def _by_flag(config: Dict[str, Any]) -> Dict[str, Any]:

@@ -168,10 +168,9 @@ def _with_validation_split(args: argparse.Namespace, strategies: List[Strategy],
 
 def _manifest(experiment_dir: str) -> Dict[str, Any]:
     try:
-        manifest = read_manifest(experiment_dir)
+        return read_manifest(experiment_dir)
     except ValueError:
         return {}  # damaged: check_experiment names it
-    return manifest if isinstance(manifest, dict) else {}
 
 
 def _launch(plan: SweepPlan, options: LaunchOptions, runner: "Runner", args: argparse.Namespace) -> int:

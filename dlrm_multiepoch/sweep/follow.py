@@ -39,10 +39,9 @@ class EvaluationFollower:
 
     def _read(self) -> Dict[str, Any]:
         try:
-            summary = read_summary(self.run_dir)
+            return read_summary(self.run_dir)
         except (OSError, ValueError):  # damaged, or caught mid-replace
             return {}
-        return summary if isinstance(summary, dict) else {}
 
     def poll(self) -> None:
         """Emit the evaluations that appeared since the last call."""

@@ -66,7 +66,7 @@ def check_experiment(plan: SweepPlan) -> None:
             names the flag or file and what to do.
     """
     manifest = read_manifest(plan.experiment_dir)
-    if not isinstance(manifest, dict) or (manifest and not isinstance(manifest.get("runs"), dict)):
+    if manifest and not isinstance(manifest.get("runs"), dict):
         raise ValueError(f"{manifest_path(plan.experiment_dir)} is not a sweep manifest (no 'runs'); move it aside")
     recorded = group_record(manifest, plan.group).get("common_flags")
     changes = flag_changes(recorded, plan.common_flags) if is_flag_list(recorded) else []

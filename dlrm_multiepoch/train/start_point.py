@@ -32,7 +32,7 @@ from dlrm_multiepoch.train.checkpoint import (
     table_sharding,
     verify_checkpoint,
 )
-from dlrm_multiepoch.train.checkpoint.compat import flat_config
+from dlrm_multiepoch.run_files import flat_config
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.run_folder import RunFolder
 

@@ -26,9 +26,13 @@ from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.multipath import build_multipath
 from dlrm_multiepoch.models.pretrain import build_pretrain_model
 from dlrm_multiepoch.train.evaluate import eval_outputs
-from dlrm_multiepoch.train.pretrain import PRETRAIN_SPLIT, SUMMARY_FILE, PretrainConfig, TablePretrainer, pretrain_split
-from dlrm_multiepoch.train.pretrained import load_pretrained_tables, save_tables, table_state_dict
+from dlrm_multiepoch.run_files import CheckpointInfo
+from dlrm_multiepoch.train.config import TrainConfig
+from dlrm_multiepoch.train.pretrain import PRETRAIN_SPLIT, PretrainSpec, pretrain_split
+from dlrm_multiepoch.train.pretrained import SUMMARY_FILE, load_pretrained_tables, save_tables, table_state_dict
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+from dlrm_multiepoch.train.spec import TRAIN
+from dlrm_multiepoch.train.trainer import Trainer
 from tests.multiprocess import run_on_ranks
 
 CPU = torch.device("cpu")
@@ -78,21 +82,39 @@ def _assert_tables_equal(model, reference_path: str) -> None:
             assert torch.equal(live[name], reference[name]), f"table {name} differs after loading"
 
 
+def _pretrain_cfg(tmp: str, run_name: str, **flags) -> TrainConfig:
+    return TrainConfig.from_flags(
+        model=MODEL, history_length=K, batch_size=256, sharding_types="column_wise", pipeline="semi_sync",
+        log_every_n_steps=2, limit_train_batches=4, epochs=2, tensorboard_dir=tmp, run_name=run_name,
+        progress_bar=False, **flags,
+    )  # fmt: skip
+
+
 def _pretrain_on_2_ranks(rank: int, world_size: int, tmp: str) -> None:
     env = init_distributed()
-    cfg = PretrainConfig(output=f"{tmp}/pretrained", batch_size=256, sharding_types=["column_wise"],
-                         log_every_n_steps=2, limit_batches=4, train_fraction=0.75)
-    pretrainer = TablePretrainer(_data(), MODEL, cfg, env, log=lambda _: None, data_options={"val_fraction": 0.0})
-    summary = pretrainer.train()
-    assert summary["tables"] == ["age", "item", "user"] and summary["data"] == {"val_fraction": 0.0}
+    trainer = Trainer(_pretrain_cfg(tmp, "a"), env, data=_data(), spec=PretrainSpec(f"{tmp}/pretrained", 0.75))
+    trainer.train()
+    dist.barrier()  # rank 0 writes the summary
+    summary = json.load(open(f"{tmp}/pretrained/{SUMMARY_FILE}"))
+    assert summary["tables"] == ["age", "item", "user"] and summary["data"] == trainer.cfg.data.cache_options()
     assert summary["rows"] == 1152  # 0.75 of the 1536 train rows: 5 batches, limited to 4
-    assert summary["steps"] == 4
+    assert summary["steps"] == 8  # 2 epochs x 4
     losses = [e["loss"] for e in summary["loss"]]
-    assert len(losses) == 2 and all(np.isfinite(losses))
+    assert len(losses) == 4 and all(np.isfinite(losses))
     # Reference: the live tables after pre-training, gathered independently of DCP.
-    full = _full_tables(pretrainer.model)
+    full = _full_tables(trainer.model)
     if rank == 0:
         torch.save(full, f"{tmp}/reference_a.pt")
+
+    # Paused after epoch 1 (its checkpoint), then resumed: the same tables and loss history, bit for bit.
+    Trainer(_pretrain_cfg(tmp, "b", stop_at_epoch=1), env, data=_data(), spec=PretrainSpec(f"{tmp}/paused", 0.75)).train()
+    assert not os.path.exists(f"{tmp}/paused")  # a paused run saves no tables
+    resumed = Trainer(_pretrain_cfg(tmp, "b", resume="auto"), env, data=_data(), spec=PretrainSpec(f"{tmp}/b", 0.75))
+    assert resumed.step == 4
+    resumed.train()
+    dist.barrier()
+    _assert_tables_equal(resumed.model, f"{tmp}/reference_a.pt")
+    assert json.load(open(f"{tmp}/b/{SUMMARY_FILE}"))["loss"] == summary["loss"]
 
 
 def _load_on_1_rank_then_save(rank: int, world_size: int, tmp: str) -> None:
@@ -226,7 +248,7 @@ def test_pretrain_split_is_a_seeded_slice_of_train_only():
     pretrain_split(again, 0.25, seed=5)
     assert np.array_equal(again.splits[PRETRAIN_SPLIT].dense, part.dense)
     with pytest.raises(ValueError, match="--pretrain_train_fraction"):
-        PretrainConfig(output="x", train_fraction=0.0).validate()
+        PretrainSpec("x", train_fraction=0.0)
 
 
 def test_pretrain_objective_trains_every_table():
@@ -236,7 +258,7 @@ def test_pretrain_objective_trains_every_table():
     batch = next(iter(BatchLoader(data, "train", 64)))
     loss, logged = model(batch)
     loss.backward()
-    assert torch.equal(loss.detach(), logged) and loss > 0
+    assert torch.equal(loss.detach(), logged.loss) and set(logged.losses) == {"contrastive"} and loss > 0
     for name, param in model.named_parameters():
         assert param.grad is not None and param.grad.abs().sum() > 0, name
     # Same table names and shapes as the multi-path model: its checkpoint loads there.
@@ -248,8 +270,26 @@ def test_pretrain_refuses_by_name_the_training_flags_it_would_ignore(capsys):
     from apps.pretrain import parse_pretrain_config
 
     with pytest.raises(SystemExit):
-        parse_pretrain_config(["--pretrain_output", "x", "--epochs", "3", "--pipeline", "semi_sync", "--no-checkpoint"])
-    assert "error: --checkpoint, --epochs, --pipeline: not used by pre-training" in capsys.readouterr().err
-    flags = ["--pretrain_output", "x", "--history_length", "10", "--batch_size", "64", "--learning_rate", "0.01"]
-    _, pretrain = parse_pretrain_config(flags + ["--no-progress_bar"])  # every flag it reads, used
-    assert (pretrain.batch_size, pretrain.learning_rate, pretrain.progress_bar) == (64, 0.01, False)
+        parse_pretrain_config(["--pretrain_output", "x", "--freeze_schedule", "delayed", "--eval_every_n_steps", "5"])
+    assert "error: --eval_every_n_steps, --freeze_schedule: not used by pre-training" in capsys.readouterr().err
+    # The loop's flags apply: epochs, pipeline, checkpoints, resume, batch, learning rates, progress bar.
+    flags = ["--pretrain_output", "x", "--epochs", "3", "--pipeline", "semi_sync", "--no-checkpoint", "--resume", "auto",
+             "--run_name", "p",
+             "--history_length", "10", "--batch_size", "64", "--learning_rate", "0.01", "--no-progress_bar"]
+    cfg, spec = parse_pretrain_config(flags + ["--pretrain_train_fraction", "0.25"])
+    assert (cfg.epochs, cfg.pipeline.name, cfg.checkpoint.enabled, cfg.checkpoint.resume) == (3, "semi_sync", False, "auto")
+    assert (cfg.loader.batch_size, cfg.optim.learning_rate, cfg.metrics.progress_bar) == (64, 0.01, False)
+    assert (spec.output, spec.train_fraction) == ("x", 0.25)
+
+
+def test_pretraining_and_training_refuse_each_others_checkpoints():
+    record = TrainConfig().to_dict()
+    trained = CheckpointInfo("runs/a/checkpoints/step_8", {"config": record})
+    pretrained = CheckpointInfo("runs/p/checkpoints/step_8", {"config": PretrainSpec("out", 0.5).config_record(TrainConfig())})
+    with pytest.raises(ValueError, match="'runs/a/checkpoints/step_8' is a training run's checkpoint"):
+        PretrainSpec("out", 0.5).check_checkpoint(trained)
+    with pytest.raises(ValueError, match="--pretrain_train_fraction 0.25: checkpoint runs/p/checkpoints/step_8 .* 0.5"):
+        PretrainSpec("out", 0.25).check_checkpoint(pretrained)
+    PretrainSpec("elsewhere", 0.5).check_checkpoint(pretrained)  # another output folder continues
+    with pytest.raises(ValueError, match="is a pre-training run's checkpoint; fine-tune from its tables"):
+        TRAIN.check_checkpoint(pretrained)

@@ -14,6 +14,7 @@ from torchrec.modules.mlp import MLP
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.losses import in_batch_info_nce
 from dlrm_multiepoch.models.multipath_tables import EmbeddingViews, MultiPathSparseArch, TableEmbeddings, max_history_length
 
@@ -58,7 +59,8 @@ class CoOccurrenceObjective(nn.Module):
 
 
 class CoOccurrencePretrain(nn.Module):
-    """``forward(batch) -> (loss, loss.detach())`` over the multi-path model's tables.
+    """``forward(batch) -> (loss, ModelOutput)`` over the multi-path model's tables (the train pipelines' contract;
+    the output's ``losses`` has the one term ``contrastive``, its logits and labels no task).
 
     Attributes:
         sparse_arch: the tables being pre-trained.
@@ -67,7 +69,7 @@ class CoOccurrencePretrain(nn.Module):
     Example::
 
         model = build_pretrain_model(data, ModelConfig(embedding_dim=16), torch.device("cpu"))
-        loss, _ = model(batch)
+        loss, output = model(batch)
     """
 
     def __init__(self, sparse_arch: MultiPathSparseArch, max_history_length: int, objective: CoOccurrenceObjective):
@@ -76,8 +78,10 @@ class CoOccurrencePretrain(nn.Module):
         self.embedding_views = EmbeddingViews(sparse_arch, max_history_length)
         self.objective = objective
 
-    def forward(self, batch: Batch) -> Tuple[torch.Tensor, torch.Tensor]:
-        return self.objective(self.embedding_views(self.sparse_arch(batch.sparse_features)), batch.weights)
+    def forward(self, batch: Batch) -> Tuple[torch.Tensor, ModelOutput]:
+        loss, logged = self.objective(self.embedding_views(self.sparse_arch(batch.sparse_features)), batch.weights)
+        no_task = batch.weights.new_zeros((batch.weights.shape[0], 0))
+        return loss, ModelOutput(logged, {"contrastive": logged}, no_task, no_task, batch.weights.detach())
 
 
 def build_pretrain_model(

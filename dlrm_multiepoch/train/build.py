@@ -20,8 +20,7 @@ from dlrm_multiepoch.data.load import load_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
-from dlrm_multiepoch.models.factory import build_model
-from dlrm_multiepoch.names import TEST, TRAIN_SAMPLE, VAL
+from dlrm_multiepoch.names import TRAIN_SAMPLE, VAL
 from dlrm_multiepoch.optim.accumulation import GradientAccumulation
 from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR
 from dlrm_multiepoch.optim.lr import TableLRScheduler
@@ -36,11 +35,8 @@ from dlrm_multiepoch.train.nonfinite import SkipNonFiniteBatches, StopOnNonFinit
 from dlrm_multiepoch.train.part import TrainPart
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+from dlrm_multiepoch.train.spec import TRAIN, TrainSpec, evaluated_splits
 from dlrm_multiepoch.train.validator import Decisions, Validator
-
-# Splits evaluated, in this order, where the data has them; only "val" drives decisions.
-EVAL_SPLITS = (TEST, VAL, TRAIN_SAMPLE)
-NOT_EVALUATED = ("train", "pretrain")  # any other split a dataset brings is evaluated after these
 
 
 def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
@@ -50,16 +46,20 @@ def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
     return data
 
 
-def prepare_data(cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData]) -> InteractionData:
-    """``data`` (default: ``--dataset`` loaded) with its train sample, checked for what the run needs."""
+def prepare_data(
+    cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData], spec: TrainSpec = TRAIN
+) -> Tuple[InteractionData, str]:
+    """``data`` (default: ``--dataset`` loaded) with its train sample and what ``spec`` adds, checked for what the
+    run needs; and the name of the split it trains on."""
     if data is None:
         data = load_data(cfg, env)
     else:
         add_train_sample(data, cfg)
-    check_splits(data)
+    train_split = spec.prepare(data, cfg)
+    check_splits(data, train_split, spec.evaluated_splits(data))
     if cfg.freeze.is_auto and VAL not in data.splits:
         raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {data.name!r} has none")
-    return data
+    return data, train_split
 
 
 def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
@@ -93,27 +93,26 @@ def build_loader(
     )
 
 
-def build_loaders(cfg: TrainConfig, data: InteractionData, env: DistEnv) -> Tuple[BatchLoader, Dict[str, BatchLoader]]:
-    """This rank's training loader and one evaluation loader per evaluated split."""
-    evaluated = {split: build_loader(cfg, data, split, env) for split in evaluated_splits(data)}
-    return build_loader(cfg, data, "train", env, shuffle=True), evaluated
+def build_loaders(
+    cfg: TrainConfig, data: InteractionData, env: DistEnv, train_split: str = "train", spec: TrainSpec = TRAIN
+) -> Tuple[BatchLoader, Dict[str, BatchLoader]]:
+    """This rank's training loader (of ``train_split``) and one evaluation loader per split ``spec`` evaluates."""
+    evaluated = {split: build_loader(cfg, data, split, env) for split in spec.evaluated_splits(data)}
+    return build_loader(cfg, data, train_split, env, shuffle=True), evaluated
 
 
-def evaluated_splits(data: InteractionData) -> List[str]:
-    ordered = [s for s in EVAL_SPLITS if s in data.splits]
-    return ordered + [s for s in data.splits if s not in NOT_EVALUATED and s not in ordered]
-
-
-def check_splits(data: InteractionData) -> None:
+def check_splits(data: InteractionData, train_split: str = "train", evaluated: Optional[List[str]] = None) -> None:
     """Refuse, before any training, a run whose train split or an evaluated split has no rows.
 
     An empty split would train a whole epoch and then fail in its evaluation. A split
     with fewer rows than ranks is fine: ranks without rows get weight-0 padding.
     """
     sizes = {name: len(split) for name, split in data.splits.items()}
-    if sizes["train"] == 0:
-        raise ValueError(f"the train split of {data.name} is empty (split sizes {sizes}); check --max_rows and the data")
-    for name in evaluated_splits(data):
+    if sizes[train_split] == 0:
+        raise ValueError(
+            f"the {train_split} split of {data.name} is empty (split sizes {sizes}); check --max_rows and the data"
+        )
+    for name in evaluated_splits(data) if evaluated is None else evaluated:
         if sizes[name] == 0:
             raise ValueError(
                 f"the {name} split of {data.name} is empty (split sizes {sizes}), so it cannot be evaluated; "
@@ -168,21 +167,23 @@ def describe_run(
     job_id: str,
     logger: MetricsLogger,
     parts: TrainPart,
+    spec: TrainSpec = TRAIN,
 ) -> None:
     """The run's build on the console (model, ranks, plan, each part) and in the summary (config, dataset, job,
     encoding, what the parts record)."""
     n_params = sum(p.numel() for p in model.parameters())
     logger.info(
-        f"built {cfg.model.model}: {n_params:,} parameters on rank {env.rank} "
+        f"built {spec.label(cfg)}: {n_params:,} parameters on rank {env.rank} "
         f"({env.world_size} ranks, {env.backend} on {env.device}); "
         f"{steps_per_epoch} steps/epoch at global batch {cfg.loader.batch_size}\n{model.plan}"
     )
     logger.info(f"TensorBoard run folder: {logger.run_dir}")
-    logger.record("config", cfg.to_dict())
+    record = spec.config_record(cfg)
+    logger.record("config", record)
     logger.record("dataset", {name: len(split) for name, split in data.splits.items()})
     logger.record("job_id", job_id)
     logger.record("encoding", data.encoding)
-    logger.text("config", f"```\n{cfg.to_dict()}\n```")
+    logger.text("config", f"```\n{record}\n```")
     parts.describe(logger.info, logger.record)
 
 
@@ -196,12 +197,17 @@ def table_base_lrs(cfg: TrainConfig, data: InteractionData) -> Dict[str, float]:
 
 
 def build_sharded_model(
-    cfg: TrainConfig, data: InteractionData, env: DistEnv, fresh: bool, log: Callable[[str], None]
+    cfg: TrainConfig,
+    data: InteractionData,
+    env: DistEnv,
+    fresh: bool,
+    log: Callable[[str], None],
+    spec: TrainSpec = TRAIN,
 ) -> Tuple[DistributedModelParallel, CombinedOptimizer, Dict[str, float]]:
-    """The sharded model (with ``--pretrained_tables`` when ``fresh``: a checkpoint brings its own), its
+    """``spec``'s model, sharded (with ``--pretrained_tables`` when ``fresh``: a checkpoint brings its own), its
     optimizer and each table's base LR."""
     base_lrs = table_base_lrs(cfg, data)
-    model = build_model(data, cfg.model, env.device)
+    model = spec.build_model(data, cfg.model, env.device)
     apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.base_table_lr(), base_lrs)
     dmp = shard_model(model, env, cfg.pipeline.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
     if cfg.freeze.pretrained_tables and fresh:
@@ -317,7 +323,7 @@ def build_validator(
     decisions: Decisions,
     logger: MetricsLogger,
 ) -> Validator:
-    """Every evaluated split (through the pipeline, in eval mode) at epoch ends and every ``--eval_every_n_steps``,
-    logged; ``decisions`` at their cadence."""
+    """Every split of ``loaders`` (through the pipeline, in eval mode) at epoch ends and every
+    ``--eval_every_n_steps``, logged; ``decisions`` at their cadence."""
     evaluate = SplitEvaluator(model, pipeline.progress, dict(loaders), data.tasks, env.device, data.slices, [TRAIN_SAMPLE])
-    return Validator(evaluate, evaluated_splits(data), cfg.metrics.eval_every_n_steps, decisions, logger.log_evaluation)
+    return Validator(evaluate, list(loaders), cfg.metrics.eval_every_n_steps, decisions, logger.log_evaluation)

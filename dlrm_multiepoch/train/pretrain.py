@@ -1,80 +1,42 @@
-"""Pre-training stage: train the tables self-supervised, then save them sharded.
+"""Pre-training: the :class:`~dlrm_multiepoch.train.trainer.Trainer` with the model and loss swapped.
 
-data (``pretrain`` split, or a slice of ``train``) → :class:`BatchLoader` →
-:class:`CoOccurrencePretrain` → ``DistributedModelParallel`` → ``TrainPipelineSparseDist``
-→ :func:`save_tables` (``torch.distributed.checkpoint``). Fine-tuning then loads the
-tables with ``--pretrained_tables``.
+data (``pretrain`` split, or a slice of ``train``) → :class:`CoOccurrencePretrain` →
+``DistributedModelParallel`` → the ``--pipeline`` → at the end :func:`save_tables`
+(``torch.distributed.checkpoint``) to ``--pretrain_output``. The run is an ordinary
+Trainer run in every other way: its run folder, checkpoints, ``--resume``, progress bar
+and TensorBoard scalars. Fine-tuning then loads the tables with ``--pretrained_tables``.
 """
 
-import itertools
 import os
-import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping
 
 import numpy as np
 import torch
-from torchrec.distributed import DistributedModelParallel
-from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
-from tqdm import tqdm
+from torch import nn
 
 from dlrm_multiepoch.data.dataset import InteractionData
-from dlrm_multiepoch.data.loader import BatchLoader
-from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.pretrain import build_pretrain_model
+from dlrm_multiepoch.run_files import flat_config
+from dlrm_multiepoch.train.checkpoint import CheckpointInfo
+from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.json_io import write_json
-from dlrm_multiepoch.train.pretrained import SUMMARY_FILE, save_tables, table_state_dict
-from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
+from dlrm_multiepoch.train.part import TrainPart, WindowLog
+from dlrm_multiepoch.train.pretrained import SUMMARY_FILE, save_tables
+from dlrm_multiepoch.saved_state import check_state
+from dlrm_multiepoch.train.spec import TrainSpec
+
+if TYPE_CHECKING:
+    from dlrm_multiepoch.train.trainer import Trainer
 
 PRETRAIN_SPLIT = "pretrain"
-
-
-@dataclass
-class PretrainConfig:
-    """How the tables are pre-trained (``apps/pretrain.py`` fills it from its flags).
-
-    Args:
-        output: checkpoint folder the tables are saved to.
-        epochs: passes over the pre-training rows.
-        train_fraction: for data without a ``pretrain`` split, the fraction of the
-            ``train`` split (a seeded random slice) used instead.
-        batch_size: global batch size.
-        embedding_optimizer / embedding_learning_rate: fused table optimizer.
-        learning_rate: Adam learning rate of the query tower.
-        sharding_types: planner's allowed sharding types.
-        seed: seed of init, shuffling and the train slice.
-        log_every_n_steps: loss logging interval.
-        limit_batches: stop each epoch after N steps (0: no limit).
-        progress_bar: show a tqdm progress bar on rank 0.
-    """
-
-    # The fields with a "help" are apps/pretrain.py's own flags, --pretrain_<field>.
-    output: str = field(metadata={"help": "checkpoint folder to write the tables to"})
-    epochs: int = field(default=1, metadata={"help": "passes over the pre-training rows"})
-    train_fraction: float = field(
-        default=0.5,
-        metadata={"help": "without a 'pretrain' split in the dataset: fraction of the train split pre-trained on"},
-    )
-    batch_size: int = 1024
-    embedding_optimizer: str = "rowwise_adagrad"
-    embedding_learning_rate: float = 0.05
-    learning_rate: float = 1e-3
-    sharding_types: List[str] = field(default_factory=lambda: ["table_wise", "row_wise", "column_wise"])
-    seed: int = 0
-    log_every_n_steps: int = 50
-    limit_batches: int = 0
-    progress_bar: bool = True
-
-    def validate(self) -> None:
-        if not self.output:
-            raise ValueError("--pretrain_output must name the checkpoint folder to write")
-        if self.epochs <= 0:
-            raise ValueError(f"--pretrain_epochs must be positive, got {self.epochs}")
-        if not 0.0 < self.train_fraction <= 1.0:
-            raise ValueError(f"--pretrain_train_fraction must be in (0, 1], got {self.train_fraction}")
-        if self.limit_batches < 0:
-            raise ValueError(f"--limit_train_batches must be >= 0, got {self.limit_batches}")
+# TrainConfig.to_dict() paths pre-training does not apply (a trailing "." covers a section): it trains the
+# tables at every step, evaluates nothing (no labels in its objective) and takes none of the table remedies.
+NOT_APPLIED = (
+    "freeze_schedule", "pretrained_tables", "auto.", "start_from", "eval_every_n_steps", "eval_batch_size",
+    "train_eval_rows", "id_dropout", "optim.table_lr_warmup", "optim.table_lr_decay", "optim.table_lr_final",
+    "optim.falr", "optim.reinit", "optim.grad_accum_steps", "optim.grad_accum_lr_rule",
+)  # fmt: skip
 
 
 def pretrain_split(data: InteractionData, train_fraction: float, seed: int) -> str:
@@ -91,110 +53,113 @@ def pretrain_split(data: InteractionData, train_fraction: float, seed: int) -> s
     return PRETRAIN_SPLIT
 
 
-class TablePretrainer:
-    """Builds the pre-training run from a :class:`PretrainConfig` and runs it.
+def not_applied(cfg: TrainConfig) -> List[str]:
+    """The flags ``cfg`` sets away from their defaults that pre-training would not apply, e.g. ``["--epochs"]``."""
+    now, default = flat_config(cfg.to_dict()), flat_config(TrainConfig().to_dict())
+    applies = lambda path: not any(path == a or (a.endswith(".") and path.startswith(a)) for a in NOT_APPLIED)  # noqa: E731
+    return sorted(f"--{path.split('.')[-1]}" for path, value in now.items() if not applies(path) and value != default[path])
 
-    Call on every rank of the default process group.
+
+class LossHistory(TrainPart):
+    """The mean training loss of each logging window, kept with the checkpoints (for ``pretrain.json``)."""
+
+    def __init__(self) -> None:
+        self.windows: List[Dict[str, float]] = []
+
+    def after_window(self, losses: List[torch.Tensor], step: int, log: WindowLog) -> None:
+        self.windows.append({"step": step, "loss": float(torch.stack(losses).mean())})
+
+    def checkpoint_parts(self) -> Dict[str, Any]:
+        return {"pretrain_loss": self}
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"windows": self.windows}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        check_state("pre-training loss history", state, {"windows": list})
+        self.windows = list(state["windows"])
+
+
+class PretrainSpec(TrainSpec):
+    """Self-supervised pre-training of the multi-path model's tables (:class:`CoOccurrencePretrain`).
+
+    It trains on the dataset's ``pretrain`` split (or a seeded ``train_fraction`` slice of
+    ``train``), evaluates nothing, and at the end saves the tables sharded to ``output``
+    with a ``pretrain.json`` beside them (the data options that decided the encoding, so a
+    fine-tuning run with other ones is told which).
 
     Args:
-        data: the dataset; its ``pretrain`` split (or a slice of ``train``) is used.
-        model_cfg: table sizes (``embedding_dim``) and ``contrastive_temperature``; use
-            the fine-tuning run's, so the saved tables fit it.
-        cfg: the loop's settings.
-        env: from :func:`~dlrm_multiepoch.distributed.init_distributed`.
-        log: progress messages (pass a no-op on non-zero ranks).
-        data_options: the data flags that decided the encoding (``DataConfig.cache_options()``),
-            recorded in ``pretrain.json`` so that a fine-tuning run with other ones is told which.
+        output: checkpoint folder the tables are saved to (``--pretrain_output``).
+        train_fraction: without a ``pretrain`` split, the fraction of ``train`` pre-trained on.
 
     Example::
 
         env = init_distributed()
-        summary = TablePretrainer(data, ModelConfig(embedding_dim=16), PretrainConfig("ckpt/pre"), env).train()
+        cfg = parse_config(["--dataset", "bookcrossing", "--history_length", "10", "--epochs", "2"])
+        Trainer(cfg, env, spec=PretrainSpec("checkpoints/pretrained")).train()
     """
 
-    model: DistributedModelParallel
-    pipeline: TrainPipelineSparseDist
-    loader: BatchLoader
+    def __init__(self, output: str, train_fraction: float = 0.5) -> None:
+        if not output:
+            raise ValueError("--pretrain_output must name the checkpoint folder to write")
+        if not 0.0 < train_fraction <= 1.0:
+            raise ValueError(f"--pretrain_train_fraction must be in (0, 1], got {train_fraction}")
+        self.output, self.train_fraction = output, train_fraction
+        self.history = LossHistory()
+        self.split = PRETRAIN_SPLIT
 
-    def __init__(
-        self,
-        data: InteractionData,
-        model_cfg: ModelConfig,
-        cfg: PretrainConfig,
-        env: DistEnv,
-        log: Callable[[str], None] = print,
-        data_options: Optional[Dict[str, Any]] = None,
-    ) -> None:
-        cfg.validate()
-        self.data, self.model_cfg, self.cfg, self.env, self.log = data, model_cfg, cfg, env, log
-        self.data_options = data_options or {}
-        self.split = pretrain_split(data, cfg.train_fraction, cfg.seed)
-        torch.manual_seed(cfg.seed)
-        model = build_pretrain_model(data, model_cfg, env.device)
-        apply_embedding_optimizer(model, cfg.embedding_optimizer, cfg.embedding_learning_rate)
-        self.model = shard_model(model, env, cfg.sharding_types)
-        self.pipeline = TrainPipelineSparseDist(self.model, build_optimizer(self.model, cfg.learning_rate), env.device)
-        self.loader = BatchLoader(
-            data, self.split, cfg.batch_size, env.rank, env.world_size, shuffle=True, seed=cfg.seed
-        )
-        self.steps_per_epoch = len(self.loader) if not cfg.limit_batches else min(len(self.loader), cfg.limit_batches)
+    def label(self, cfg: TrainConfig) -> str:
+        return "pretrain"
 
-    def _log_window(self, epoch: int, step: int, window: List[torch.Tensor]) -> Dict[str, float]:
-        entry = {"epoch": epoch + 1, "step": step, "loss": float(torch.stack(window).mean())}
-        self.log(f"pretrain epoch {epoch + 1} step {step}: contrastive loss {entry['loss']:.4f}")
-        return entry
+    def check(self, cfg: TrainConfig) -> None:
+        refused = not_applied(cfg)
+        if refused:
+            raise ValueError(
+                f"{', '.join(refused)}: not used by pre-training (it trains the tables at every step with its own "
+                "loss, evaluates nothing and applies no table remedy); drop them"
+            )
 
-    def train(self) -> Dict[str, Any]:
-        """Pre-train, save the tables to ``cfg.output`` and return a summary.
+    def prepare(self, data: InteractionData, cfg: TrainConfig) -> str:
+        self.split = pretrain_split(data, self.train_fraction, cfg.seed)
+        return self.split
 
-        The summary (tables, rows, steps, mean loss per logging window) is also written
-        by rank 0 to ``<output>/pretrain.json``.
-        """
-        cfg = self.cfg
-        self.log(
-            f"pre-training tables {sorted(table_state_dict(self.model))} on {len(self.data.splits[self.split]):,} "
-            f"{self.split!r} rows: {cfg.epochs} epoch(s) x {self.steps_per_epoch} steps at global batch "
-            f"{cfg.batch_size}, {self.env.world_size} rank(s)"
-        )
-        history: List[Dict[str, float]] = []
-        step = 0
-        start = time.perf_counter()
-        self.model.train()
-        for epoch in range(cfg.epochs):
-            self.loader.set_epoch(epoch)
-            batches = itertools.islice(iter(self.loader), self.steps_per_epoch)
-            window: List[torch.Tensor] = []
-            show = self.env.is_main and cfg.progress_bar
-            bar = tqdm(total=self.steps_per_epoch, desc=f"pretrain epoch {epoch + 1}", disable=not show)
-            while True:
-                try:
-                    loss = self.pipeline.progress(batches)
-                except StopIteration:
-                    break
-                step += 1
-                bar.update(1)
-                window.append(loss)  # a host sync only when logging
-                if len(window) == cfg.log_every_n_steps:
-                    history.append(self._log_window(epoch, step, window))
-                    window = []
-            bar.close()
-            if window:  # the epoch's last, short window
-                history.append(self._log_window(epoch, step, window))
-        seconds = time.perf_counter() - start
-        tables = save_tables(self.model, cfg.output)
+    def build_model(self, data: InteractionData, cfg: ModelConfig, device: torch.device) -> nn.Module:
+        return build_pretrain_model(data, cfg, device)
+
+    def evaluated_splits(self, data: InteractionData) -> List[str]:
+        return []
+
+    def parts(self) -> List[TrainPart]:
+        return [self.history]
+
+    def config_record(self, cfg: TrainConfig) -> Dict[str, Any]:
+        own = {"pretrain_output": self.output, "pretrain_train_fraction": self.train_fraction}
+        return {**cfg.to_dict(), "pretrain": own}
+
+    def check_checkpoint(self, info: CheckpointInfo) -> None:
+        saved = info.state["config"].get("pretrain")
+        if saved is None:
+            raise ValueError(f"--resume {info.path!r} is a training run's checkpoint, not a pre-training run's")
+        if saved["pretrain_train_fraction"] != self.train_fraction:
+            raise ValueError(
+                f"--pretrain_train_fraction {self.train_fraction}: checkpoint {info.path} pre-trained on a "
+                f"{saved['pretrain_train_fraction']} slice of train; resume with that fraction"
+            )
+
+    def finish(self, trainer: "Trainer") -> None:
+        tables = save_tables(trainer.model, self.output)  # collective
         summary = {
             "tables": tables,
             "split": self.split,
-            "rows": len(self.data.splits[self.split]),
-            "steps": step,
-            "train_seconds": seconds,
-            "loss": history,
-            "config": asdict(cfg),
-            "model": asdict(self.model_cfg),
-            "data": self.data_options,
-            "world_size": self.env.world_size,
+            "rows": len(trainer.data.splits[self.split]),
+            "steps": trainer.step,
+            "train_seconds": trainer.logger.summary.get("wall_time_s"),
+            "loss": self.history.windows,
+            "run_dir": trainer.run.path,
+            "model": trainer.cfg.to_dict()["model"],
+            "data": trainer.cfg.data.cache_options(),
+            "world_size": trainer.env.world_size,
         }
-        if self.env.is_main:
-            write_json(os.path.join(cfg.output, SUMMARY_FILE), summary)
-        self.log(f"saved pre-trained tables {tables} to {cfg.output} after {step} steps ({seconds:.1f}s training)")
-        return summary
+        if trainer.env.is_main:
+            write_json(os.path.join(self.output, SUMMARY_FILE), summary)
+        trainer.logger.info(f"saved pre-trained tables {tables} to {self.output} after {trainer.step} steps")

@@ -40,13 +40,13 @@ class RunFolder:
             self.lock.release()
 
 
-def default_run_name(cfg: TrainConfig, job_id: Optional[str]) -> str:
-    """``<dataset>-<model>-seed<N>-<job id or time>``: the job id keeps one name across restarts."""
+def default_run_name(cfg: TrainConfig, job_id: Optional[str], label: str = "") -> str:
+    """``<dataset>-<label: the model>-seed<N>-<job id or time>``: the job id keeps one name across restarts."""
     suffix = job_id[:12] if job_id else time.strftime("%Y%m%d-%H%M%S")
-    return f"{cfg.data.dataset}-{cfg.model.model}-seed{cfg.seed}-{suffix}"
+    return f"{cfg.data.dataset}-{label or cfg.model.model}-seed{cfg.seed}-{suffix}"
 
 
-def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print) -> RunFolder:
+def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print, label: str = "") -> RunFolder:
     """Lock the run folder, find the checkpoint to resume, and clear the way for a fresh start (collective).
 
     Rank 0 takes the folder's lock (:mod:`dlrm_multiepoch.train.lock`) before anything
@@ -60,6 +60,8 @@ def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print) -> Run
         RunFolderBusy: a live trainer of another job holds the folder (naming it).
         ValueError / FileNotFoundError: a refused fresh start or a bad ``--resume``, naming the paths.
 
+    ``label`` names what is trained in a derived folder name (default: ``--model``).
+
     Example::
 
         run = open_run_folder(cfg)
@@ -68,7 +70,7 @@ def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print) -> Run
     """
     job_id = D.elastic_job_id()
     # Every rank must write to the same folder: rank 0 names it (the time may differ across ranks).
-    name = cfg.metrics.run_name or D.broadcast_object(default_run_name(cfg, job_id))
+    name = cfg.metrics.run_name or D.broadcast_object(default_run_name(cfg, job_id, label))
     path = os.path.join(cfg.metrics.tensorboard_dir, name)
     lock = _lock(path, job_id, log)
     try:

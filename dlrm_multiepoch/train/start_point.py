@@ -13,12 +13,12 @@
 
 Example::
 
-    start = find_branch_point(cfg, run_folder, world_size=2, log=print)   # None unless --start_from applies
+    run, resume_from, start_from = open_checked_run(cfg, env, spec, log=print)   # None unless each applies
     ...  # build the trainer's parts
-    start_branch(trainer, start, changes)
+    start_branch(trainer, start_from, changes)
 """
 
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.auto.config import AUTO
 from dlrm_multiepoch.optim.options import ReinitSchedule
@@ -34,7 +34,8 @@ from dlrm_multiepoch.train.checkpoint import (
 )
 from dlrm_multiepoch.run_files import flat_config
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.run_folder import RunFolder
+from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
+from dlrm_multiepoch.train.spec import TrainSpec
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.train.trainer import Trainer
@@ -51,6 +52,25 @@ SUFFIX_FIELDS = (
 )  # fmt: skip
 # Parts a branch does not take from its parent: the schedule is its own, the summary its own.
 OWN_PARTS = ("freeze", "metrics")
+
+
+def open_checked_run(
+    cfg: TrainConfig, world_size: int, spec: TrainSpec, log: Callable[[str], None]
+) -> Tuple[RunFolder, Optional[CheckpointInfo], Optional[CheckpointInfo]]:
+    """The config checked, the run folder locked, and the checkpoint it resumes or branches from, each verified
+    (collective). Done before any data is parsed: a wrong ``--resume`` fails in seconds.
+
+    Returns:
+        ``(run folder, checkpoint to resume or None, checkpoint to branch from or None)``.
+    """
+    cfg.validate(world_size=world_size)
+    spec.check(cfg)
+    cfg.check_paths()
+    run = open_run_folder(cfg, log, spec.label(cfg))
+    if run.resume_from is not None:
+        check_resumable(run.resume_from, cfg, world_size)
+        spec.check_checkpoint(run.resume_from)
+    return run, run.resume_from, find_branch_point(cfg, run, world_size, log)
 
 
 def find_branch_point(

@@ -16,20 +16,21 @@ from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.train.build import build_loaders, build_nonfinite, build_pipeline, build_remedies
-from dlrm_multiepoch.train.build import build_schedule, build_sharded_model, build_validator, check_resumable
+from dlrm_multiepoch.train.build import build_schedule, build_sharded_model, build_validator
 from dlrm_multiepoch.train.build import describe_run, prepare_data
 from dlrm_multiepoch.train.checkpoint import Checkpointer, check_compatible, table_sharding
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, train_scalars
 from dlrm_multiepoch.train.part import TrainPart, TrainParts
 from dlrm_multiepoch.train.progress import TrainProgress
-from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
-from dlrm_multiepoch.train.start_point import find_branch_point, resume_run, start_branch
+from dlrm_multiepoch.train.run_folder import RunFolder
+from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
+from dlrm_multiepoch.train.start_point import open_checked_run, resume_run, start_branch
 from dlrm_multiepoch.train.validator import Validator
 
 
 class Trainer:
-    """Builds every part of a run from a :class:`TrainConfig` and trains it.
+    """Builds every part of a run from a :class:`TrainConfig` and a :class:`TrainSpec` (what kind of run) and trains it.
 
     The loop calls the hooks of :class:`~dlrm_multiepoch.train.part.TrainPart`\\ s (the
     freeze schedule, the table remedies, the non-finite-loss policy, the pipeline's
@@ -43,6 +44,8 @@ class Trainer:
         env: process group facts from :func:`dlrm_multiepoch.distributed.init_distributed`.
         data: an already loaded dataset (default: ``cfg.data`` is loaded); the trainer
             adds its train sample split to it.
+        spec: the model, its loss, the split trained on and what is evaluated and left behind
+            (default: the supervised run; :class:`~dlrm_multiepoch.train.pretrain.PretrainSpec` pre-trains).
 
     Example::
 
@@ -64,28 +67,23 @@ class Trainer:
     checkpointed: Dict[str, Stateful]
     checkpointer: Checkpointer
 
-    def __init__(self, cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData] = None) -> None:
-        self.cfg, self.env = cfg, env
-        cfg.validate(world_size=env.world_size)
-        cfg.check_paths()
+    def __init__(
+        self, cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData] = None, spec: TrainSpec = TRAIN
+    ) -> None:
+        self.cfg, self.env, self.spec = cfg, env, spec
         log = print if env.is_main else lambda _: None
-        # Found, verified and checked before the data is parsed: a wrong --resume fails in seconds.
-        self.run = open_run_folder(cfg, log)
-        self.resume_from = self.run.resume_from
-        if self.resume_from is not None:
-            check_resumable(self.resume_from, cfg, env.world_size)
-        self.start_from = find_branch_point(cfg, self.run, env.world_size, log)  # --start_from: another run's state
+        self.run, self.resume_from, self.start_from = open_checked_run(cfg, env.world_size, spec, log)
         torch.manual_seed(cfg.seed)
-        self.data = prepare_data(cfg, env, data)
+        self.data, train_split = prepare_data(cfg, env, data, spec)
         loaded = self.start_from or self.resume_from
         flag = {"flag": "--start_from"} if self.start_from is not None else {}
-        changes = check_compatible(loaded, cfg.to_dict(), self.data.tables, **flag) if loaded else []
-        self.train_loader, self.eval_loaders = build_loaders(cfg, self.data, env)
+        changes = check_compatible(loaded, spec.config_record(cfg), self.data.tables, **flag) if loaded else []
+        self.train_loader, self.eval_loaders = build_loaders(cfg, self.data, env, train_split, spec)
         self.steps_per_epoch = min(len(self.train_loader), cfg.loader.limit_train_batches or len(self.train_loader))
         self._pause_step = math.floor(cfg.checkpoint.stop_at_epoch * self.steps_per_epoch + 0.5)  # 0: no pause
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         self.logger = MetricsLogger(self.run.path, enabled=env.is_main, purge_step=self.run.purge_step)
-        model, optimizer, base_lrs = build_sharded_model(cfg, self.data, env, loaded is None, self.logger.info)
+        model, optimizer, base_lrs = build_sharded_model(cfg, self.data, env, loaded is None, self.logger.info, spec)
         self.model, self.optimizer, self.progress, spe = model, optimizer, TrainProgress(), self.steps_per_epoch
         self.freeze, decisions = build_schedule(cfg, model, optimizer, spe, self.data, self.run.checkpoints, self.logger)
         remedies, driven = build_remedies(cfg, self.data, model, optimizer, spe, env.rank, base_lrs, self.logger.info)
@@ -95,14 +93,14 @@ class Trainer:
         self.skipper = build_nonfinite(cfg, self.model, spe, lambda: self.last_checkpoint)
         self.validator = build_validator(cfg, self.data, model, self.pipeline, self.eval_loaders, env, decisions, self.logger)
         # Hook order: the non-finite check first (it stops before anything logs), remedies before the freeze part.
-        self.parts = TrainParts([self.skipper, *remedies, self.freeze, *logging, self.validator])
+        self.parts = TrainParts([self.skipper, *remedies, self.freeze, *logging, *spec.parts(), self.validator])
         self.checkpointed = {"progress": self.progress, "metrics": self.logger, **self.parts.checkpoint_parts()}
         self.checkpointer = Checkpointer(
             self.run.checkpoints, self.model, self.optimizer, self.checkpointed, cfg.checkpoint.keep_checkpoints, self.run.job_id, log
         )
         self._wall_time_before = 0.0  # of the launches this one resumes
         self._train_start = time.perf_counter()
-        describe_run(cfg, env, self.data, model, len(self.train_loader), self.run.job_id, self.logger, self.parts)
+        describe_run(cfg, env, self.data, model, len(self.train_loader), self.run.job_id, self.logger, self.parts, spec)
         if self.resume_from is not None:
             resume_run(self, self.resume_from, changes)
         elif self.start_from is not None:
@@ -137,6 +135,7 @@ class Trainer:
             self.validator.finish(self.step)
             self.logger.record("eval_time_s", self.validator.evaluate.seconds)  # part of the wall time (this job's)
             self.logger.record("wall_time_s", self._wall_time())
+            self.spec.finish(self)
         self.logger.close()
         self.run.close()  # the folder is complete: the next trainer may take it
         return self.logger.summary
@@ -234,7 +233,7 @@ class Trainer:
         self.progress.wall_time_s = self._wall_time()
         self.parts.before_save(self.progress)
         tables = {t.name: t.num_embeddings for t in self.data.tables}
-        state = {"config": self.cfg.to_dict(), "tables": tables, "sharding": table_sharding(self.model.plan)}
+        state = {"config": self.spec.config_record(self.cfg), "tables": tables, "sharding": table_sharding(self.model.plan)}
         path = self.checkpointer.save(self.step, state)
         self.last_checkpoint = path
         self.parts.after_save()

@@ -97,8 +97,12 @@ class Validator(TrainPart):
         return None
 
     def validate(self, step: int, epoch: float, splits: Optional[Sequence[str]] = None, observe: bool = True) -> Results:
-        """Evaluate ``splits`` (default: all of :attr:`splits`) now, report, and decide unless not ``observe``."""
-        results = self.evaluate(list(splits or self.splits))
+        """Evaluate ``splits`` (default: all of :attr:`splits`) now, report, and decide unless not ``observe``.
+        A run that evaluates nothing (pre-training) reports nothing."""
+        names = list(splits or self.splits)
+        if not names:
+            return {}
+        results = self.evaluate(names)
         self.report(results, step, epoch)
         if observe:
             self.decisions.observe(results, step)

@@ -17,17 +17,14 @@ Launch like the training app (torchrun / TorchX), e.g. on 2 CPU ranks::
 """
 
 import argparse
-import logging
 import sys
 from typing import List, Optional, Sequence, Tuple
 
-import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from dlrm_multiepoch.distributed import init_distributed
+from dlrm_multiepoch.train.app import run_trainer
 from dlrm_multiepoch.train.config import TrainConfig, build_parser, parse_config
 from dlrm_multiepoch.train.pretrain import PretrainSpec
-from dlrm_multiepoch.train.trainer import Trainer
 
 
 def _pretrain_flags(parser: argparse.ArgumentParser) -> None:
@@ -60,15 +57,7 @@ def parse_pretrain_config(argv: Optional[Sequence[str]] = None) -> Tuple[TrainCo
 
 @record
 def main(argv: Optional[List[str]] = None) -> None:
-    cfg, spec = parse_pretrain_config(argv)
-    env = init_distributed()
-    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("dlrm_multiepoch").setLevel(logging.INFO if env.is_main else logging.WARNING)
-    try:
-        Trainer(cfg, env, spec=spec).train()
-        dist.barrier()  # no rank tears the group down while a peer's collective is in flight
-    finally:
-        dist.destroy_process_group()
+    run_trainer(*parse_pretrain_config(argv))
 
 
 if __name__ == "__main__":

@@ -270,8 +270,10 @@ def test_pretrain_refuses_by_name_the_training_flags_it_would_ignore(capsys):
     from apps.pretrain import parse_pretrain_config
 
     with pytest.raises(SystemExit):
-        parse_pretrain_config(["--pretrain_output", "x", "--freeze_schedule", "delayed", "--eval_every_n_steps", "5"])
-    assert "error: --eval_every_n_steps, --freeze_schedule: not used by pre-training" in capsys.readouterr().err
+        parse_pretrain_config(["--pretrain_output", "x", "--freeze_schedule", "delayed", "--eval_every_n_steps", "5",
+                               "--reinit", "tables@1"])
+    err = capsys.readouterr().err
+    assert "error: --eval_every_n_steps, --freeze_schedule, --reinit: not used by pre-training" in err
     # The loop's flags apply: epochs, pipeline, checkpoints, resume, batch, learning rates, progress bar.
     flags = ["--pretrain_output", "x", "--epochs", "3", "--pipeline", "semi_sync", "--no-checkpoint", "--resume", "auto",
              "--run_name", "p",

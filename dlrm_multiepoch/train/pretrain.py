@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from dlrm_multiepoch.train.trainer import Trainer
 
 PRETRAIN_SPLIT = "pretrain"
-# TrainConfig.to_dict() paths pre-training does not apply (a trailing "." covers a section): it trains the
-# tables at every step, evaluates nothing (no labels in its objective) and takes none of the table remedies.
+# TrainConfig.to_dict() paths pre-training does not apply (a trailing "." covers a section): it trains the tables
+# at every step, evaluates nothing (no labels in its objective) and takes none of the table remedies. The model
+# flags are the fine-tuning model's (they are checked together, e.g. the dense layers end with --embedding_dim);
+# its tables, built from --embedding_dim and the data, are what the pre-training model trains.
 NOT_APPLIED = (
     "freeze_schedule", "pretrained_tables", "auto.", "start_from", "eval_every_n_steps", "eval_batch_size",
     "train_eval_rows", "id_dropout", "optim.table_lr_warmup", "optim.table_lr_decay", "optim.table_lr_final",
@@ -54,10 +56,11 @@ def pretrain_split(data: InteractionData, train_fraction: float, seed: int) -> s
 
 
 def not_applied(cfg: TrainConfig) -> List[str]:
-    """The flags ``cfg`` sets away from their defaults that pre-training would not apply, e.g. ``["--epochs"]``."""
+    """The flags ``cfg`` sets away from their defaults that pre-training would not apply, e.g.
+    ``["--eval_every_n_steps", "--freeze_schedule"]``."""
     now, default = flat_config(cfg.to_dict()), flat_config(TrainConfig().to_dict())
-    applies = lambda path: not any(path == a or (a.endswith(".") and path.startswith(a)) for a in NOT_APPLIED)  # noqa: E731
-    return sorted(f"--{path.split('.')[-1]}" for path, value in now.items() if not applies(path) and value != default[path])
+    refused = lambda path: any(path == a or (a.endswith(".") and path.startswith(a)) for a in NOT_APPLIED)  # noqa: E731
+    return sorted(f"--{path.split('.')[-1]}" for path, value in now.items() if refused(path) and value != default[path])
 
 
 class LossHistory(TrainPart):

@@ -1,6 +1,9 @@
 """Shard a model with TorchRec's planner and build its optimizers (the dlrm_main recipe)."""
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+import contextlib
+import logging
+import warnings
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -72,6 +75,28 @@ def apply_embedding_optimizer(
         apply_optimizer_in_backward(EMBEDDING_OPTIMIZERS[optimizer], params, {"lr": lr})
 
 
+# What TorchRec's planner and DMP say on every launch that a user can do nothing about: we build the topology
+# ourselves (the planner's storage estimate is ours to choose), and DMP's DDP wrapper names a deprecated argument.
+_PLANNER_LOGGERS = ("torchrec.distributed.planner.types", "torchrec.distributed.planner.storage_reservations")
+_LIBRARY_FUTURE_WARNINGS = ("HeuristicalStorageReservation is known", "`broadcast_buffers` is deprecated")
+
+
+@contextlib.contextmanager
+def _quiet_sharding() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in _PLANNER_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            for message in _LIBRARY_FUTURE_WARNINGS:
+                warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def shard_model(
     model: nn.Module,
     env: DistEnv,
@@ -94,17 +119,17 @@ def shard_model(
     if unknown:
         raise ValueError(f"--sharding_types: unknown {unknown}; choose from {ALL_SHARDING_TYPES}")
     constraints = {name: ParameterConstraints(sharding_types=list(sharding_types)) for name in table_names(model)}
-    topology = Topology(world_size=env.world_size, compute_device=env.device.type, local_world_size=env.local_world_size)
-    planner = EmbeddingShardingPlanner(
-        topology=topology,
-        enumerator=OrderedEnumerator(
+    with _quiet_sharding():
+        topology = Topology(
+            world_size=env.world_size, compute_device=env.device.type, local_world_size=env.local_world_size
+        )
+        enumerator = OrderedEnumerator(
             topology=topology, batch_size=BATCH_SIZE, constraints=constraints, sharding_types=sharding_types
-        ),
-        constraints=constraints,
-    )
-    plan = planner.collective_plan(model, pg=torch.distributed.GroupMember.WORLD)
-    wrapper = DefaultDataParallelWrapper(static_graph=static_graph)
-    return DistributedModelParallel(module=model, device=env.device, plan=plan, data_parallel_wrapper=wrapper)
+        )
+        planner = EmbeddingShardingPlanner(topology=topology, enumerator=enumerator, constraints=constraints)
+        plan = planner.collective_plan(model, pg=torch.distributed.GroupMember.WORLD)
+        wrapper = DefaultDataParallelWrapper(static_graph=static_graph)
+        return DistributedModelParallel(module=model, device=env.device, plan=plan, data_parallel_wrapper=wrapper)
 
 
 def build_optimizer(model: DistributedModelParallel, learning_rate: float) -> CombinedOptimizer:

@@ -8,8 +8,8 @@ would reach at best on the same records, keeping what the search deployed:
 
 - ``first judgements free``: a branch cut at a fractional rung (a first judgement,
   ``--rung_fraction`` f after its tables and suffix started) costs what it trained up to
-  the whole epoch before it, as if f were 0 (no f > 0 does better); ``delayed``, cut
-  early too, at E - 1;
+  the whole epoch before it, as if f were 0 (no f > 0 does better); with ``delayed cut
+  early`` as well, ``delayed`` is cut at E - 1;
 - ``delayed cut early``: ``delayed``, when it is not what the search deployed, is cut at
   its first judgement (E - 1 + f) instead of training to its end, as if a comparison
   there had gone against it (no record holds its value there: an oracle bound);

@@ -293,5 +293,5 @@ def test_pretraining_and_training_refuse_each_others_checkpoints():
     with pytest.raises(ValueError, match="--pretrain_train_fraction 0.25: checkpoint runs/p/checkpoints/step_8 .* 0.5"):
         PretrainSpec("out", 0.25).check_checkpoint(pretrained)
     PretrainSpec("elsewhere", 0.5).check_checkpoint(pretrained)  # another output folder continues
-    with pytest.raises(ValueError, match="is a pre-training run's checkpoint; fine-tune from its tables"):
-        TRAIN.check_checkpoint(pretrained)
+    with pytest.raises(ValueError, match="--start_from 'runs/p/.*' is a pre-training run's checkpoint; fine-tune"):
+        TRAIN.check_checkpoint(pretrained, "--start_from")

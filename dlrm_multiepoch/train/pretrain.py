@@ -139,10 +139,10 @@ class PretrainSpec(TrainSpec):
         own = {"pretrain_output": self.output, "pretrain_train_fraction": self.train_fraction}
         return {**cfg.to_dict(), "pretrain": own}
 
-    def check_checkpoint(self, info: CheckpointInfo) -> None:
+    def check_checkpoint(self, info: CheckpointInfo, flag: str = "--resume") -> None:
         saved = info.state["config"].get("pretrain")
         if saved is None:
-            raise ValueError(f"--resume {info.path!r} is a training run's checkpoint, not a pre-training run's")
+            raise ValueError(f"{flag} {info.path!r} is a training run's checkpoint, not a pre-training run's")
         if saved["pretrain_train_fraction"] != self.train_fraction:
             raise ValueError(
                 f"--pretrain_train_fraction {self.train_fraction}: checkpoint {info.path} pre-trained on a "

@@ -74,12 +74,12 @@ class TrainSpec:
         """The settings saved with each checkpoint and compared on resume: ``cfg.to_dict()`` plus this kind's own."""
         return cfg.to_dict()
 
-    def check_checkpoint(self, info: CheckpointInfo) -> None:
-        """Refuse a checkpoint (``--resume``) this kind of run cannot continue: the supervised run's model is not
-        the pre-training one."""
+    def check_checkpoint(self, info: CheckpointInfo, flag: str = "--resume") -> None:
+        """Refuse a checkpoint (given by ``flag``) this kind of run cannot continue: the supervised run's model is
+        not the pre-training one."""
         if "pretrain" in info.state["config"]:
             raise ValueError(
-                f"--resume {info.path!r} is a pre-training run's checkpoint; fine-tune from its tables with "
+                f"{flag} {info.path!r} is a pre-training run's checkpoint; fine-tune from its tables with "
                 "--pretrained_tables instead"
             )
 

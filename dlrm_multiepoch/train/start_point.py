@@ -13,7 +13,7 @@
 
 Example::
 
-    run, resume_from, start_from = open_checked_run(cfg, env, spec, log=print)   # None unless each applies
+    run, resume_from, start_from = open_checked_run(cfg, env.world_size, spec, log=print)   # None unless it applies
     ...  # build the trainer's parts
     start_branch(trainer, start_from, changes)
 """
@@ -70,7 +70,10 @@ def open_checked_run(
     if run.resume_from is not None:
         check_resumable(run.resume_from, cfg, world_size)
         spec.check_checkpoint(run.resume_from)
-    return run, run.resume_from, find_branch_point(cfg, run, world_size, log)
+    start_from = find_branch_point(cfg, run, world_size, log)
+    if start_from is not None:
+        spec.check_checkpoint(start_from, START_FROM)
+    return run, run.resume_from, start_from
 
 
 def find_branch_point(

@@ -112,7 +112,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     log = print if env.is_main else (lambda _: None)
     try:
         data = load_data(cfg, env)
-        log(f"model config for the tables: {dataclasses.asdict(cfg.model)}")
+        log(f"model config for the tables: {cfg.to_dict()['model']}")
         TablePretrainer(data, cfg.model, pretrain, env, log, data_options=cfg.data.cache_options()).train()
         dist.barrier()  # no rank tears the group down while a peer's collective is in flight
     finally:

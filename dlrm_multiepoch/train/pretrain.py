@@ -18,6 +18,7 @@ from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from tqdm import tqdm
 
+from dlrm_multiepoch.config_section import flag_values
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
@@ -190,7 +191,7 @@ class TablePretrainer:
             "train_seconds": seconds,
             "loss": history,
             "config": asdict(cfg),
-            "model": asdict(self.model_cfg),
+            "model": flag_values(self.model_cfg),
             "data": self.data_options,
             "world_size": self.env.world_size,
         }

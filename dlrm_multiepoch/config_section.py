@@ -7,8 +7,7 @@ the section's ``validate()``, into a :func:`parsed` field next to it; builders r
 parsed value. Parsed fields are not flags: :func:`flag_fields` and :func:`flag_values`
 leave them out, so run records hold the flags' text exactly as given. A builder that
 may receive a section nobody validated (built directly, or copied by
-``dataclasses.replace``, which resets parsed fields) reads it through :func:`validated`
-or :func:`parsed_flags`.
+``dataclasses.replace``, which resets parsed fields) reads it through :func:`validated`.
 
 Example::
 
@@ -47,32 +46,15 @@ def flag_values(section: Any) -> Dict[str, Any]:
     return {flag_name(f): getattr(section, f.name) for f in flag_fields(section)}
 
 
-def validated(section: S) -> S:
-    """``section`` with its parsed fields filled: its ``validate()`` runs now unless it already ran
-    (for sections whose ``validate()`` takes no arguments and fills every parsed field with a value
-    other than None: the data section).
+def validated(section: S, parse_only: bool = False) -> S:
+    """``section`` with its parsed fields filled, unless they are: by its ``validate()`` (which takes
+    no arguments and fills every parsed field: the data and model sections), or with ``parse_only``
+    by its ``parse_flags()`` alone, for builders that check the rest themselves (the model's).
 
     Example::
 
         validated(DataConfig(dense_cols="price,age")).dense_col_list   # ("price", "age")
     """
-    if _unparsed(section):
-        section.validate()  # type: ignore[attr-defined]
+    if any(getattr(section, f.name) is None for f in dataclasses.fields(section) if f.metadata.get(_PARSED)):
+        section.parse_flags() if parse_only else section.validate()  # type: ignore[attr-defined]
     return section
-
-
-def parsed_flags(section: S) -> S:
-    """``section`` with its parsed fields filled by its ``parse_flags()`` (the parsing ``validate()``
-    starts with) unless they are: for builders that check the rest themselves (the model's).
-
-    Example::
-
-        parsed_flags(ModelConfig(over_arch_layer_sizes="64,32")).over_arch_sizes   # (64, 32)
-    """
-    if _unparsed(section):
-        section.parse_flags()  # type: ignore[attr-defined]
-    return section
-
-
-def _unparsed(section: Any) -> bool:
-    return any(getattr(section, f.name) is None for f in dataclasses.fields(section) if f.metadata.get(_PARSED))

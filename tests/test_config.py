@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dlrm_multiepoch.config_section import flag_fields, flag_name, parsed_flags, validated
+from dlrm_multiepoch.config_section import flag_fields, flag_name, validated
 from dlrm_multiepoch.data.cache import cache_key
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
@@ -120,11 +120,11 @@ def test_data_and_model_sections_parse_their_text_flags_once():
     # A section nobody validated (built directly, or copied by dataclasses.replace) is validated
     # on first use; one that was is not parsed again.
     copy = dataclasses.replace(model, over_arch_layer_sizes="8")
-    assert copy.over_arch_sizes is None and parsed_flags(copy).over_arch_sizes == (8,)
+    assert copy.over_arch_sizes is None and validated(copy, parse_only=True).over_arch_sizes == (8,)
     copy.over_arch_sizes = (4,)
-    assert parsed_flags(copy).over_arch_sizes == (4,)
+    assert validated(copy, parse_only=True).over_arch_sizes == (4,)
     with pytest.raises(ValueError, match="--task_loss_weights expects finite non-negative numbers, got '1,-1'"):
-        parsed_flags(ModelConfig(task_loss_weights="1,-1"))
+        validated(ModelConfig(task_loss_weights="1,-1"), parse_only=True)
     with pytest.raises(ValueError, match=r"--dense_arch_layer_sizes must end with --embedding_dim \(8\), got '16'"):
         validated(ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16"))
     with pytest.raises(ValueError, match="--dense_cols names a column twice: 'a,a'"):

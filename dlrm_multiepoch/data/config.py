@@ -1,5 +1,5 @@
-"""The data config: which dataset to load and how to encode it (no source imported here);
-``validate()`` fills the parsed fields the sources read."""
+"""The data config: which dataset to load and how to encode it, and the parsed values the
+sources read (no source imported here)."""
 
 import math
 import os

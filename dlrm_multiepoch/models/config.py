@@ -1,10 +1,10 @@
-"""Model architecture config (flags of the same names); ``validate()`` fills the parsed fields the builders read."""
+"""Model architecture config (flags of the same names, and the parsed values builders read)."""
 
 import math
 from dataclasses import dataclass, field
 from typing import Tuple
 
-from dlrm_multiepoch.config_section import parsed, parsed_flags
+from dlrm_multiepoch.config_section import parsed, validated
 from dlrm_multiepoch.names import MODELS, check_name
 
 
@@ -124,7 +124,7 @@ class ModelConfig:
 
 def check_dense_arch(cfg: ModelConfig) -> None:
     """The dense arch's output joins the tables' embeddings: its last size must be ``--embedding_dim``."""
-    if parsed_flags(cfg).dense_arch_sizes[-1] != cfg.embedding_dim:
+    if validated(cfg, parse_only=True).dense_arch_sizes[-1] != cfg.embedding_dim:
         raise ValueError(
             f"--dense_arch_layer_sizes must end with --embedding_dim ({cfg.embedding_dim}), got {cfg.dense_arch_layer_sizes!r}"
         )

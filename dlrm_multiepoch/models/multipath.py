@@ -26,7 +26,7 @@ from torchrec.modules.crossnet import LowRankCrossNet
 from torchrec.modules.mlp import MLP
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from dlrm_multiepoch.config_section import parsed_flags
+from dlrm_multiepoch.config_section import validated
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.gates import GradientGate
@@ -363,7 +363,7 @@ def build_multipath(
         sparse_device: where the tables are created; ``meta`` (default) for
             ``DistributedModelParallel``, a real device to run unsharded.
     """
-    parsed_flags(cfg)
+    validated(cfg, parse_only=True)
     sparse_arch = MultiPathSparseArch(data, cfg.embedding_dim, sparse_device, fused_lookup=cfg.fused_lookup)
     k = max_history_length(data)
     model = MultiPathDLRM(

@@ -117,8 +117,8 @@ def test_data_and_model_sections_parse_their_text_flags_once():
     assert "dense_arch_sizes" not in cfg.to_dict()["model"]
     assert cache_key(data.cache_options()) == "c43033df128d9c2634b8"
     assert cache_key(DataConfig().cache_options()) == "7884a72280a03a91d5ed"
-    # A section nobody validated (built directly, or copied by dataclasses.replace) is validated
-    # on first use; one that was is not parsed again.
+    # A section nobody validated (built directly, or copied by dataclasses.replace) is parsed (the model
+    # builders) or validated (the data side) on first use; one whose values are parsed is not parsed again.
     copy = dataclasses.replace(model, over_arch_layer_sizes="8")
     assert copy.over_arch_sizes is None and validated(copy, parse_only=True).over_arch_sizes == (8,)
     copy.over_arch_sizes = (4,)

@@ -5,7 +5,9 @@ or ``metadata["flag"]`` where the section's name would repeat it: the pipeline
 section's ``name`` is ``--pipeline``). A flag in a small text format is parsed ONCE, by
 the section's ``validate()``, into a :func:`parsed` field next to it; builders read the
 parsed value. Parsed fields are not flags: :func:`flag_fields` and :func:`flag_values`
-leave them out, so run records hold the flags' text exactly as given.
+leave them out, so run records hold the flags' text exactly as given. A builder that
+may receive a section nobody validated (built directly, or copied by
+``dataclasses.replace``, which resets parsed fields) reads it through :func:`validated`.
 
 Example::
 
@@ -18,9 +20,10 @@ Example::
 """
 
 import dataclasses
-from typing import Any, Dict, List
+from typing import Any, Dict, List, TypeVar
 
 _PARSED = "parsed"
+S = TypeVar("S")
 
 
 def parsed() -> Any:
@@ -41,3 +44,17 @@ def flag_name(f: dataclasses.Field) -> str:
 def flag_values(section: Any) -> Dict[str, Any]:
     """``{flag: value}`` of a section instance, parsed fields left out."""
     return {flag_name(f): getattr(section, f.name) for f in flag_fields(section)}
+
+
+def validated(section: S, parse_only: bool = False) -> S:
+    """``section`` with its parsed fields filled, unless they are: by its ``validate()`` (which takes
+    no arguments and fills every parsed field: the data and model sections), or with ``parse_only``
+    by its ``parse_flags()`` alone, for builders that check the rest themselves (the model's).
+
+    Example::
+
+        validated(DataConfig(dense_cols="price,age")).dense_col_list   # ("price", "age")
+    """
+    if any(getattr(section, f.name) is None for f in dataclasses.fields(section) if f.metadata.get(_PARSED)):
+        section.parse_flags() if parse_only else section.validate()  # type: ignore[attr-defined]
+    return section

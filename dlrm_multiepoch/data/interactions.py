@@ -28,9 +28,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from dlrm_multiepoch.data.config import id_fit_splits, min_counts
-from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, POOLINGS
-from dlrm_multiepoch.data.encode import check_fraction, random_split, subsample, time_split, validation_split
+from dlrm_multiepoch.config_section import validated
+from dlrm_multiepoch.data.config import DataConfig, id_fit_splits, min_counts
+from dlrm_multiepoch.data.dataset import HISTORY_FEATURE
+from dlrm_multiepoch.data.encode import random_split, subsample, time_split, validation_split
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import (
     ITEM_FEATURE,
@@ -46,8 +47,6 @@ from dlrm_multiepoch.data.registry import Source, register_source, require_files
 from dlrm_multiepoch.data.scan import FileInput
 from dlrm_multiepoch.data.times import MISSING_TIME, NUMBER, TimeFormat, to_float
 from dlrm_multiepoch.data.vocab import normalize_values
-
-from dlrm_multiepoch.data.config import DataConfig, parse_thresholds, split_list
 
 _SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
 _PARQUET = (".parquet", ".pq")
@@ -172,9 +171,11 @@ def to_bags(values: pa.ChunkedArray, sep: str) -> pa.Array:
 
 
 def interactions_recipe(cfg: "DataConfig", readers: List[TableReader]) -> Recipe:
-    """Check every file's columns and the flags, and describe how rows become the dataset."""
-    categorical, dense_cols = split_list(cfg.categorical_cols), split_list(cfg.dense_cols)
-    multi_hot = split_list(cfg.multi_hot_cols)
+    """Check every file's columns against the flags (validated here unless they were), and describe
+    how rows become the dataset."""
+    validated(cfg)
+    categorical, dense_cols = list(cfg.categorical_col_list), list(cfg.dense_col_list)
+    multi_hot = list(cfg.multi_hot_col_list)
     what = readers[0].what if len(readers) == 1 else f"--data_path {cfg.data_path}"
     used = {"--user_col": [cfg.user_col], "--item_col": [cfg.item_col], "--label_col": [cfg.label_col]}
     used.update({"--timestamp_col": [cfg.timestamp_col]} if cfg.timestamp_col else {})
@@ -190,12 +191,7 @@ def interactions_recipe(cfg: "DataConfig", readers: List[TableReader]) -> Recipe
     both = set(categorical) & set(multi_hot)
     if both:
         raise ValueError(f"--categorical_cols and --multi_hot_cols both name {sorted(both)}")
-    if cfg.multi_hot_pooling not in POOLINGS:
-        raise ValueError(f"--multi_hot_pooling must be one of {', '.join(POOLINGS)}; got {cfg.multi_hot_pooling!r}")
-    if multi_hot and not cfg.multi_hot_sep:
-        raise ValueError("--multi_hot_sep must not be empty")
-    check_fraction(cfg.test_fraction)
-    thresholds = parse_thresholds(cfg.task_thresholds)
+    thresholds = cfg.task_threshold_values
 
     def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
         n_read = len(bad)
@@ -292,8 +288,7 @@ def interaction_file_chunks(cfg: "DataConfig", path: Path, report: Dict[str, Any
     bags, label/time/dense numbers, rows to drop); then ``report`` holds its malformed
     lines and how its timestamps read (one format for the whole file)."""
     reader = TableReader(path, cfg.preprocess_chunk_bytes)
-    categorical, dense_cols = split_list(cfg.categorical_cols), split_list(cfg.dense_cols)
-    multi_hot = split_list(cfg.multi_hot_cols)
+    categorical, dense_cols, multi_hot = validated(cfg).categorical_col_list, cfg.dense_col_list, cfg.multi_hot_col_list
     columns = list(dict.fromkeys([cfg.user_col, cfg.item_col, cfg.label_col, *categorical, *dense_cols, *multi_hot]))
     times = None
     if cfg.timestamp_col:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
+from dlrm_multiepoch.config_section import validated
 from dlrm_multiepoch.data.cache import build_lock, cache_key, file_digests, remove_leftovers
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.dataset import InteractionData
@@ -99,7 +100,7 @@ def load_dataset(cfg: DataConfig, log: Log = print) -> InteractionData:
     per task).
 
     Args:
-        cfg: the data config.
+        cfg: the data config (validated here unless it was).
         log: where log lines go (e.g. a rank-0-only logger).
 
     Example::
@@ -107,7 +108,7 @@ def load_dataset(cfg: DataConfig, log: Log = print) -> InteractionData:
         data = load_dataset(DataConfig(dataset="bookcrossing", history_length=10))
         print(data.tables, len(data.splits["train"]))
     """
-    cfg.validate()
+    validated(cfg)
     cfg.check_paths()
     start = time.perf_counter()
     source = get_source(cfg.dataset)

@@ -1,21 +1,35 @@
-"""Model architecture config (flags of the same names)."""
+"""Model architecture config (flags of the same names, and the parsed values builders read)."""
 
 import math
 from dataclasses import dataclass, field
-from typing import List
+from typing import Tuple
 
+from dlrm_multiepoch.config_section import parsed, validated
 from dlrm_multiepoch.names import MODELS, check_name
 
 
-def int_list(text: str, flag: str) -> List[int]:
-    """Parse ``"64,32"`` into ``[64, 32]``; a bad entry names the flag."""
+def int_list(text: str, flag: str) -> Tuple[int, ...]:
+    """Parse ``"64,32"`` into ``(64, 32)``; a bad entry names the flag."""
     try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise ValueError(f"--{flag} expects comma-separated integers, got {text!r}") from None
     if not sizes or min(sizes) <= 0:
         raise ValueError(f"--{flag} expects positive layer sizes, got {text!r}")
     return sizes
+
+
+def float_list(text: str, flag: str) -> Tuple[float, ...]:
+    """Parse ``"1,0.5"`` into finite non-negative floats; empty text gives ``()``."""
+    if not text.strip():
+        return ()
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--{flag} expects comma-separated numbers, got {text!r}") from None
+    if not all(math.isfinite(v) and v >= 0 for v in values):
+        raise ValueError(f"--{flag} expects finite non-negative numbers, got {text!r}")
+    return values
 
 
 @dataclass
@@ -72,7 +86,11 @@ class ModelConfig:
             "and a sharded table's in-backward optimizer then steps once per lookup"
         },
     )
-
+    # Parsed by validate() from the flags above.
+    dense_arch_sizes: Tuple[int, ...] = parsed()  # --dense_arch_layer_sizes
+    over_arch_sizes: Tuple[int, ...] = parsed()  # --over_arch_layer_sizes (the task head is appended)
+    sequence_head_sizes: Tuple[int, ...] = parsed()  # --sequence_head_layer_sizes
+    task_loss_weight_values: Tuple[float, ...] = parsed()  # --task_loss_weights; (): 1 per task
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the flag and the expected value; needs no data."""
@@ -82,14 +100,8 @@ class ModelConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be a positive integer, got {getattr(self, name)}")
-        dense = int_list(self.dense_arch_layer_sizes, "dense_arch_layer_sizes")
-        if dense[-1] != self.embedding_dim:
-            raise ValueError(
-                f"--dense_arch_layer_sizes must end with --embedding_dim ({self.embedding_dim}), "
-                f"got {self.dense_arch_layer_sizes!r}"
-            )
-        int_list(self.over_arch_layer_sizes, "over_arch_layer_sizes")
-        int_list(self.sequence_head_layer_sizes, "sequence_head_layer_sizes")
+        self.parse_flags()
+        check_dense_arch(self)
         if self.model == "multipath" and self.embedding_dim % self.transformer_heads:
             raise ValueError(
                 f"--transformer_heads ({self.transformer_heads}) must divide --embedding_dim ({self.embedding_dim})"
@@ -100,20 +112,19 @@ class ModelConfig:
                 raise ValueError(f"--{name} must be a finite number >= 0, got {value}")
         if not (math.isfinite(self.contrastive_temperature) and self.contrastive_temperature > 0):
             raise ValueError(f"--contrastive_temperature must be a finite number > 0, got {self.contrastive_temperature}")
-        if self.task_loss_weights.strip():  # the count is checked against the tasks once the data is loaded
-            weights = float_list(self.task_loss_weights, "task_loss_weights", len(self.task_loss_weights.split(",")))
-            if not all(math.isfinite(w) for w in weights):
-                raise ValueError(f"--task_loss_weights expects finite numbers, got {self.task_loss_weights!r}")
+
+    def parse_flags(self) -> None:
+        """Parse the text flags into the parsed fields (``validate()`` does, first); a bad one names its flag."""
+        self.dense_arch_sizes = int_list(self.dense_arch_layer_sizes, "dense_arch_layer_sizes")
+        self.over_arch_sizes = int_list(self.over_arch_layer_sizes, "over_arch_layer_sizes")
+        self.sequence_head_sizes = int_list(self.sequence_head_layer_sizes, "sequence_head_layer_sizes")
+        # The count is checked against the tasks once the data is loaded (MultiPathLoss).
+        self.task_loss_weight_values = float_list(self.task_loss_weights, "task_loss_weights")
 
 
-def float_list(text: str, flag: str, count: int) -> List[float]:
-    """Parse ``"1,0.5"`` into ``count`` non-negative floats; empty text gives ``[1.0] * count``."""
-    if not text.strip():
-        return [1.0] * count
-    try:
-        values = [float(x) for x in text.split(",")]
-    except ValueError:
-        raise ValueError(f"--{flag} expects comma-separated numbers, got {text!r}") from None
-    if len(values) != count or min(values) < 0:
-        raise ValueError(f"--{flag} expects {count} non-negative numbers (one per task), got {text!r}")
-    return values
+def check_dense_arch(cfg: ModelConfig) -> None:
+    """The dense arch's output joins the tables' embeddings: its last size must be ``--embedding_dim``."""
+    if validated(cfg, parse_only=True).dense_arch_sizes[-1] != cfg.embedding_dim:
+        raise ValueError(
+            f"--dense_arch_layer_sizes must end with --embedding_dim ({cfg.embedding_dim}), got {cfg.dense_arch_layer_sizes!r}"
+        )

@@ -9,9 +9,10 @@ from torchrec.models.dlrm import DLRM, DLRM_DCN
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+from dlrm_multiepoch.config_section import validated
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData, TableSpec
-from dlrm_multiepoch.models.config import ModelConfig, int_list
+from dlrm_multiepoch.models.config import ModelConfig, check_dense_arch
 
 
 def embedding_bag_configs(tables: Sequence[TableSpec], embedding_dim: int) -> List[EmbeddingBagConfig]:
@@ -91,24 +92,19 @@ def build_dlrm(data: InteractionData, cfg: ModelConfig, dense_device: torch.devi
 
     Args:
         data: provides tables, dense width and tasks.
-        cfg: architecture.
+        cfg: architecture (its text flags parsed here unless they were).
         dense_device: where the dense arch lives (the tables are materialised by
             ``DistributedModelParallel`` on their shards' devices).
     """
-    dense_sizes = int_list(cfg.dense_arch_layer_sizes, "dense_arch_layer_sizes")
-    if dense_sizes[-1] != cfg.embedding_dim:
-        raise ValueError(
-            f"--dense_arch_layer_sizes must end with --embedding_dim ({cfg.embedding_dim}), got {cfg.dense_arch_layer_sizes!r}"
-        )
-    over_sizes = int_list(cfg.over_arch_layer_sizes, "over_arch_layer_sizes") + [len(data.tasks)]
+    check_dense_arch(validated(cfg, parse_only=True))
     ebc = EmbeddingBagCollection(
         tables=embedding_bag_configs(data.tables, cfg.embedding_dim), device=torch.device("meta")
     )
     common = dict(
         embedding_bag_collection=ebc,
         dense_in_features=len(data.dense_names),
-        dense_arch_layer_sizes=dense_sizes,
-        over_arch_layer_sizes=over_sizes,
+        dense_arch_layer_sizes=list(cfg.dense_arch_sizes),
+        over_arch_layer_sizes=[*cfg.over_arch_sizes, len(data.tasks)],
         dense_device=dense_device,
     )
     if cfg.model == "dlrm":

@@ -26,10 +26,11 @@ from torchrec.modules.crossnet import LowRankCrossNet
 from torchrec.modules.mlp import MLP
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from dlrm_multiepoch.config_section import validated
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.gates import GradientGate
-from dlrm_multiepoch.models.config import ModelConfig, float_list, int_list
+from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.models.losses import in_batch_info_nce, pairwise_ranking_loss, weighted_bce
 from dlrm_multiepoch.models.multipath_tables import EmbeddingViews, MultiPathSparseArch, max_history_length
@@ -294,7 +295,7 @@ class MultiPathLoss(nn.Module):
         if clash:
             raise ValueError(f"task names {clash} clash with the multipath loss names {list(AUX_LOSSES)}")
         if len(task_weights) != len(tasks):
-            raise ValueError(f"{len(task_weights)} task loss weights for {len(tasks)} tasks {list(tasks)}")
+            raise ValueError(f"--task_loss_weights: {len(task_weights)} weights for {len(tasks)} tasks {list(tasks)}")
         for name, w in (("pairwise_loss_weight", pairwise_weight), ("contrastive_loss_weight", contrastive_weight)):
             if w < 0:
                 raise ValueError(f"--{name} must be >= 0, got {w}")
@@ -357,31 +358,32 @@ def build_multipath(
 
     Args:
         data: provides tables, dense width, tasks and the history length.
-        cfg: sizes and loss weights.
+        cfg: sizes and loss weights (its text flags parsed here unless they were).
         dense_device: where the non-table weights live.
         sparse_device: where the tables are created; ``meta`` (default) for
             ``DistributedModelParallel``, a real device to run unsharded.
     """
+    validated(cfg, parse_only=True)
     sparse_arch = MultiPathSparseArch(data, cfg.embedding_dim, sparse_device, fused_lookup=cfg.fused_lookup)
     k = max_history_length(data)
     model = MultiPathDLRM(
         sparse_arch,
         dense_in_features=len(data.dense_names),
-        dense_arch_layer_sizes=int_list(cfg.dense_arch_layer_sizes, "dense_arch_layer_sizes"),
-        cross_layer_sizes=int_list(cfg.over_arch_layer_sizes, "over_arch_layer_sizes"),
+        dense_arch_layer_sizes=cfg.dense_arch_sizes,
+        cross_layer_sizes=cfg.over_arch_sizes,
         dcn_num_layers=cfg.dcn_num_layers,
         dcn_low_rank_dim=cfg.dcn_low_rank_dim,
         max_history_length=k,
         transformer_layers=cfg.transformer_layers,
         transformer_heads=cfg.transformer_heads,
         transformer_ff_dim=cfg.transformer_ff_dim,
-        sequence_head_layer_sizes=int_list(cfg.sequence_head_layer_sizes, "sequence_head_layer_sizes"),
+        sequence_head_layer_sizes=cfg.sequence_head_sizes,
         num_tasks=len(data.tasks),
         dense_device=dense_device,
     )
     loss = MultiPathLoss(
         data.tasks,
-        float_list(cfg.task_loss_weights, "task_loss_weights", len(data.tasks)),
+        cfg.task_loss_weight_values or (1.0,) * len(data.tasks),  # MultiPathLoss checks the count
         cfg.pairwise_loss_weight,
         cfg.contrastive_loss_weight,
         NextItemContrastive(cfg.embedding_dim, cfg.contrastive_temperature, dense_device),

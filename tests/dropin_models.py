@@ -23,6 +23,11 @@ all-to-all, and its ``detach()`` leaves a row-wise FP-EBC marked pipelined, whos
 forward then fails ("doesn't have weights"). ``SemiSyncTrainPipeline`` does it in every
 cell but the managed-collision one (where the eval forward itself moves the remapper).
 
+:data:`TEST_MODEL_SPECS` runs two of these models on the app's data instead (a
+``TrainSpec`` building them for the dataset's tables, behind :class:`ModelInputTrain`,
+the thin adapter from the app's ``Batch`` to TorchRec's ``ModelInput``), for the app's
+Trainer and README's parts loop alike.
+
 Row-wise sharding does run on CPU: TorchRec's planner never proposes it there (the EBC
 sharder lists row-wise for CUDA only), but an explicit ``row_wise()`` plan shards and
 trains.
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from fbgemm_gpu.split_embedding_configs import EmbOptimType
 from torch import nn
 from torchrec.datasets.random import RandomRecDataset
@@ -55,7 +61,12 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
+from dlrm_multiepoch.data.batch import Batch
+from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.models.dlrm import ModelOutput, embedding_bag_configs
 from dlrm_multiepoch.tables import embedding_modules
+from dlrm_multiepoch.train.spec import TrainSpec
 from tests.sharding_helpers import copy_into_shards
 
 ROWS, DIM, BATCH, STEPS_PER_EPOCH = 40, 8, 8, 2
@@ -248,3 +259,89 @@ def dense_optimizer(dmp: nn.Module) -> KeyedOptimizerWrapper:
     return KeyedOptimizerWrapper(
         dict(in_backward_optimizer_filter(dmp.named_parameters())), lambda params: torch.optim.Adam(params, lr=1e-2)
     )
+
+
+class ModelInputTrain(nn.Module):
+    """One of TorchRec's test models behind the contract of the app's models: ``forward(Batch) -> (loss, ModelOutput)``.
+
+    Why it exists: TorchRec's test models take their own ``ModelInput`` (one label, no
+    sample weights) and return ``(loss, pred)`` in training but a bare ``pred`` in eval,
+    while the app's loaders yield :class:`~dlrm_multiepoch.data.batch.Batch` and the
+    Trainer, the evaluation (``BinaryMetrics``) and ``SkipNonFiniteBatches`` read
+    ``(loss, ModelOutput)``. A user's own model that already returns ``(loss, output)``
+    from its batch needs no such adapter. The ``ModelInput`` holds the batch's own
+    tensors (no copy, no op on them), so TorchRec's tracer still finds each sharded
+    module's input in the batch (``batch.sparse_features``) and pipelines its lookup.
+    ``pred`` is the model's logit (its loss is ``binary_cross_entropy_with_logits(pred,
+    label)``); its loss counts weight-0 padding rows, which the app's models leave out.
+
+    Args:
+        model: a model ``forward(ModelInput)`` as ``TestSparseNN`` (one prediction per sample).
+        task: the ``Batch`` label it is trained on.
+
+    Example::
+
+        train_model = ModelInputTrain(TestSparseNN(tables, num_float_features=4), "like")
+        loss, out = train_model(batch)
+    """
+
+    def __init__(self, model: nn.Module, task: str) -> None:
+        super().__init__()
+        self.model, self.task = model, task
+
+    def forward(self, batch: Batch) -> Tuple[torch.Tensor, ModelOutput]:
+        label = batch.labels[self.task]
+        result = self.model(ModelInput(batch.dense_features, batch.sparse_features, None, label))
+        # In eval the model returns its prediction only: the same loss, for the output's record.
+        loss, pred = result if self.training else (F.binary_cross_entropy_with_logits(result, label), result)
+        detached = loss.detach()
+        out = ModelOutput(detached, {self.task: detached}, pred.detach()[:, None], label[:, None], batch.weights)
+        return loss, out
+
+
+class TorchRecTestModelSpec(TrainSpec):
+    """The app's supervised run on one of TorchRec's test models, built for the dataset's tables.
+
+    Args:
+        name: the model's name (run names, the console).
+        build: ``(table configs, dense width, dense device) -> model`` taking ``ModelInput``, its tables on
+            the meta device.
+
+    Example::
+
+        spec = TorchRecTestModelSpec("sparse_nn", lambda tables, dense, device: TestSparseNN(tables, dense, ...))
+        Trainer(cfg, env, data=data, spec=spec).train()
+    """
+
+    def __init__(self, name: str, build: Callable[[List[EmbeddingBagConfig], int, torch.device], nn.Module]) -> None:
+        self.name, self.build = name, build
+
+    def label(self, cfg: Any) -> str:
+        return self.name
+
+    def build_model(self, data: InteractionData, cfg: ModelConfig, device: torch.device) -> nn.Module:
+        if len(data.tasks) != 1:
+            raise ValueError(f"{self.name} predicts one label; dataset {data.name!r} has tasks {data.tasks}")
+        tables = embedding_bag_configs(data.tables, cfg.embedding_dim)
+        return ModelInputTrain(self.build(tables, len(data.dense_names), device), data.tasks[0])
+
+
+def _sparse_nn_for(tables: List[EmbeddingBagConfig], dense: int, device: torch.device) -> nn.Module:
+    return TestSparseNN(tables, dense, dense_device=device, sparse_device=torch.device("meta"))
+
+
+def _mixed_for(tables: List[EmbeddingBagConfig], dense: int, device: torch.device) -> nn.Module:
+    """``TestMixedEmbeddingSparseArch`` with the first table pooled (EBC) and the others sequence tables (EC)."""
+    sequence = [
+        EmbeddingConfig(name=t.name, embedding_dim=t.embedding_dim, num_embeddings=t.num_embeddings, feature_names=t.feature_names)
+        for t in tables[1:]
+    ]  # fmt: skip
+    meta = torch.device("meta")
+    return TestMixedEmbeddingSparseArch(tables[:1] + sequence, dense, dense_device=device, sparse_device=meta, device=meta)
+
+
+TEST_MODEL_SPECS: Dict[str, TorchRecTestModelSpec] = {
+    "sparse_nn": TorchRecTestModelSpec("sparse_nn", _sparse_nn_for),
+    "mixed_ebc_ec": TorchRecTestModelSpec("mixed_ebc_ec", _mixed_for),
+}
+"""TorchRec test models the app's Trainer and README's parts loop train on the app's data (``test_dropin.py``)."""

@@ -19,7 +19,12 @@ does). One spawn covers many cells; each rank checks its own shards.
 
 README's second drop-in block (the remedies and the automatic schedule in a user's loop,
 with the user's validation) gives bitwise the app ``Trainer``'s per-step losses, weights
-and decisions with the matching flags, on the app's model and a MovieLens sample.
+and automatic decisions (a frozen->joint transition among them) with the matching flags,
+on TorchRec's ``TestSparseNN`` and ``TestMixedEmbeddingSparseArch`` (EBC + EC) trained on
+a synthetic one-task dataset: the Trainer runs them through a ``TrainSpec``
+(``tests/dropin_models.py``'s ``TEST_MODEL_SPECS``), the README block on the same spec's
+model from ``build_sharded_model``; both pipelines overlap every sharded lookup. The app's
+own DLRM goes through the same Trainer and parts in the Trainer's tests.
 """
 
 import re
@@ -40,12 +45,13 @@ from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline, embedding_modules
 from dlrm_multiepoch.data.config import DataConfig
+from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.train.build import build_loaders, build_sharded_model
 from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
-from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, dense_optimizer, shard
+from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, TEST_MODEL_SPECS, dense_optimizer, shard
 from tests.freeze_helpers import changed
 from tests.multiprocess import run_on_ranks
 from tests.resume_helpers import assert_bitwise_equal
@@ -277,39 +283,48 @@ def _record_losses(model) -> List[torch.Tensor]:
 
 
 def _parts_loop_equals_trainer(rank: int, world_size: int, tmp: str) -> None:
+    """Per TorchRec test model: the app's Trainer, then README's parts loop from the same seed, on the same data."""
     env = init_distributed()
+    # 8 steps per epoch of 256 rows (128 per rank), no padding: TorchRec's test models' loss counts padding rows.
+    tables = {"user": 200, "item": 300, "age": 8}
+    data = synthetic_data(3200, tables, tasks=("like",), test_fraction=0.2, val_fraction=0.2)
     remedies = OptimConfig(
         learning_rate=0.03, embedding_learning_rate=0.5, table_lr_warmup="0.5", table_lr_decay="cosine",
         table_lr_final=0.1, falr="log", reinit="tables@1", grad_accum_steps=2,
     )  # fmt: skip
-    cfg = TrainConfig.from_flags(
-        data=DataConfig(dataset="movielens", max_rows=3000, val_fraction=0.2),
-        model=ModelConfig(embedding_dim=8, dense_arch_layer_sizes="16,8", over_arch_layer_sizes="16"),
-        optim=remedies, tensorboard_dir=tmp, run_name="app", epochs=2, batch_size=256, eval_batch_size=1024,
-        train_eval_rows=0, progress_bar=False, sharding_types="table_wise", freeze_schedule="auto",
-        pipeline="semi_sync", skip_nonfinite_batches=True, id_dropout="0.1", checkpoint=False,
-    )  # fmt: skip
-    app = Trainer(cfg, env)
-    app_losses = _record_losses(app.model)
-    app.train()
+    for name, spec in TEST_MODEL_SPECS.items():
+        # data: the record of `data` (handed to the Trainer, not loaded); of the model flags the spec reads only
+        # embedding_dim, but validation holds the app's layer sizes to it.
+        cfg = TrainConfig.from_flags(
+            data=DataConfig(val_fraction=0.2), model=ModelConfig(embedding_dim=8, dense_arch_layer_sizes="8"),
+            optim=remedies, tensorboard_dir=tmp, run_name=name, epochs=2, batch_size=256, eval_batch_size=1024,
+            train_eval_rows=0, progress_bar=False, sharding_types="table_wise", freeze_schedule="auto",
+            pipeline="semi_sync", skip_nonfinite_batches=True, id_dropout="0.1", checkpoint=False,
+        )  # fmt: skip
+        app = Trainer(cfg, env, data=data, spec=spec)
+        assert app.steps_per_epoch == 8, name
+        app_losses = _record_losses(app.model)
+        app.train()
 
-    data = app.data
-    loader, eval_loaders = build_loaders(cfg, data, env)
-    torch.manual_seed(cfg.seed)
-    model, optimizer, _ = build_sharded_model(cfg, data, env, fresh=True, log=lambda _: None)
-    losses = _record_losses(model)
-    namespace = dict(
-        model=model, optimizer=optimizer, loader=loader, val_loader=eval_loaders["val"], tasks=data.tasks,
-        epochs=cfg.epochs, device=env.device, rank=rank, checkpoint_dir=f"{tmp}/user",
-        id_dropout={f: 0.1 for t in data.tables for f in t.feature_names},
-    )  # fmt: skip
-    exec(readme_loop(_PARTS_MARKER), namespace)
-    decisions = [d.to_dict() for d in namespace["freeze"].decisions]
-    assert decisions == [d.to_dict() for d in app.freeze.decisions]
-    assert any(d["transition"] for d in decisions), decisions  # the schedule did act
-    assert len(losses) == len(app_losses) == namespace["step"]
-    assert all(torch.equal(a, b) for a, b in zip(losses, app_losses))
-    assert_bitwise_equal(model.state_dict(), app.model.state_dict(), "user loop vs Trainer: final weights")
+        loader, eval_loaders = build_loaders(cfg, data, env)
+        torch.manual_seed(cfg.seed)
+        model, optimizer, _ = build_sharded_model(cfg, data, env, fresh=True, log=lambda _: None, spec=spec)
+        losses = _record_losses(model)
+        namespace = dict(
+            model=model, optimizer=optimizer, loader=loader, val_loader=eval_loaders["val"], tasks=data.tasks,
+            epochs=cfg.epochs, device=env.device, rank=rank, checkpoint_dir=f"{tmp}/{name}-user",
+            id_dropout={f: 0.1 for t in data.tables for f in t.feature_names},
+        )  # fmt: skip
+        exec(readme_loop(_PARTS_MARKER), namespace)
+        decisions = [d.to_dict() for d in namespace["freeze"].decisions]
+        assert decisions == [d.to_dict() for d in app.freeze.decisions], name
+        assert any(d["transition"] for d in decisions), (name, decisions)  # the schedule did act
+        assert len(losses) == len(app_losses) == namespace["step"] == 16, name
+        assert all(torch.equal(a, b) for a, b in zip(losses, app_losses)), name
+        assert_bitwise_equal(model.state_dict(), app.model.state_dict(), f"{name}: user loop vs Trainer: final weights")
+        # Every sharded lookup overlaps through the adapter, in both loops.
+        overlapping = [sorted(m.forward.name for m in p._early) for p in (app.pipeline, namespace["pipeline"])]
+        assert overlapping[0] == overlapping[1] == sorted(m.path for m in embedding_modules(model)), (name, overlapping)
 
 
 def test_readme_parts_loop_gives_the_trainers_results_bitwise(tmp_path):

@@ -113,7 +113,9 @@ def shard_model(
             no fused optimizer and train them with the dense optimizer at the dense LR.
         static_graph: TorchRec's default DDP setting for the dense part. Gradient
             accumulation needs False: a static-graph DDP cannot skip its all-reduce
-            (``no_sync``) from the first iteration on.
+            (``no_sync``) from the first iteration on. A static graph tolerates dense
+            parameters the loss never uses (TorchRec's ``TestSparseNN`` has one); without
+            it DDP must look for them (``find_unused_parameters``), or its second step fails.
     """
     unknown = sorted(set(sharding_types) - set(ALL_SHARDING_TYPES))
     if unknown:
@@ -128,7 +130,7 @@ def shard_model(
         )
         planner = EmbeddingShardingPlanner(topology=topology, enumerator=enumerator, constraints=constraints)
         plan = planner.collective_plan(model, pg=torch.distributed.GroupMember.WORLD)
-        wrapper = DefaultDataParallelWrapper(static_graph=static_graph)
+        wrapper = DefaultDataParallelWrapper(static_graph=static_graph, find_unused_parameters=not static_graph)
         return DistributedModelParallel(module=model, device=env.device, plan=plan, data_parallel_wrapper=wrapper)
 
 

@@ -91,6 +91,8 @@ class PretrainSpec(TrainSpec):
     with a ``pretrain.json`` beside them (the data options that decided the encoding, so a
     fine-tuning run with other ones is told which).
 
+    One instance per run: it holds the run's loss history (checkpointed with the run).
+
     Args:
         output: checkpoint folder the tables are saved to (``--pretrain_output``).
         train_fraction: without a ``pretrain`` split, the fraction of ``train`` pre-trained on.

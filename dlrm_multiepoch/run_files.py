@@ -30,7 +30,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.train.json_io import read_json
 
@@ -292,6 +292,16 @@ def flat_config(config: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
         else:
             out[prefix + key] = value
     return out
+
+
+def path_matches(path: str, patterns: Sequence[str]) -> bool:
+    """Whether the dotted config ``path`` is one of ``patterns``, a pattern ending in "." covering a whole section.
+
+    Example::
+
+        path_matches("auto.auto_patience", ("epochs", "auto."))   # True
+    """
+    return any(path == p or (p.endswith(".") and path.startswith(p)) for p in patterns)
 
 
 def recorded_config(run_dir: str) -> Tuple[Optional[Dict[str, Any]], str]:

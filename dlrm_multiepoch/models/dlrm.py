@@ -9,7 +9,6 @@ from torchrec.models.dlrm import DLRM, DLRM_DCN
 from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-from dlrm_multiepoch.config_section import validated
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData, TableSpec
 from dlrm_multiepoch.models.config import ModelConfig, check_dense_arch
@@ -96,7 +95,7 @@ def build_dlrm(data: InteractionData, cfg: ModelConfig, dense_device: torch.devi
         dense_device: where the dense arch lives (the tables are materialised by
             ``DistributedModelParallel`` on their shards' devices).
     """
-    check_dense_arch(validated(cfg, parse_only=True))
+    check_dense_arch(cfg)  # parses the text flags unless validate() did
     ebc = EmbeddingBagCollection(
         tables=embedding_bag_configs(data.tables, cfg.embedding_dim), device=torch.device("meta")
     )

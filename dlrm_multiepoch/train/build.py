@@ -9,7 +9,6 @@ validator.
 
 from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
 
-import numpy as np
 from torchrec.distributed import DistributedModelParallel
 from torchrec.optim.keyed import CombinedOptimizer
 
@@ -39,39 +38,19 @@ from dlrm_multiepoch.train.spec import TRAIN, TrainSpec, evaluated_splits
 from dlrm_multiepoch.train.validator import Decisions, Validator
 
 
-def load_data(cfg: TrainConfig, env: DistEnv) -> InteractionData:
-    """Load the dataset on every rank (the cache's file lock lets one rank build it)."""
-    data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
-    add_train_sample(data, cfg)
-    return data
-
-
 def prepare_data(
     cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData], spec: TrainSpec = TRAIN
 ) -> Tuple[InteractionData, str]:
-    """``data`` (default: ``--dataset`` loaded) with its train sample and what ``spec`` adds, checked for what the
-    run needs; and the name of the split it trains on."""
+    """``data`` (default: ``--dataset`` loaded on every rank; the cache's file lock lets one rank build it) with
+    what ``spec`` adds (the supervised run: its train sample), checked for what the run needs; and the name of
+    the split it trains on."""
     if data is None:
-        data = load_data(cfg, env)
-    else:
-        add_train_sample(data, cfg)
+        data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
     train_split = spec.prepare(data, cfg)
     check_splits(data, train_split, spec.evaluated_splits(data))
     if cfg.freeze.is_auto and VAL not in data.splits:
         raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {data.name!r} has none")
     return data, train_split
-
-
-def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
-    """A fixed train sample, evaluated like the test split, shows memorisation (none with --train_eval_rows 0).
-
-    Drawn without a permutation of all rows: memory stays flat as the split grows.
-    """
-    if cfg.metrics.train_eval_rows:
-        train = data.splits["train"]
-        size = min(cfg.metrics.train_eval_rows, len(train))
-        rows = np.random.default_rng(cfg.seed).choice(len(train), size=size, replace=False)
-        data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
 
 
 def build_loader(

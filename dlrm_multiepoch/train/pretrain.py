@@ -17,7 +17,7 @@ from torch import nn
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.pretrain import build_pretrain_model
-from dlrm_multiepoch.run_files import flat_config
+from dlrm_multiepoch.run_files import flat_config, path_matches
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.json_io import write_json
@@ -59,8 +59,9 @@ def not_applied(cfg: TrainConfig) -> List[str]:
     """The flags ``cfg`` sets away from their defaults that pre-training would not apply, e.g.
     ``["--eval_every_n_steps", "--freeze_schedule"]``."""
     now, default = flat_config(cfg.to_dict()), flat_config(TrainConfig().to_dict())
-    refused = lambda path: any(path == a or (a.endswith(".") and path.startswith(a)) for a in NOT_APPLIED)  # noqa: E731
-    return sorted(f"--{path.split('.')[-1]}" for path, value in now.items() if refused(path) and value != default[path])
+    return sorted(
+        f"--{path.split('.')[-1]}" for path, value in now.items() if path_matches(path, NOT_APPLIED) and value != default[path]
+    )
 
 
 class LossHistory(TrainPart):

@@ -9,6 +9,7 @@ pre-trains the tables with a self-supervised loss.
 
 from typing import TYPE_CHECKING, Any, Dict, List
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -34,6 +35,18 @@ def evaluated_splits(data: InteractionData) -> List[str]:
     return ordered + [s for s in data.splits if s not in NOT_EVALUATED and s not in ordered]
 
 
+def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
+    """A fixed train sample, evaluated like the test split, shows memorisation (none with --train_eval_rows 0).
+
+    Drawn without a permutation of all rows: memory stays flat as the split grows.
+    """
+    if cfg.metrics.train_eval_rows:
+        train = data.splits["train"]
+        size = min(cfg.metrics.train_eval_rows, len(train))
+        rows = np.random.default_rng(cfg.seed).choice(len(train), size=size, replace=False)
+        data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+
+
 class TrainSpec:
     """The supervised run of ``apps/train.py``: ``--model``'s module on the ``train`` split, every labelled split
     evaluated. Subclass it and override what another kind of run changes.
@@ -55,7 +68,8 @@ class TrainSpec:
         """Refuse settings this kind of run cannot apply, naming the flag (the supervised run applies all)."""
 
     def prepare(self, data: InteractionData, cfg: TrainConfig) -> str:
-        """Add what the run needs to ``data``; return the name of the split it trains on."""
+        """Add what the run needs to ``data`` (here: the train sample it evaluates); return the split it trains on."""
+        add_train_sample(data, cfg)
         return "train"
 
     def build_model(self, data: InteractionData, cfg: ModelConfig, device: torch.device) -> nn.Module:

@@ -32,7 +32,7 @@ from dlrm_multiepoch.train.checkpoint import (
     table_sharding,
     verify_checkpoint,
 )
-from dlrm_multiepoch.run_files import flat_config
+from dlrm_multiepoch.run_files import flat_config, path_matches
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
 from dlrm_multiepoch.train.spec import TrainSpec
@@ -121,7 +121,7 @@ def check_branch(info: CheckpointInfo, cfg: TrainConfig, steps_per_epoch: int, t
     where = f"{START_FROM} {info.path!r}"
     flat_parent, flat_now = flat_config(parent), flat_config(now)
     for key in sorted(set(flat_parent) | set(flat_now)):
-        if key in SUFFIX_FIELDS or any(key.startswith(p) for p in SUFFIX_FIELDS if p.endswith(".")):
+        if path_matches(key, SUFFIX_FIELDS):
             continue
         if flat_parent.get(key) != flat_now.get(key):
             flag = "--" + key.split(".")[-1]

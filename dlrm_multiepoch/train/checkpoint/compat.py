@@ -86,8 +86,6 @@ def check_compatible(
     ]
 
 
-
-
 def table_sharding(plan: Any) -> Dict[str, Dict[str, Any]]:
     """Each table's sharding in a ``DistributedModelParallel``'s ``plan``: its type and column split.
 

@@ -93,9 +93,15 @@ class TrainPart:
         """A checkpoint was loaded: continue at ``position`` (its step and what it holds)."""
 
 
+def overrides(part: TrainPart, hook: str) -> bool:
+    """Whether ``part`` does something at ``hook`` (its class overrides :class:`TrainPart`'s no-op)."""
+    return getattr(type(part), hook) is not getattr(TrainPart, hook)
+
+
 class TrainParts(TrainPart):
     """Several parts as one: each hook calls the parts in order (``epoch_batches`` chains them,
-    ``step_context`` nests them, the first part's context outermost).
+    ``step_context`` nests them, the first part's context outermost). The per-step hooks call only
+    the parts that override them: a run's no-op parts cost its steps nothing.
 
     Args:
         parts: the parts, in the order their hooks run.
@@ -110,6 +116,8 @@ class TrainParts(TrainPart):
 
     def __init__(self, parts: Sequence[TrainPart]) -> None:
         self.parts: List[TrainPart] = list(parts)
+        self._step_contexts = [p for p in self.parts if overrides(p, "step_context")]
+        self._after_steps = [p for p in self.parts if overrides(p, "after_step")]
 
     def checkpoint_parts(self) -> Dict[str, Stateful]:
         named: Dict[str, Stateful] = {}
@@ -134,13 +142,17 @@ class TrainParts(TrainPart):
         return batches
 
     def step_context(self, step: int, last_of_epoch: bool) -> ContextManager:
+        if not self._step_contexts:
+            return contextlib.nullcontext()
+        if len(self._step_contexts) == 1:
+            return self._step_contexts[0].step_context(step, last_of_epoch)
         stack = contextlib.ExitStack()
-        for part in self.parts:
+        for part in self._step_contexts:
             stack.enter_context(part.step_context(step, last_of_epoch))
         return stack
 
     def after_step(self, step: int) -> None:
-        for part in self.parts:
+        for part in self._after_steps:
             part.after_step(step)
 
     def after_window(self, losses: Sequence[torch.Tensor], step: int, log: WindowLog) -> None:

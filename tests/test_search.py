@@ -34,13 +34,18 @@ def test_the_tree_holds_every_fixed_preset_and_auto_with_their_shared_prefixes()
     ]  # fmt: skip
     assert by["joint"].epochs == 4 and by["delayed"].epochs == 3
     # Judged once its tables (from their initial values) and its own suffix have trained a whole epoch,
-    # or a fraction of one; reinit's tables start again after epoch 1.
+    # or a fraction of one; reinit's tables start again after epochs 1 and 2: the last ones are those it deploys.
     assert {c.name: c.judged_from() for c in tree} == {
-        "joint": 1, "delayed": 3, "auto": 2, "early": 2, "reinit": 2, "window@1": 2,
+        "joint": 1, "delayed": 3, "auto": 2, "early": 2, "reinit": 3, "window@1": 2,
     }  # fmt: skip
     assert {c.name: round(c.judged_from(0.3), 9) for c in tree} == {
-        "joint": 0.3, "delayed": 2.3, "auto": 1.3, "early": 1.3, "reinit": 1.3, "window@1": 1.3,
+        "joint": 0.3, "delayed": 2.3, "auto": 1.3, "early": 1.3, "reinit": 2.3, "window@1": 1.3,
     }  # fmt: skip
+    # Before that, from a fraction after its first tables started, it is ranked as a reference.
+    assert {c.name: round(c.ranked_from(0.3), 9) for c in tree if c.ranked_from(0.3) != c.judged_from(0.3)} == {
+        "reinit": 1.3
+    }
+    assert [by["reinit"].tables_start(p) for p in (1.3, 2, 2.3, 3)] == [1, 1, 2, 2]
     assert [round(p, 9) for p in rung_points(tree, 0.3)] == [0.3, 1, 1.3, 2, 2.3, 3]
     assert sweep_epochs(tree) == 4 + 3 * 5
     four = candidate_tree(4)
@@ -168,11 +173,11 @@ def test_a_fractional_rung_ranks_each_branch_within_its_cohort_of_equally_young_
     assert [c.name for c in compared_at(1.3, tree, f)] == ["joint", "early", "reinit", "window@1"]
     # At 1.3 epochs the young tables (reinit, window@1) are both below joint and early: ranked together
     # they would both go; within cohorts, the best of each goes on.
-    at = {"joint": -0.886, "early": -0.884, "reinit": -0.905, "window@1": -0.889}
+    at = {"joint": -0.886, "early": -0.884, "reinit": -0.889, "window@1": -0.905}
     curves = {n: Curve({1.3: v}) for n, v in at.items()}
     cuts = prune_rung(1.3, tree, curves, eta=3, fraction=f, sign=-1.0)
-    assert set(cuts) == {"joint", "reinit"}
-    assert cuts["reinit"] == (
+    assert set(cuts) == {"joint", "window@1"}
+    assert cuts["window@1"] == (
         "halving within its cohort (reinit, window@1: tables as young): rank 2 of 2 after epoch 1.3 "
         "(validation 0.9050); the top 1 go on"
     )
@@ -184,3 +189,37 @@ def test_a_fractional_rung_ranks_each_branch_within_its_cohort_of_equally_young_
     assert set(prune_rung(2, live, two, eta=3, fraction=f)) == {"early"}
     # A rung value is judged, never deployed: joint's best whole epoch is.
     assert choose([by["joint"]], {"joint": Curve({1: 0.6, 1.3: 0.9, 2: 0.61})}).epoch == 2
+
+
+def test_reinit_is_cut_only_on_the_tables_it_deploys_and_ranks_the_others_before() -> None:
+    """Book-Crossing's curves (validation cal_ne, seeds 0 and 1): reinit's tables start over each epoch, so its
+    value rises in its last epoch while the others' fall; it is judged with delayed, whose tables are as young."""
+    tree = candidate_tree(3)
+    by = {c.name: c for c in tree}
+    f = 0.3
+
+    def cuts_at(point, live, values):
+        return prune_rung(point, live, {n: Curve({point: -v}) for n, v in values.items()}, 3, f, sign=-1.0)
+
+    # 1.3, behind window@1 in its cohort: ranked, not cut. Ahead of it, it cuts it.
+    young = [by["reinit"], by["window@1"]]
+    assert [c.name for c in compared_at(1.3, young, f)] == ["reinit", "window@1"]
+    assert cuts_at(1.3, young, {"reinit": 0.8685, "window@1": 0.8645}) == {}
+    assert set(cuts_at(1.3, young, {"reinit": 0.8744, "window@1": 0.8759})) == {"window@1"}
+    # Epoch 2: ranked with every branch; the top ceil(3/3) goes on, and only judged branches below it are cut.
+    live = [by["delayed"], by["auto"], by["early"], by["reinit"]]
+    assert [c.name for c in compared_at(2, live, f)] == ["auto", "early", "reinit"]
+    cuts = cuts_at(2, live, {"auto": 0.8246, "early": 0.8719, "reinit": 0.8291})
+    assert cuts == {"early": "halving: rank 3 of 3 after epoch 2 (validation 0.8719); the top 1 go on"}
+    live = [by["delayed"], by["auto"], by["reinit"], by["window@1"]]
+    assert set(cuts_at(2, live, {"auto": 0.8232, "reinit": 0.8218, "window@1": 0.8226})) == {"auto", "window@1"}
+    # References alone: nothing could be cut, the search does not stop there.
+    assert compared_at(2, [by["delayed"], by["reinit"]], f) == []
+    # 2.3: the tables it deploys are 0.3 epoch old, as delayed's: one cohort, judged both ways.
+    last = [by["delayed"], by["reinit"]]
+    assert [c.name for c in compared_at(2.3, last, f)] == ["delayed", "reinit"]
+    assert cuts_at(2.3, last, {"delayed": 0.85, "reinit": 0.84}) == {
+        "delayed": "halving within its cohort (delayed, reinit: tables as young): rank 2 of 2 after epoch 2.3 "
+        "(validation 0.8500); the top 1 go on"
+    }
+    assert set(cuts_at(2.3, last, {"delayed": 0.84, "reinit": 0.85})) == {"reinit"}

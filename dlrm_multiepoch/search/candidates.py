@@ -7,7 +7,8 @@ starts from the earlier one's checkpoint at that epoch (``--start_from``):
 
 - ``joint`` (tables train every epoch, budget E + 1 epochs so that its best epoch can
   be past E) is a root; ``early`` (tables train in epoch 1 only) and ``reinit`` (tables
-  re-initialised before every epoch after the first) branch from it after epoch 1.
+  re-initialised before every epoch after the first, so the tables it deploys start at
+  epoch E - 1) branch from it after epoch 1.
 - ``delayed`` (tables frozen until epoch E - 1, then trained) is a root;
   ``window@W`` (tables frozen until epoch W, then trained), for each whole W in
   1..E-2, branches from it after epoch W. ``window@0`` is ``joint`` over E epochs, so
@@ -19,7 +20,8 @@ Example::
     tree = candidate_tree(3)
     [c.name for c in tree]            # ['joint', 'delayed', 'auto', 'early', 'reinit', 'window@1']
     tree[3].parent, tree[3].fork      # ('joint', 1)
-    tree[4].judged_from(0.3)          # 1.3: reinit's tables are re-initialised after epoch 1
+    tree[4].ranked_from(0.3)          # 1.3: reinit's tables are re-initialised after epoch 1 ...
+    tree[4].judged_from(0.3)          # 2.3: ... and again after epoch 2: those it deploys
 """
 
 import math
@@ -39,10 +41,13 @@ class Candidate:
         epochs: its ``--epochs``.
         parent: the candidate it branches from (None: trained from scratch).
         fork: the parent's epoch whose checkpoint it starts from (0 for a root).
-        tables_from: the epoch (0-based) from which its tables train from their initial
+        tables_from: the epoch (0-based) from which its tables first train from their initial
             values: never trained before (for ``auto`` the latest it can be: its frozen cap)
-            or re-initialised (``reinit``: epoch 1). Branches with the same ``tables_from``
-            form a *cohort*: their tables are equally young, so they can be compared early.
+            or re-initialised (``reinit``: epoch 1). Branches whose tables started at the
+            same epoch (:meth:`tables_start`) form a *cohort*: their tables are equally
+            young, so they can be compared early.
+        reinit_each_epoch: its tables are re-initialised before every epoch from
+            ``tables_from`` on (``reinit``): the tables it deploys start at its last epoch.
         adaptive: it decides its own schedule on validation, stops itself and ends on its
             best-validation weights (``auto``).
         any_epoch: it is deployed at its best validation epoch (``joint``); any other fixed
@@ -57,15 +62,32 @@ class Candidate:
     tables_from: int = 0
     adaptive: bool = False
     any_epoch: bool = False
+    reinit_each_epoch: bool = False
 
-    def judged_from(self, fraction: float = 1.0) -> float:
+    def tables_start(self, point: float) -> int:
+        """The epoch (0-based) at which the tables it holds after ``point`` epochs started from their initial values."""
+        if self.reinit_each_epoch:
+            return max(self.tables_from, math.ceil(point - 1e-9) - 1)
+        return self.tables_from
+
+    def ranked_from(self, fraction: float = 1.0) -> float:
         """The first point (epochs) at which its validation metric takes part in pruning: ``fraction`` of an
-        epoch after its tables started from their initial values and after its own suffix started (before
-        that it is its parent). With ``fraction`` 1: a whole epoch of both."""
+        epoch after its tables first started from their initial values and after its own suffix started
+        (before that it is its parent). With ``fraction`` 1: a whole epoch of both."""
         return min(max(self.tables_from, self.fork) + fraction, self.epochs)
 
+    def judged_from(self, fraction: float = 1.0) -> float:
+        """The first point at which pruning may cut it: as :meth:`ranked_from`, counted from the start of
+        the tables it deploys (later for ``reinit``, whose earlier tables are discarded). Between the two
+        it is a reference: ranked with the others, never cut."""
+        return min(max(self.tables_start(self.epochs), self.fork) + fraction, self.epochs)
+
+    def ranked_at(self, point: float, fraction: float = 1.0) -> bool:
+        """Whether the search may rank it after ``point`` epochs (from :meth:`ranked_from` to its end)."""
+        return self.ranked_from(fraction) <= point <= self.epochs
+
     def judged_at(self, point: float, fraction: float = 1.0) -> bool:
-        """Whether the search may compare it after ``point`` epochs (from its first judgement to its end)."""
+        """Whether the search may cut it after ``point`` epochs (from its first judgement to its end)."""
         return self.judged_from(fraction) <= point <= self.epochs
 
     def as_strategy(self) -> Strategy:
@@ -98,9 +120,11 @@ def candidate_tree(budget: int, auto_frozen_cap: float = 0.5) -> List[Candidate]
     cap = math.floor(auto_frozen_cap * budget + 1e-9)  # the latest epoch its tables start
     tree.append(Candidate(auto.name, auto.flags, budget, tables_from=cap, adaptive=True))
     if budget >= 2:
-        for name, tables_from in (("early", 0), ("reinit", 1)):  # reinit: tables re-initialised before epoch 2
-            s = _preset(name, budget)
-            tree.append(Candidate(s.name, s.flags, budget, parent=joint.name, fork=1, tables_from=tables_from))
+        early, reinit = _preset("early", budget), _preset("reinit", budget)
+        tree.append(Candidate(early.name, early.flags, budget, parent=joint.name, fork=1))
+        # reinit: tables re-initialised before epoch 2 and every later one
+        tree.append(Candidate(reinit.name, reinit.flags, budget, parent=joint.name, fork=1, tables_from=1,
+                              reinit_each_epoch=True))  # fmt: skip
     for w in range(1, budget - 1):
         s = window_strategy(w, budget)
         tree.append(Candidate(s.name, s.flags, budget, parent=delayed.name, fork=w, tables_from=w))

@@ -157,14 +157,18 @@ class ScheduleSearch:
             cuts = prune_rung(point, live, curves, self.settings.eta, f, self.settings.sign)
             for name, reason in cuts.items():
                 branches[name].status, branches[name].reason, branches[name].cut_at = "cut", reason, point
-            kept = [c.name for c in judged if c.name not in cuts]
-            for name in kept:
-                kept_note = f"kept after epoch {point:g} ({self.settings.sign * curves[name].values[point]:.4f})"
-                branches[name].reason = "; ".join(filter(None, [branches[name].reason, kept_note]))
-            rungs.append({"epoch": point, "judged": [c.name for c in judged], "cuts": cuts, "kept": kept})
+            kept = [c for c in judged if c.name not in cuts]
+            for c in kept:
+                value = f"{self.settings.sign * curves[c.name].values[point]:.4f}"
+                note = f"kept after epoch {point:g} ({value})" + _reference_note(c, point, f)
+                branches[c.name].reason = "; ".join(filter(None, [branches[c.name].reason, note]))
+            rungs.append({
+                "epoch": point, "judged": [c.name for c in judged], "cuts": cuts, "kept": [c.name for c in kept],
+                "references": [c.name for c in judged if not c.judged_at(point, f)],
+            })  # fmt: skip
             self._say(f"rung after epoch {point:g} (seed {seed}): compared {', '.join(c.name for c in judged)}")
             for c in judged:
-                verdict = f"CUT, {cuts[c.name]}" if c.name in cuts else "kept"
+                verdict = f"CUT, {cuts[c.name]}" if c.name in cuts else "kept" + _reference_note(c, point, f)
                 self._say(
                     f"    {c.name:<10} val {self.settings.metric} {format_curve(branches[c.name].curve)}  -> {verdict}"
                 )
@@ -384,6 +388,12 @@ class ScheduleSearch:
 
     def _say(self, line: str) -> None:
         print(line, file=self.out or sys.stdout, flush=True)
+
+
+def _reference_note(c: Candidate, point: float, fraction: float) -> str:
+    if c.judged_at(point, fraction):
+        return ""
+    return f" (a reference: ranked, not cut before epoch {c.judged_from(fraction):g}, when the tables it deploys have trained)"
 
 
 def _steps_per_epoch(run_dirs: List[str], settings: SearchSettings) -> int:

@@ -3,18 +3,23 @@
 Rungs are the points (in epochs) where the rule may cut: every whole epoch, and each
 candidate's first judgement, ``f`` (``--rung_fraction``, default 0.3) of an epoch after
 its tables started from their initial values and its own suffix started (``joint`` at
-f, ``early``, ``reinit`` and ``window@1`` at 1 + f, ``delayed`` at E - 1 + f; ``auto`` at
-its first whole epoch after 1 + f, see 2). A
+f, ``early`` and ``window@1`` at 1 + f, ``delayed`` and ``reinit`` at E - 1 + f; ``auto``
+at its first whole epoch after 1 + f, see 2). A
 branch is trained to a rung only if the rule could cut something there. The objective
 is the one ``auto`` follows: ``--auto_metric`` averaged over tasks with
 ``--auto_task_weights``, signed so that higher is better.
 
-1. **Not judged yet.** Before its first judgement a branch is neither compared nor cut:
-   its tables are at their initial values (or it is still its parent).
+1. **Not judged yet.** Before its first judgement a branch is not cut: its tables are
+   at their initial values (or it is still its parent), or, for ``reinit``, they are
+   not the tables it deploys: those start at its last re-initialisation (epoch E - 1),
+   and a branch whose tables start over each epoch does not carry an epoch's
+   overfitting into the next as the others do (on Book-Crossing its value rises in
+   its last epoch while theirs fall). From ``f`` after its first tables started it is a
+   *reference*: ranked with the others (so it can put them below the cut), never cut.
 2. **Cohorts at a fractional rung.** There, fixed-schedule branches are ranked only
-   against the judged fixed-schedule branches of their *cohort*: the same
-   ``tables_from``, i.e. tables equally young (at 1 + f: ``joint`` with ``early``;
-   ``reinit`` with ``window@1``). Across cohorts a fraction of an epoch says more about
+   against the fixed-schedule branches of their *cohort*: tables that started at the
+   same epoch, i.e. equally young (at 1 + f: ``joint`` with ``early``; ``reinit`` with
+   ``window@1``; at E - 1 + f: ``reinit`` with ``delayed``). Across cohorts a fraction of an epoch says more about
    the tables' age than about where a schedule ends (on MovieLens, ``auto`` at 1.3 and
    1.5 epochs is below ``joint`` in all six recorded runs, above it at epoch 2 in the
    three on the time split). Within each cohort,
@@ -26,10 +31,11 @@ is the one ``auto`` follows: ``--auto_metric`` averaged over tasks with
    and whose objective after whole epoch ``e`` is below its best at an earlier judged
    whole epoch is cut: its best epoch stays a deployable checkpoint. (``auto`` keeps
    its own best weights and stops itself; this rule leaves it alone.)
-4. **Successive halving** (whole epochs). The other judged branches with epochs left,
-   every cohort together, are ranked by their objective after ``e``; the top
-   ``ceil(n / eta)`` go on (``eta`` = 3 by default, as in Hyperband). A branch at its
-   last epoch is never cut: there is nothing left to save.
+4. **Successive halving** (whole epochs). The other branches with epochs left, every
+   cohort together and references included, are ranked by their objective after ``e``;
+   the top ``ceil(n / eta)`` go on, and the judged ones below them are cut (``eta`` = 3 by
+   default, as in Hyperband). A branch at its last epoch is never cut: there is nothing
+   left to save.
 
 **Deploy**: the best validation objective among what each candidate deploys as a
 preset: joint at its best validation (whole) epoch (cut or not: its epochs so far are
@@ -97,7 +103,8 @@ def _better(a: float, b: float) -> bool:
 def rung_points(tree: Sequence[Candidate], fraction: float) -> List[float]:
     """Every point where the rule may cut: each whole epoch and each candidate's first judgement, before the last end."""
     last = max(c.epochs for c in tree)
-    points = {float(e) for e in range(1, last)} | {c.judged_from(fraction) for c in tree}
+    firsts = {p for c in tree for p in (c.ranked_from(fraction), c.judged_from(fraction))}
+    points = {float(e) for e in range(1, last)} | firsts
     return sorted(p for p in points if 0 < p < last)
 
 
@@ -106,13 +113,13 @@ def _whole(point: float) -> bool:
 
 
 def _going_on(point: float, live: Sequence[Candidate], fraction: float) -> List[Candidate]:
-    return [c for c in live if c.judged_at(point, fraction) and c.epochs > point]
+    return [c for c in live if c.ranked_at(point, fraction) and c.epochs > point]
 
 
-def _cohorts(branches: Sequence[Candidate]) -> List[List[Candidate]]:
+def _cohorts(branches: Sequence[Candidate], point: float) -> List[List[Candidate]]:
     groups: Dict[int, List[Candidate]] = {}
     for c in branches:
-        groups.setdefault(c.tables_from, []).append(c)
+        groups.setdefault(c.tables_start(point), []).append(c)
     return list(groups.values())
 
 
@@ -123,18 +130,25 @@ def _earlier_whole(c: Candidate, point: float, fraction: float) -> List[int]:
 def compared_at(point: float, live: Sequence[Candidate], fraction: float = 1.0) -> List[Candidate]:
     """The branches the rule compares (and may cut) at rung ``point``; empty: the search does not stop there.
 
-    A whole epoch: the judged branches with epochs left, when two or more are (halving), or
-    a fixed-schedule one judged at an earlier whole epoch too (its peak). A fractional rung:
-    the fixed-schedule members of each cohort with two or more such judged branches with epochs left.
+    A whole epoch: the ranked branches (judged or references) with epochs left, when two or
+    more are and one of them is judged (halving), or a fixed-schedule one judged at an earlier
+    whole epoch too (its peak). A fractional rung: the fixed-schedule members of each cohort
+    with two or more such branches with epochs left, one of them judged.
     """
     going_on = _going_on(point, live, fraction)
     if not _whole(point):
         going_on = [c for c in going_on if not c.adaptive]
-        paired = {c.name for group in _cohorts(going_on) if len(group) >= 2 for c in group}
+        paired = {
+            c.name
+            for group in _cohorts(going_on, point)
+            if len(group) >= 2 and any(m.judged_at(point, fraction) for m in group)
+            for c in group
+        }
         return [c for c in going_on if c.name in paired]
-    if len(going_on) >= 2:
+    judged = [c for c in going_on if c.judged_at(point, fraction)]
+    if len(going_on) >= 2 and judged:
         return going_on
-    return [c for c in going_on if not c.adaptive and _earlier_whole(c, point, fraction)]
+    return [c for c in judged if not c.adaptive and _earlier_whole(c, point, fraction)]
 
 
 def can_cut(point: float, live: Sequence[Candidate], fraction: float = 1.0) -> bool:
@@ -148,6 +162,7 @@ def _halve(
     shown: Mapping[str, float],
     point: float,
     eta: int,
+    fraction: float,
     among: str = "",
 ) -> Dict[str, str]:
     ranked = sorted(ranked, key=lambda c: _sort_key(values[c.name]), reverse=True)
@@ -156,6 +171,7 @@ def _halve(
         c.name: f"halving{among}: rank {rank} of {len(ranked)} after epoch {point:g} (validation "
         f"{shown[c.name]:.4f}); the top {keep} go on"
         for rank, c in enumerate(ranked[keep:], keep + 1)
+        if c.judged_at(point, fraction)  # a reference is ranked, never cut
     }
 
 
@@ -190,12 +206,12 @@ def prune_rung(
     shown = {name: sign * v for name, v in values.items()}
     cuts: Dict[str, str] = {}
     if not _whole(point):
-        for group in _cohorts(compared):
+        for group in _cohorts(compared, point):
             among = f" within its cohort ({', '.join(c.name for c in group)}: tables as young)"
-            cuts |= _halve(group, values, shown, point, eta, among)
+            cuts |= _halve(group, values, shown, point, eta, fraction, among)
         return cuts
     for c in compared:
-        if c.adaptive:
+        if c.adaptive or not c.judged_at(point, fraction):
             continue
         earlier = [
             (curves[c.name].values[e], e) for e in _earlier_whole(c, point, fraction) if e in curves[c.name].values
@@ -207,7 +223,7 @@ def prune_rung(
                     f"past its peak: validation {shown[c.name]:.4f} after epoch {point:g} is worse than "
                     f"{sign * peak:.4f} after epoch {at} (its best epoch stays a deployable checkpoint)"
                 )
-    return cuts | _halve([c for c in compared if c.name not in cuts], values, shown, point, eta)
+    return cuts | _halve([c for c in compared if c.name not in cuts], values, shown, point, eta, fraction)
 
 
 def _sort_key(value: float) -> float:

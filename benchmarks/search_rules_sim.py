@@ -9,16 +9,17 @@ would deploy (its test AUC, never used to decide) and the epochs it would train 
 a sweep of the same candidates.
 
 What the recorded runs allow: ``joint`` with validation every 0.1 epoch (its value at any
-rung), ``auto`` (its best), ``delayed``, ``reinit``, ``early`` per whole epoch. A branch's
-value at a fractional rung (``early``, ``reinit`` at 1 + f) is not recorded: where a rule
-needs one, every outcome of that comparison is replayed and the range is reported
-(``min..max``). ``window@1`` was not swept with the current metric: the candidates
-are joint, delayed, auto, early, reinit (a sweep of them trains 16 epochs).
+rung), ``auto`` (its best), ``delayed``, ``reinit``, ``early``, ``window@1`` per whole epoch. A
+branch's value at a fractional rung (``early``, ``reinit``, ``window@1`` at 1 + f, ``delayed``
+and ``reinit`` at 2 + f) is not recorded: where a rule needs one, every outcome of that
+comparison is replayed and the range is reported (``min..max``). A setup may be several
+sweep folders joined by commas (the first holding a candidate's run is read); a candidate
+swept in none of them is left out, with its branches.
 
 Usage::
 
-    python benchmarks/search_rules_sim.py /work/exp/valmetric/ml-time /work/exp/valmetric/ml-random \\
-        /work/exp/valmetric/bx-random --metric cal_ne
+    python benchmarks/search_rules_sim.py /work/exp/valmetric/ml-time,/work/exp/s3/ml-time \\
+        /work/exp/valmetric/ml-random,/work/exp/s3/ml-random /work/exp/valmetric/bx-random,/work/exp/s3/bx-random
 """
 
 import argparse
@@ -37,16 +38,17 @@ sys.path.insert(0, str(REPO))
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree  # noqa: E402
 from dlrm_multiepoch.search.pruning import Curve, choose, compared_at, objective, prune_rung, rung_points  # noqa: E402
 
-NAMES = {"joint": "joint", "delayed": "delayed", "auto": "auto-cal", "early": "early", "reinit": "reinit"}
+NAMES = {"joint": "joint", "delayed": "delayed", "auto": "auto-cal", "early": "early", "reinit": "reinit",
+         "window@1": "window@1"}  # fmt: skip
 BUDGET = 3
 
 
-def load_seed(folder: Path, seed: int, metric: str) -> Optional[Dict[str, dict]]:
+def load_seed(folders: List[Path], seed: int, metric: str) -> Optional[Dict[str, dict]]:
     """Candidate -> {"values": point -> objective, "test": point -> (like, love), "best": ..., "end": last epoch}."""
     out = {}
     for cand, run in NAMES.items():
-        path = folder / f"{run}-s{seed}" / "summary.json"
-        if not path.is_file():
+        path = next((p for p in (f / f"{run}-s{seed}" / "summary.json" for f in folders) if p.is_file()), None)
+        if path is None:
             continue
         s = json.loads(path.read_text())
         values, test = {}, {}
@@ -105,7 +107,7 @@ def simulate(
             if c.adaptive and runs[c.name]["end"] < point:  # auto stopped itself before the rung
                 ended[c.name] = runs[c.name]["end"]
             if v is None:
-                missing.setdefault(c.tables_from, []).append(c.name)
+                missing.setdefault(c.tables_start(point), []).append(c.name)
                 v = math.nan
             curves[c.name] = Curve(
                 {point: v, **{e: x for e, x in runs[c.name]["values"].items() if float(e).is_integer()}}
@@ -113,7 +115,7 @@ def simulate(
         if missing:  # not recorded: the pick decides the cohort
             guessed = True
             for cohort, names in missing.items():
-                members = [c.name for c in compared if c.tables_from == cohort]
+                members = [c.name for c in compared if c.tables_start(point) == cohort]
                 winner = pick.get(point, {}).get(cohort, members[0])
                 for n in members:
                     curves[n].values[point] = 1.0 if n == winner else -1.0
@@ -149,32 +151,35 @@ def _rising(run: dict, epoch: int) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("folders", nargs="+", help="per setup: its sweep folder(s), joined by commas")
     parser.add_argument("--metric", default="cal_ne")
     parser.add_argument("--seeds", default="0,1,2")
     args = parser.parse_args()
     rules = [("whole epochs (f=1), eta 3", 1.0, 3), ("f=0.5, cohorts, eta 3", 0.5, 3), ("f=0.3, cohorts, eta 3", 0.3, 3),
              ("f=0.3, cohorts, eta 2", 0.3, 2), ("no pruning (sweep + choose)", 1.0, 0)]  # fmt: skip
-    for folder in args.folders:
-        print(f"\n**{folder.name}** (metric {args.metric})\n")
-        print("| rule | seed | deploys | test AUC like / love | epochs trained (of 16) | share |")
+    for setup in args.folders:
+        folders = [Path(f) for f in setup.split(",")]
+        print(f"\n**{folders[0].name}** (metric {args.metric})\n")
+        print("| rule | seed | deploys | test AUC like / love | epochs trained (of the sweep) | share |")
         print("|---|---|---|---|---|---|")
         for label, fraction, eta in rules:
-            tree = [c for c in candidate_tree(BUDGET) if c.name != "window@1"]
+            tree = candidate_tree(BUDGET)
             likes, loves, shares = [], [], []
             for seed in (int(s) for s in args.seeds.split(",")):
-                runs = load_seed(folder, seed, args.metric)
+                runs = load_seed(folders, seed, args.metric)
                 if runs is None:
                     continue
-                present = [c for c in tree if c.name in runs]
+                present = [c for c in tree if c.name in runs and (c.parent is None or c.parent in runs)]
                 steps = next(round(e["step"] / e["epoch"]) for e in json.loads(
-                    (folder / f"delayed-s{seed}" / "summary.json").read_text())["evaluations"])  # fmt: skip
+                    (folders[0] / f"delayed-s{seed}" / "summary.json").read_text())["evaluations"])  # fmt: skip
                 outcomes = []
-                cohorts = {c.tables_from for c in present}
                 rungs = [p for p in rung_points(present, fraction) if not float(p).is_integer()]
-                choices = [dict(zip(cohorts, combo)) for combo in itertools.product(
-                    *[[c.name for c in present if c.tables_from == k] for k in cohorts])]  # fmt: skip
-                for combo in itertools.product(choices, repeat=len(rungs)) if rungs else [()]:
+                per_rung = []  # at each fractional rung, every way its cohorts' comparisons can go
+                for p in rungs:
+                    cohorts = sorted({c.tables_start(p) for c in present})
+                    per_rung.append([dict(zip(cohorts, combo)) for combo in itertools.product(
+                        *[[c.name for c in present if c.tables_start(p) == k] for k in cohorts])])  # fmt: skip
+                for combo in itertools.product(*per_rung) if rungs else [()]:
                     outcomes.append(simulate(runs, present, fraction, eta, steps, dict(zip(rungs, combo))))
                 uniq = {(o[0][0], round(float(o[0][1]), 2), o[0][2], o[1]) for o in outcomes}
                 sweep = sum(c.epochs for c in present)

@@ -13,7 +13,7 @@ starting at each whole epoch: window@W and delayed) and the greedy ``auto``; bra
 share prefixes through checkpoints (``--start_from``), losers are cut on the validation
 objective (``--auto_metric``, ``--auto_task_weights`` of the runs; the ``auto`` candidate
 follows the same), first among branches whose tables are equally young a fraction of an
-epoch after their tables start (``--rung_fraction``), then at whole epochs; the record of
+epoch after the tables they deploy start (``--rung_fraction``), then at whole epochs; the record of
 every branch goes to the console and ``EXPERIMENT_DIR/search.json`` with the checkpoint
 to deploy. Rerun the same command after an interruption: it continues.
 """
@@ -56,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eta", type=int, default=DEFAULT_ETA, help="successive halving: the top 1/eta go on")
     parser.add_argument(
         "--rung_fraction", type=float, default=DEFAULT_RUNG_FRACTION,
-        help="a branch is first judged (against its cohort: tables as young) this fraction of an epoch after its "
-        "tables start; 1: after a whole epoch, with every branch",
+        help="a branch is first judged (against its cohort: tables as young) this fraction of an epoch after the "
+        "tables it deploys start; 1: after a whole epoch, with every branch",
     )  # fmt: skip
     add_launch_args(parser, "branch", "as for dlrm-multiepoch sweep")
     return parser

@@ -160,7 +160,8 @@ class ScheduleSearch:
             kept = [c for c in judged if c.name not in cuts]
             for c in kept:
                 value = f"{self.settings.sign * curves[c.name].values[point]:.4f}"
-                note = f"kept after epoch {point:g} ({value})" + _reference_note(c, point, f)
+                reference = "" if c.judged_at(point, f) else f"; a reference until {c.judged_from(f):g}"
+                note = f"kept after epoch {point:g} ({value}{reference})"
                 branches[c.name].reason = "; ".join(filter(None, [branches[c.name].reason, note]))
             rungs.append({
                 "epoch": point, "judged": [c.name for c in judged], "cuts": cuts, "kept": [c.name for c in kept],

@@ -2,12 +2,12 @@
 
 Rungs are the points (in epochs) where the rule may cut: every whole epoch, and each
 candidate's first judgement, ``f`` (``--rung_fraction``, default 0.3) of an epoch after
-its tables started from their initial values and its own suffix started (``joint`` at
-f, ``early`` and ``window@1`` at 1 + f, ``delayed`` and ``reinit`` at E - 1 + f; ``auto``
-at its first whole epoch after 1 + f, see 2). A
-branch is trained to a rung only if the rule could cut something there. The objective
-is the one ``auto`` follows: ``--auto_metric`` averaged over tasks with
-``--auto_task_weights``, signed so that higher is better.
+the tables it deploys started from their initial values and its own suffix started
+(``joint`` at f, ``early`` and ``window@1`` at 1 + f, ``delayed`` and ``reinit`` at
+E - 1 + f; ``auto`` at its first whole epoch after 1 + f, see 2). A branch is trained to
+a rung only if the rule could cut something there. The objective is the one ``auto``
+follows: ``--auto_metric`` averaged over tasks with ``--auto_task_weights``, signed so
+that higher is better.
 
 1. **Not judged yet.** Before its first judgement a branch is not cut: its tables are
    at their initial values (or it is still its parent), or, for ``reinit``, they are
@@ -19,10 +19,10 @@ is the one ``auto`` follows: ``--auto_metric`` averaged over tasks with
 2. **Cohorts at a fractional rung.** There, fixed-schedule branches are ranked only
    against the fixed-schedule branches of their *cohort*: tables that started at the
    same epoch, i.e. equally young (at 1 + f: ``joint`` with ``early``; ``reinit`` with
-   ``window@1``; at E - 1 + f: ``reinit`` with ``delayed``). Across cohorts a fraction of an epoch says more about
-   the tables' age than about where a schedule ends (on MovieLens, ``auto`` at 1.3 and
-   1.5 epochs is below ``joint`` in all six recorded runs, above it at epoch 2 in the
-   three on the time split). Within each cohort,
+   ``window@1``; at E - 1 + f: ``reinit`` with ``delayed``). Across cohorts a fraction of
+   an epoch says more about the tables' age than about where a schedule ends (on
+   MovieLens, ``auto`` at 1.3 and 1.5 epochs is below ``joint`` in all six recorded
+   runs, above it at epoch 2 in the three on the time split). Within each cohort,
    successive halving: the top ``ceil(n / eta)`` go on. ``auto`` is not judged inside an
    epoch: its own rule lets a plateau end its tables' phase only after a whole pass
    (``--auto_min_tables_epochs``), and a search that cut it at 1.3 epochs on MovieLens

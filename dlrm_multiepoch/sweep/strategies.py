@@ -225,9 +225,11 @@ register_strategy(
     "falr", "--falr log",
     "frequency-adaptive per-row table LR: lr * log(1+count)/log(1+max count) (Pinterest Ads)",
 )  # fmt: skip
+# In the default sweep: the best fixed strategy on Book-Crossing (docs/RESULTS.md, "Which strategy to deploy").
 register_strategy(
     "reinit", "--reinit tables@each",
     "re-initialise every table (seeded) and its optimizer state before each epoch after the first (MEDA)",
+    default=True,
 )  # fmt: skip
 register_strategy(
     "unknown-row", "--min_count 2",

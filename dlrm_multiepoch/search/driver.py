@@ -394,7 +394,8 @@ class ScheduleSearch:
 def _reference_note(c: Candidate, point: float, fraction: float) -> str:
     if c.judged_at(point, fraction):
         return ""
-    return f" (a reference: ranked, not cut before epoch {c.judged_from(fraction):g}, {fraction:g} epoch into the tables it deploys)"
+    first = c.judged_from(fraction)
+    return f" (a reference: ranked, not cut before epoch {first:g}, {fraction:g} epoch into the tables it deploys)"
 
 
 def _steps_per_epoch(run_dirs: List[str], settings: SearchSettings) -> int:

@@ -12,7 +12,9 @@ would reach at best on the same records, keeping what the search deployed:
   early`` as well, ``delayed`` is cut at E - 1;
 - ``delayed cut early``: ``delayed``, when it is not what the search deployed, is cut at
   its first judgement (E - 1 + f) instead of training to its end, as if a comparison
-  there had gone against it (no record holds its value there: an oracle bound);
+  there had gone against it (no record holds its value there: an oracle bound). Since
+  the search judges ``reinit`` on the tables it deploys, it compares the two there, so
+  on records of today's rule this lever only changes seeds where ``delayed`` won;
 - ``auto shares delayed's frozen epochs``: ``auto`` does not retrain the epochs its tables
   stayed frozen when its frozen phase ended at the cap without restoring earlier weights
   (then those epochs are ``delayed``'s, bitwise); the trainer refuses today to start

@@ -26,8 +26,9 @@ Example::
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
+from dlrm_multiepoch.optim.options import ReinitSchedule
 from dlrm_multiepoch.sweep.strategies import STRATEGIES, Strategy, window_strategy
 
 
@@ -42,12 +43,11 @@ class Candidate:
         parent: the candidate it branches from (None: trained from scratch).
         fork: the parent's epoch whose checkpoint it starts from (0 for a root).
         tables_from: the epoch (0-based) from which its tables first train from their initial
-            values: never trained before (for ``auto`` the latest it can be: its frozen cap)
-            or re-initialised (``reinit``: epoch 1). Branches whose tables started at the
-            same epoch (:meth:`tables_start`) form a *cohort*: their tables are equally
-            young, so they can be compared early.
-        reinit_each_epoch: its tables are re-initialised before every epoch from
-            ``tables_from`` on (``reinit``): the tables it deploys start at its last epoch.
+            values (for ``auto`` the latest it can be: its frozen cap). Branches whose tables
+            started at the same epoch (:meth:`tables_start`) form a *cohort*: their tables
+            are equally young, so they can be compared early.
+        restarts: the epochs (0-based) before which its ``--reinit`` re-initialises every
+            table (``reinit``: 1..E-1): the tables it deploys start at the last one.
         adaptive: it decides its own schedule on validation, stops itself and ends on its
             best-validation weights (``auto``).
         any_epoch: it is deployed at its best validation epoch (``joint``); any other fixed
@@ -62,13 +62,11 @@ class Candidate:
     tables_from: int = 0
     adaptive: bool = False
     any_epoch: bool = False
-    reinit_each_epoch: bool = False
+    restarts: Tuple[int, ...] = ()
 
     def tables_start(self, point: float) -> int:
         """The epoch (0-based) at which the tables it holds after ``point`` epochs started from their initial values."""
-        if self.reinit_each_epoch:
-            return max(self.tables_from, math.ceil(point - 1e-9) - 1)
-        return self.tables_from
+        return max([self.tables_from, *(r for r in self.restarts if r < point)])
 
     def ranked_from(self, fraction: float = 1.0) -> float:
         """The first point (epochs) at which its validation metric takes part in pruning: ``fraction`` of an
@@ -100,6 +98,14 @@ def _preset(name: str, budget: int) -> Strategy:
     return Strategy(strategy.name, strategy.flags, strategy.help, epochs=strategy.run_epochs(budget))
 
 
+def _restarts(flags: Sequence[str], budget: int) -> Tuple[int, ...]:
+    """The epochs before which ``flags``' ``--reinit`` re-initialises every table (the training app's own parser)."""
+    if "--reinit" not in flags:
+        return ()
+    schedule = ReinitSchedule.parse(flags[flags.index("--reinit") + 1], budget)
+    return tuple(sorted({e for group, epochs in schedule.events if group == "tables" for e in epochs}))
+
+
 def candidate_tree(budget: int, auto_frozen_cap: float = 0.5) -> List[Candidate]:
     """The candidates for an ``budget``-epoch search, roots first, each branch after its parent.
 
@@ -120,11 +126,11 @@ def candidate_tree(budget: int, auto_frozen_cap: float = 0.5) -> List[Candidate]
     cap = math.floor(auto_frozen_cap * budget + 1e-9)  # the latest epoch its tables start
     tree.append(Candidate(auto.name, auto.flags, budget, tables_from=cap, adaptive=True))
     if budget >= 2:
-        early, reinit = _preset("early", budget), _preset("reinit", budget)
-        tree.append(Candidate(early.name, early.flags, budget, parent=joint.name, fork=1))
-        # reinit: tables re-initialised before epoch 2 and every later one
-        tree.append(Candidate(reinit.name, reinit.flags, budget, parent=joint.name, fork=1, tables_from=1,
-                              reinit_each_epoch=True))  # fmt: skip
+        for name in ("early", "reinit"):  # reinit: tables re-initialised before epoch 2 and every later one
+            s = _preset(name, budget)
+            tree.append(
+                Candidate(s.name, s.flags, budget, parent=joint.name, fork=1, restarts=_restarts(s.flags, budget))
+            )
     for w in range(1, budget - 1):
         s = window_strategy(w, budget)
         tree.append(Candidate(s.name, s.flags, budget, parent=delayed.name, fork=w, tables_from=w))

@@ -60,7 +60,9 @@ def not_applied(cfg: TrainConfig) -> List[str]:
     ``["--eval_every_n_steps", "--freeze_schedule"]``."""
     now, default = flat_config(cfg.to_dict()), flat_config(TrainConfig().to_dict())
     return sorted(
-        f"--{path.split('.')[-1]}" for path, value in now.items() if path_matches(path, NOT_APPLIED) and value != default[path]
+        f"--{path.split('.')[-1]}"
+        for path, value in now.items()
+        if path_matches(path, NOT_APPLIED) and value != default[path]
     )
 
 

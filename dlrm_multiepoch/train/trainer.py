@@ -233,7 +233,8 @@ class Trainer:
         self.progress.wall_time_s = self._wall_time()
         self.parts.before_save(self.progress)
         tables = {t.name: t.num_embeddings for t in self.data.tables}
-        state = {"config": self.spec.config_record(self.cfg), "tables": tables, "sharding": table_sharding(self.model.plan)}
+        config, sharding = self.spec.config_record(self.cfg), table_sharding(self.model.plan)
+        state = {"config": config, "tables": tables, "sharding": sharding}
         path = self.checkpointer.save(self.step, state)
         self.last_checkpoint = path
         self.parts.after_save()

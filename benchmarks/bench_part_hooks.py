@@ -22,7 +22,7 @@ from typing import ContextManager, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dlrm_multiepoch.train.part import TrainPart, TrainParts  # noqa: E402
+from dlrm_multiepoch.part import TrainPart, TrainParts  # noqa: E402
 
 
 class Wraps(TrainPart):

@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.report.command import main as compare_main
 from dlrm_multiepoch.sweep.command import main as sweep_main
-from dlrm_multiepoch.sweep.plan import split_at_dashes
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_VARIANTS = ["joint=--freeze_schedule joint", "delayed=--freeze_schedule delayed"]

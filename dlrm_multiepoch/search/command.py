@@ -22,10 +22,10 @@ import argparse
 import sys
 from typing import List, Optional
 
+from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.search.candidates import candidate_tree, select
 from dlrm_multiepoch.search.pruning import DEFAULT_ETA, DEFAULT_RUNG_FRACTION
 from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
-from dlrm_multiepoch.sweep.plan import split_at_dashes
 from dlrm_multiepoch.sweep.strategies import flag_names
 
 # App flags the search sets per branch: its schedule, its launch horizon and checkpoints.

@@ -124,7 +124,7 @@ def _folder_changes(experiment_dir: str, run: RunSpec) -> Tuple[List[str], str]:
 
 def _config_of(run: RunSpec) -> Dict[str, Any]:
     from dlrm_multiepoch.train.config import parse_config
-    from dlrm_multiepoch.train.json_io import json_safe
+    from dlrm_multiepoch.json_io import json_safe
 
     return json.loads(json.dumps(json_safe(parse_config(list(run.flags)).to_dict())))
 

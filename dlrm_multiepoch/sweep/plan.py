@@ -72,15 +72,6 @@ class SweepPlan:
     group: str = ""
 
 
-def split_at_dashes(args: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """``[a, b, "--", c]`` -> ``([a, b], [c])``: what comes before and after the first bare ``--``."""
-    args = list(args)
-    if "--" not in args:
-        return args, []
-    at = args.index("--")
-    return args[:at], args[at + 1 :]
-
-
 def build_plan(
     experiment_dir: str,
     strategies: Sequence[Strategy],

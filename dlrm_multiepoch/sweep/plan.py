@@ -31,6 +31,7 @@ from dlrm_multiepoch.run_files import (
 )
 from dlrm_multiepoch.run_files import read_optional_json as read_json
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
+from dlrm_multiepoch.train.config import parse_config
 
 # Flags each run gets from the sweep itself.
 SWEEP_FLAGS = ("epochs", "seed", "tensorboard_dir", "run_name", "resume")
@@ -168,8 +169,6 @@ def _refuse_repeated_flags(where: str, flags: Sequence[str]) -> None:
 
 def _check_app_flags(run: str, flags: Sequence[str], check_paths: bool = False) -> None:
     """Parse ``flags`` with the training app's parser (no data is loaded); its error names the run."""
-    from dlrm_multiepoch.train.config import parse_config  # torch-heavy: imported when a sweep is planned
-
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):

@@ -65,7 +65,9 @@ class ConfigField:
     path: str
 
 
-def section_fields(section: type, prefix: str = "", leaves: Optional[Sequence[dataclasses.Field]] = None) -> List[ConfigField]:
+def section_fields(
+    section: type, prefix: str = "", leaves: Optional[Sequence[dataclasses.Field]] = None
+) -> List[ConfigField]:
     """The flags of ``section`` (a dataclass; ``leaves``: some of its fields, default its flag fields),
     as :class:`ConfigField` s whose paths start with ``prefix`` (the section's name and a dot).
 
@@ -77,8 +79,8 @@ def section_fields(section: type, prefix: str = "", leaves: Optional[Sequence[da
     fields = []
     for f in flag_fields(section) if leaves is None else leaves:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        kind = _optional_base(hints[f.name])
-        fields.append(ConfigField(flag_name(f), kind, default, f.metadata.get("help", ""), section.__name__, prefix + f.name))
+        help = f.metadata.get("help", "")
+        fields.append(ConfigField(flag_name(f), _optional_base(hints[f.name]), default, help, section.__name__, prefix + f.name))
     return fields
 
 

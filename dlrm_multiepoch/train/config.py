@@ -33,7 +33,7 @@ from dlrm_multiepoch.train.sections import (
     check_freeze_schedule,
 )
 
-__all__ = ["TrainConfig", "ConfigField", "config_fields", "build_parser", "parse_config", "check_freeze_schedule"]
+__all__ = ["TrainConfig", "config_fields", "build_parser", "parse_config", "check_freeze_schedule"]
 
 # Sections whose flags run records keep nested under the section's name (``to_dict()["data"]``),
 # and sections whose flags they keep at the top (as before these were sections): the records'

@@ -5,7 +5,7 @@
 #   make test-fast     the tests that spawn no processes and download nothing (markers: multiprocess, launch, network), under a minute
 #   make test-1.9      the tests that reach into TorchRec's internals, on the TorchRec 1.9 stack (.venv-1.9/)
 #   make test-cluster  start a Slurm cluster on this machine, run tests/cluster on it, stop it (needs root)
-#   make bench         every benchmarks/*.py, one after the other
+#   make bench         the speed benchmarks (benchmarks/bench_*.py) at quick sizes, then a line each: its ratio, wall time
 #   make install       only create .venv/ and install into it (the targets above do it first)
 #
 # Each target creates .venv/ on first use and installs the stack into it; a stamp file
@@ -151,7 +151,7 @@ test-cluster: $(STAMP)
 	tools/slurm/start.sh "$(SLURM_STATE)"; \
 	SLURM_CONF="$(SLURM_STATE)/slurm.conf" $(RUN) $(PY) -m pytest tests/cluster $(PYTEST_ARGS)
 
+# The quality runs (benchmarks/quality/: seeds of real training) and the analyses of run
+# folders (benchmarks/analysis/: they take the folders as arguments) are not part of it.
 bench: $(STAMP)
-	@shopt -s nullglob; scripts=(benchmarks/*.py); \
-	if [ $${#scripts[@]} -eq 0 ]; then echo "no benchmarks/*.py"; exit 0; fi; \
-	for script in "$${scripts[@]}"; do echo "== $$script"; $(RUN) $(PY) "$$script"; done
+	@$(RUN) $(PY) benchmarks/tools/run_all.py

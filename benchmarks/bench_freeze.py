@@ -18,7 +18,7 @@ dense-gradient benchmarks swing with them; each rank runs one thread.
 
 Usage::
 
-    python benchmarks/bench_freeze.py [--rounds 20] [--steps 40] [--batch_size 1024] [--data bookcrossing]
+    python benchmarks/bench_freeze.py --rounds 20 --steps 40 [--batch_size 1024] [--data bookcrossing]   # default: 6 x 20
 """
 
 import argparse
@@ -37,6 +37,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist  # noqa: E402
 
+from benchmarks.tools.claims import claim  # noqa: E402
+from benchmarks.tools.ranks import run_on_ranks  # noqa: E402
 from dlrm_multiepoch.data.config import DataConfig  # noqa: E402
 from dlrm_multiepoch.data.load import load_dataset  # noqa: E402
 from dlrm_multiepoch.data.loader import BatchLoader  # noqa: E402
@@ -45,7 +47,6 @@ from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper  # noqa: E402
 from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model  # noqa: E402
-from tests.multiprocess import run_on_ranks  # noqa: E402
 
 
 BOOKCROSSING_TABLES = {  # the app's Book-Crossing tables (docs/RESULTS.md), for --data synthetic
@@ -137,12 +138,18 @@ def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
                 q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
                 print(f"  {name}: median of {len(values)} rounds " + fmt.format(statistics.median(values))
                       + " (IQR " + fmt.format(q[0]) + " to " + fmt.format(q[2]) + ")")
+        cpu = rounds["cpu"]
+        claim("frozen tables: CPU time per step, bare / frozen",
+              statistics.median([b / f for b, f in zip(cpu["bare"], cpu["frozen"])]))
+        claim("freeze wrapper, nothing frozen: CPU time per step, joint / bare (its overhead)",
+              statistics.median([j / b for j, b in zip(cpu["joint"], cpu["bare"])]))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=40)
+    # Quick defaults for `make bench`; docs/BENCHMARKS.md gives the sizes of the documented figures.
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch_size", type=int, default=1024, help="global batch size")
     parser.add_argument("--data", choices=("bookcrossing", "synthetic"), default="bookcrossing",
                         help="the app's Book-Crossing data, or synthetic Zipf ids over tables of its sizes")

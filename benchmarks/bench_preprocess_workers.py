@@ -34,6 +34,10 @@ from pathlib import Path
 from typing import Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.tools.claims import claim  # noqa: E402
+
 CRITEO_1TB_ROWS = 4_373_472_329
 CRITEO_1TB_FILES = 24
 _PHASES = {  # the command's log lines: wall and CPU seconds of each pass
@@ -81,10 +85,11 @@ def run(files: List[Path], workers: int, output: Path, chunk_mb: float) -> Dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", type=int, default=4)
-    parser.add_argument("--rows_per_file", type=int, default=250_000)
+    # Quick defaults for `make bench`; docs/BENCHMARKS.md gives the sizes of the documented figures.
+    parser.add_argument("--files", type=int, default=2)
+    parser.add_argument("--rows_per_file", type=int, default=100_000)
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--chunk_mb", type=float, default=16.0)
     parser.add_argument("--work", default=str(REPO / ".cache" / "bench_preprocess_workers"))
     args = parser.parse_args()
@@ -125,6 +130,10 @@ def main() -> None:
               f"{m['write']:.1f} ({m['write_cpu']:.1f}) | {m['other']:.1f} | {m['cpu']:.1f} | {m['peak_rss_mb']:.0f} | "
               f"{m['model']:.1f} | {rows / m['model']:,.0f} | {model_base / m['model']:.2f}x |")  # fmt: skip
     print(f"every run wrote the same folder: {len(digests) == 1} ({sorted(digests)})")
+    first, last = counts[0], counts[-1]
+    claim(f"preprocessing, idle-machine model from CPU seconds: {first} / {last} worker(s) time",
+          model_base / med[last]["model"])
+    claim(f"preprocessing, wall time on this machine: {first} / {last} worker(s)", base / med[last]["wall"])
     one = med[1] if 1 in med else med[counts[0]]
     scan_per_row, serial_per_row = one["scan_cpu"] / rows, one["serial_cpu"] / rows  # CPU seconds per row
     print(f"\nextrapolation to the 1 TB Criteo logs ({CRITEO_1TB_ROWS:,} rows, {CRITEO_1TB_FILES} files) from the "

@@ -39,6 +39,9 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # noqa: E4
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.tools.claims import claim  # noqa: E402
 from dlrm_multiepoch.lookup import SingletonEmbeddingBagCollection  # noqa: E402
 
 
@@ -122,6 +125,8 @@ def main() -> None:
                     f"{batch:6d} | {label:7s} | {name:15s} | {seconds * 1e3:8.3f} | {nbytes / seconds / 1e9:6.2f} | "
                     f"{seconds / t['ebc']:.2f}x"
                 )
+            if batch == max(args.batches):
+                claim(f"singleton gather, batch {batch}, {label}: EBC / singleton time", t["ebc"] / t["singleton"])
 
 
 if __name__ == "__main__":

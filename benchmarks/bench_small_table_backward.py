@@ -8,7 +8,7 @@ largest row count where the dense backward wins: the crossover that sets
 glibc's malloc settings swing dense-gradient benchmarks by up to 3x; the script re-execs
 itself with MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ pinned unless already set.
 
-    python benchmarks/bench_small_table_backward.py --lookups 1048576 --threads 1 2
+    python benchmarks/bench_small_table_backward.py --lookups 1048576 --rows 8 16 32 64 128 512 --threads 1 2 --repeats 5
 """
 
 import argparse
@@ -25,7 +25,11 @@ if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.tools.claims import claim  # noqa: E402
 from dlrm_multiepoch.lookup import dense_grad_embedding_bag  # noqa: E402
+from dlrm_multiepoch.lookup.small_table import DENSE_BACKWARD_MAX_ROWS  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:
@@ -49,12 +53,13 @@ def _median_times(fns: List[Callable[[], None]], repeats: int, device: torch.dev
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lookups", type=int, default=1 << 20, help="ids per step (singleton bags)")
+    # Quick defaults for `make bench`; docs/BENCHMARKS.md gives the sizes of the documented figures.
+    parser.add_argument("--lookups", type=int, default=1 << 18, help="ids per step (singleton bags)")
     parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--rows", type=int, nargs="+", default=[4, 8, 16, 32, 64, 128, 512, 2048])
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rows", type=int, nargs="+", default=[8, 32, 128, 512])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1])
     parser.add_argument("--bag-size", type=int, default=1, help="ids per bag")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"device={device} lookups={args.lookups} dim={args.dim} bag_size={args.bag_size} torch={torch.__version__}")
@@ -62,6 +67,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     bags = args.lookups // args.bag_size
     offsets = (torch.arange(bags) * args.bag_size).to(device)
+    at_max = DENSE_BACKWARD_MAX_ROWS[device.type]  # the largest table that takes the dense backward here
     for threads in args.threads if device.type == "cpu" else [0]:
         if threads:
             torch.set_num_threads(threads)
@@ -84,6 +90,8 @@ def main() -> None:
             if ratio < 1.0 and rows > best:
                 best = rows
             print(f"{threads:7d} | {rows:4d} | {t_stock * 1e3:16.2f} | {t_dense * 1e3:16.2f} | {ratio:.2f}x")
+            if rows == at_max:
+                claim(f"dense backward at the cut-off, {rows} rows, {threads or 'all'} thread(s): stock / dense", 1 / ratio)
         print(f"threads={threads}: dense backward wins up to {best} rows (0 = never)")
 
 

@@ -26,8 +26,7 @@ import torchx.components.dist as dist
 from torchx import specs
 
 from dlrm_multiepoch.component_params import add_config_params, add_launch_params, config_flags, take_launch_options
-from dlrm_multiepoch.launch_options import LaunchOptions
-from dlrm_multiepoch.sweep.plan import split_at_dashes
+from dlrm_multiepoch.launch_options import LaunchOptions, split_at_dashes
 
 # Training-app flags offered as typed parameters (from TrainConfig); the rest go after "--".
 TRAIN_PARAMS = (

@@ -20,7 +20,8 @@ Example::
 """
 
 import dataclasses
-from typing import Any, Dict, List, TypeVar
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, TypeVar, get_type_hints
 
 _PARSED = "parsed"
 S = TypeVar("S")
@@ -44,6 +45,50 @@ def flag_name(f: dataclasses.Field) -> str:
 def flag_values(section: Any) -> Dict[str, Any]:
     """``{flag: value}`` of a section instance, parsed fields left out."""
     return {flag_name(f): getattr(section, f.name) for f in flag_fields(section)}
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """One flag: its name, type, default, help, and where it lives (its section's class, its dotted path).
+
+    Example::
+
+        config_fields()["batch_size"]   # ConfigField(name='batch_size', kind=int, default=1024, help=...,
+                                        #             section='LoaderConfig', path='loader.batch_size')
+    """
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    section: str
+    path: str
+
+
+def section_fields(
+    section: type, prefix: str = "", leaves: Optional[Sequence[dataclasses.Field]] = None
+) -> List[ConfigField]:
+    """The flags of ``section`` (a dataclass; ``leaves``: some of its fields, default its flag fields),
+    as :class:`ConfigField` s whose paths start with ``prefix`` (the section's name and a dot).
+
+    Example::
+
+        [f.name for f in section_fields(DataConfig)][:2]   # ["dataset", "data_path"]
+    """
+    hints = get_type_hints(section)
+    fields = []
+    for f in flag_fields(section) if leaves is None else leaves:
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        help = f.metadata.get("help", "")
+        fields.append(ConfigField(flag_name(f), _optional_base(hints[f.name]), default, help, section.__name__, prefix + f.name))
+    return fields
+
+
+def _optional_base(kind: Any) -> Any:
+    args = getattr(kind, "__args__", None)
+    if args and type(None) in args:  # Optional[X]
+        return next(a for a in args if a is not type(None))
+    return kind
 
 
 def validated(section: S, parse_only: bool = False) -> S:

@@ -169,6 +169,16 @@ def add_launch_args(parser: argparse.ArgumentParser, unit: str, title: str) -> N
             group.add_argument(*spellings, dest=f.name, type=kind, default=default, help=help)
 
 
+def split_at_dashes(args: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """``[a, b, "--", c]`` -> ``([a, b], [c])``: a command's own arguments and, after the first bare
+    ``--``, the flags it passes to each run (the sweep and search commands, the sweep component)."""
+    args = list(args)
+    if "--" not in args:
+        return args, []
+    at = args.index("--")
+    return args[:at], args[at + 1 :]
+
+
 def env_dict(text: str) -> Dict[str, str]:
     """``--env`` ``A=1,B=2`` as a dict; an entry without ``=`` is refused (TorchX would fold it into the previous one)."""
     entries = [part for part in text.split(",") if part.strip()]

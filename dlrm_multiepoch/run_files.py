@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dlrm_multiepoch.train.json_io import read_json
+from dlrm_multiepoch.json_io import read_json
 
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = "trainer.lock"

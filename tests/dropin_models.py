@@ -61,13 +61,13 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
+from benchmarks.tools.dlrm_job import copy_into_shards
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import ModelOutput, embedding_bag_configs
 from dlrm_multiepoch.tables import embedding_modules
 from dlrm_multiepoch.train.spec import TrainSpec
-from tests.sharding_helpers import copy_into_shards
 
 ROWS, DIM, BATCH, STEPS_PER_EPOCH = 40, 8, 8, 2
 FUSED = {"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": 0.05}

@@ -1,51 +1,28 @@
 """Helpers for tests on (sharded) TorchRec models, in one place.
 
-- :func:`shard`: ``DistributedModelParallel`` with one planner-chosen sharding type per
-  table (:func:`shard_table_wise`: every table table-wise, in-backward exact SGD, the
-  module's own table values);
-- :func:`copy_into_shards` / :func:`load_full_tables`: full (unsharded) tables into this
-  rank's shards, so models sharded differently start from the same values;
-- :func:`local_tensors`, :func:`snapshot`, :func:`local_tables`: this rank's tensors of a
-  state dict, of a model and its optimizer, of the sharded tables (bitwise comparisons);
+- :func:`shard_table_wise`: every table table-wise sharded, in-backward exact SGD, the
+  module's own table values (built on ``benchmarks/tools/dlrm_job.py``'s ``shard``, one
+  planner-chosen sharding type per table, which the benchmarks share);
+- :func:`load_full_tables`: full (unsharded) tables into this rank's shards, so models
+  sharded differently start from the same values;
+- :func:`local_tensors`, :func:`snapshot`, :func:`local_tables`, :func:`table_shards`: this
+  rank's tensors of a state dict, of a model and its optimizer, of the sharded tables
+  (bitwise comparisons);
 - :func:`random_kjt`: a random ``KeyedJaggedTensor`` input.
 
 Sharding and state helpers run inside a process group (e.g. from ``run_on_ranks``).
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
-import torch.distributed as dist
 from fbgemm_gpu.split_embedding_configs import EmbOptimType
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from dlrm_multiepoch.tables import embedding_modules
-
-
-def shard(
-    module: torch.nn.Module,
-    world_size: int,
-    sharding: Union[str, Mapping[str, str]] = "table_wise",
-    sharders: Optional[list] = None,
-    device: torch.device = torch.device("cpu"),
-    local_world_size: Optional[int] = None,
-) -> DistributedModelParallel:
-    """DMP whose planner gives each table its sharding type (a str: every table of the module).
-
-    ``sharders`` None: TorchRec's defaults. Table values come from DMP's initialisation:
-    follow with :func:`load_full_tables` for known values.
-    """
-    if isinstance(sharding, str):
-        sharding = {name: sharding for m in embedding_modules(module) for name in m.table_names}
-    constraints = {table: ParameterConstraints(sharding_types=[kind]) for table, kind in sharding.items()}
-    topology = Topology(world_size=world_size, compute_device=device.type, local_world_size=local_world_size)
-    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
-    plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
-    return DistributedModelParallel(module, device=device, plan=plan, sharders=sharders)
+from benchmarks.tools.dlrm_job import copy_into_shards, shard
 
 
 def shard_table_wise(module: torch.nn.Module, world_size: int) -> DistributedModelParallel:
@@ -56,14 +33,6 @@ def shard_table_wise(module: torch.nn.Module, world_size: int) -> DistributedMod
     dmp = shard(module, world_size, "table_wise", sharders)
     load_full_tables(dmp, full)
     return dmp
-
-
-def copy_into_shards(sharded: Any, full: torch.Tensor) -> None:
-    """Copies this rank's slices of the full (unsharded) 2-D ``full`` into ``sharded``'s local shards."""
-    with torch.no_grad():
-        for piece in sharded.local_shards():
-            (r, c), (h, w) = piece.metadata.shard_offsets, piece.metadata.shard_sizes
-            piece.tensor.copy_(full[r : r + h, c : c + w])
 
 
 def load_full_tables(dmp: torch.nn.Module, full: Dict[str, torch.Tensor]) -> None:
@@ -133,3 +102,9 @@ def random_kjt(
     values = torch.randint(0, rows, (int(lengths.sum()),), generator=gen)
     weights = torch.rand(values.numel(), generator=gen) if weighted else None
     return KeyedJaggedTensor(keys=list(keys), values=values, lengths=lengths, weights=weights, stride=batch)
+
+
+def table_shards(dmp: DistributedModelParallel) -> Dict[str, torch.Tensor]:
+    """This rank's table shards, as views into the live (FBGEMM) weights."""
+    pieces = local_tensors(dmp.state_dict())
+    return {f"{k}@{o}": t for k, shards in pieces.items() if "embedding_bags" in k for o, t in shards if o}

@@ -31,6 +31,7 @@ from torch import nn
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 
+from benchmarks.tools.ranks import run_on_ranks, single_rank_group
 from dlrm_multiepoch.data.dataset import TableSpec
 from dlrm_multiepoch.distributed import all_gather_object, init_distributed
 from dlrm_multiepoch.run_files import FORMAT_VERSION
@@ -52,7 +53,6 @@ from dlrm_multiepoch.train.config import OptimConfig, parse_config
 from dlrm_multiepoch.train.nonfinite import NonFiniteLossError
 from dlrm_multiepoch.train.run_folder import open_run_folder
 from dlrm_multiepoch.train.trainer import Trainer
-from tests.multiprocess import run_on_ranks, single_rank_group
 from tests.resume_helpers import (
     STEPS_PER_EPOCH,
     assert_bitwise_equal,

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+from benchmarks.tools.ranks import run_on_ranks
 import dlrm_multiepoch.data.preprocess as preprocess_module
 import dlrm_multiepoch.data.recipe as recipe_module
 from dlrm_multiepoch.data import DataConfig, InteractionData, Ragged, Split, TableSpec, load_dataset, prepare_dataset
@@ -30,7 +31,6 @@ from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import embedding_bag_configs
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
-from tests.multiprocess import run_on_ranks
 from tests.test_data_batchloader import collect, make_data
 from tests.data_inputs import make_criteo_tsv
 

@@ -43,6 +43,7 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer
 
+from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline, embedding_modules
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.synthetic import synthetic_data
@@ -53,7 +54,6 @@ from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, TEST_MODEL_SPECS, dense_optimizer, shard
 from tests.freeze_helpers import changed
-from tests.multiprocess import run_on_ranks
 from tests.resume_helpers import assert_bitwise_equal
 from tests.sharding_helpers import snapshot
 

@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.functional.classification import binary_auroc
 
+from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.train.evaluate import BinaryMetrics, score_bins
-from tests.multiprocess import run_on_ranks
 
 
 def pairwise_auc(scores: np.ndarray, labels: np.ndarray) -> float:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
+from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
@@ -29,7 +30,6 @@ from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.multipath import PATHS, build_multipath
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 from tests.freeze_helpers import changed, held_tables, table_of
-from tests.multiprocess import run_on_ranks
 from tests.sharding_helpers import snapshot
 
 TABLES = ("user", "item", "age")

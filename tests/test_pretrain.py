@@ -19,6 +19,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
+from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
@@ -33,7 +34,6 @@ from dlrm_multiepoch.train.pretrained import SUMMARY_FILE, load_pretrained_table
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 from dlrm_multiepoch.train.spec import TRAIN
 from dlrm_multiepoch.train.trainer import Trainer
-from tests.multiprocess import run_on_ranks
 
 CPU = torch.device("cpu")
 TABLES = {"user": 300, "item": 500, "age": 8}

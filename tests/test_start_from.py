@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
+from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
 from dlrm_multiepoch.train.config import OptimConfig, TrainConfig, parse_config
 from dlrm_multiepoch.train.start_point import check_branch
 from dlrm_multiepoch.train.trainer import Trainer
-from tests.multiprocess import run_on_ranks
 from tests.resume_helpers import STEPS_PER_EPOCH, assert_bitwise_equal, resume_config
 
 # Tables keep training in epoch 2 (S freezes them); the over arch as in S.

@@ -3,7 +3,7 @@
 import contextlib
 from typing import List
 
-from dlrm_multiepoch.train.part import TrainPart, TrainParts, overrides
+from dlrm_multiepoch.part import TrainPart, TrainParts, overrides
 
 
 class Recorder(TrainPart):

@@ -70,9 +70,11 @@ def _quartiles(values: Sequence[float]) -> Tuple[float, float]:
 
 def print_timings(
     timings: Timings, ratios: Mapping[str, Tuple[str, str]] = (), percent: bool = True, label: str = "step"
-) -> None:
+) -> Dict[str, Dict[str, float]]:
     """Median and IQR per contender; for each ``name: (a, b)`` the median over rounds of a/b
-    (as ``a/b - 1`` in percent, or as ``a/b`` with ``percent=False``)."""
+    (as ``a/b - 1`` in percent, or as ``a/b`` with ``percent=False``). Returns those medians of
+    a/b, ``{clock: {name: median}}``."""
+    medians: Dict[str, Dict[str, float]] = {"wall": {}, "cpu": {}}
     for clock in ("wall", "cpu"):
         print(f"[{clock} time per {label}, rank 0]")
         for m, t in timings.steps[clock].items():
@@ -81,9 +83,10 @@ def print_timings(
         for name, (a, b) in dict(ratios).items():
             values = [x / y for x, y in zip(timings.rounds[clock][a], timings.rounds[clock][b])]
             lo, hi = _quartiles(values)
-            med = statistics.median(values)
+            med = medians[clock][name] = statistics.median(values)
             if percent:
                 text = f"{(med - 1) * 100:+.1f}% (IQR {(lo - 1) * 100:+.1f}% to {(hi - 1) * 100:+.1f}%)"
             else:
                 text = f"{med:.3f}x (IQR {lo:.3f}x to {hi:.3f}x)"
             print(f"  {name}: median of {len(values)} rounds {text}")
+    return medians

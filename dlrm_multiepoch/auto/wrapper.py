@@ -24,9 +24,9 @@ from dlrm_multiepoch.auto.policy import (
 )
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper, ScheduleSource
 from dlrm_multiepoch.freeze.scheduler import States
+from dlrm_multiepoch.part import Position, TrainPart, WindowLog
 from dlrm_multiepoch.saved_state import check_state
 from dlrm_multiepoch.schedule import TABLES, FreezeSchedule, Window
-from dlrm_multiepoch.train.part import Position, TrainPart, WindowLog
 
 
 class PolicySource(ScheduleSource):
@@ -85,7 +85,7 @@ class AutoFreezeSchedule(TrainPart):
     :meth:`evaluation_due` says so and pass the metrics to :meth:`observe`; act on the
     returned :class:`~dlrm_multiepoch.auto.policy.Decision` (save the best checkpoint,
     restore it, stop). The caller evaluates: the schedule never sees a data split. As a
-    :class:`~dlrm_multiepoch.train.part.TrainPart` it is its :class:`FreezeScheduleWrapper`'s
+    :class:`~dlrm_multiepoch.part.TrainPart` it is its :class:`FreezeScheduleWrapper`'s
     part; :class:`~dlrm_multiepoch.train.auto_run.AutoRun` acts on its decisions in a loop.
 
     Args:

@@ -13,13 +13,11 @@ Example::
 import argparse
 from typing import List
 
-from dlrm_multiepoch.config_section import flag_fields
+from dlrm_multiepoch.config_section import flag_fields, section_fields
 from dlrm_multiepoch.data.config import DataConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dlrm_multiepoch.train.config import config_fields
-
     parser = argparse.ArgumentParser(
         prog="dlrm-multiepoch preprocess",
         description="Encode a dataset once into memory-mappable column files (streamed, bounded memory).",
@@ -27,9 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     group = parser.add_argument_group("DataConfig")
-    for f in config_fields().values():
-        if f.section == DataConfig.__name__:
-            group.add_argument(f"--{f.name}", type=f.kind, default=f.default, help=f.help)
+    for f in section_fields(DataConfig):
+        group.add_argument(f"--{f.name}", type=f.kind, default=f.default, help=f.help)
     parser.add_argument(
         "--output",
         default=None,

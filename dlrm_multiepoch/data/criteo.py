@@ -30,23 +30,20 @@ import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.data.config import id_fit_splits, min_counts
+from dlrm_multiepoch.data.criteo_columns import CAT_FEATURE_COUNT, DENSE_FEATURES, INT_FEATURE_COUNT, SPARSE_FEATURES, TASK
 from dlrm_multiepoch.data.encode import check_fraction, last_share, nth_true, subsample
 from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import Chunk, CriteoLog, Recipe, SplitPlan
 from dlrm_multiepoch.data.readers import describe_lines
-from dlrm_multiepoch.data.registry import Source, register_source, require_files
+from dlrm_multiepoch.data.registry import Source, register_source
 from dlrm_multiepoch.data.scan import FileInput
+from dlrm_multiepoch.data.source_files import require_files
+from dlrm_multiepoch.data.torchrec_criteo import is_torchrec_criteo_dir, open_torchrec_criteo
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
 
-INT_FEATURE_COUNT = 13
-CAT_FEATURE_COUNT = 26
-# TorchRec's names (torchrec.datasets.criteo.DEFAULT_INT_NAMES / DEFAULT_CAT_NAMES).
-DENSE_FEATURES = [f"int_{i}" for i in range(INT_FEATURE_COUNT)]
-SPARSE_FEATURES = [f"cat_{i}" for i in range(CAT_FEATURE_COUNT)]
-TASK = "label"
 _FIELDS = 1 + INT_FEATURE_COUNT + CAT_FEATURE_COUNT
 _TAB, _NEWLINE, _CR = 9, 10, 13
 
@@ -260,8 +257,6 @@ def prepare_criteo(
 
 
 def _open_in_place(cfg: "DataConfig", path: Path):
-    from dlrm_multiepoch.data.torchrec_criteo import is_torchrec_criteo_dir, open_torchrec_criteo
-
     if path.is_dir() and is_torchrec_criteo_dir(path):
         check_criteo_options(cfg)
         return open_torchrec_criteo(path, cfg.criteo_hash_size)

@@ -23,13 +23,13 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID, TableSpec
-from dlrm_multiepoch.train.part import TrainPart
+from dlrm_multiepoch.part import TrainPart
 
 
 class IdDropout(TrainPart):
     """Replace each id of feature ``f`` by :data:`UNKNOWN_ID` with probability ``rates[f]``.
 
-    As a :class:`~dlrm_multiepoch.train.part.TrainPart` it transforms each epoch's training batches.
+    As a :class:`~dlrm_multiepoch.part.TrainPart` it transforms each epoch's training batches.
 
     Args:
         rates: feature -> probability in ``[0, 1)``; features left out keep their ids.

@@ -43,8 +43,9 @@ from dlrm_multiepoch.data.recipe import (
     threshold_labels,
 )
 from dlrm_multiepoch.data.readers import require_columns
-from dlrm_multiepoch.data.registry import Source, register_source, require_files
+from dlrm_multiepoch.data.registry import Source, register_source
 from dlrm_multiepoch.data.scan import FileInput
+from dlrm_multiepoch.data.source_files import require_files
 from dlrm_multiepoch.data.times import MISSING_TIME, NUMBER, TimeFormat, to_float
 from dlrm_multiepoch.data.vocab import normalize_values
 

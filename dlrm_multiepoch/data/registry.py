@@ -1,10 +1,10 @@
 """The registry of data sources: each source module adds itself with :func:`register_source`.
 
 ``load_dataset`` and ``dlrm-multiepoch preprocess`` look sources up by ``--dataset``
-name. Sources import this module (and :class:`~dlrm_multiepoch.data.config.DataConfig`);
-this module imports no source at import time, only the built-in ones
-(:data:`BUILTIN_SOURCES`) when a name is first looked up, so there is no import cycle
-and importing the data config stays light.
+name. Sources import this module, and :class:`~dlrm_multiepoch.data.config.DataConfig`
+imports it to check ``--dataset``; so this module imports neither (not even for a type):
+it loads the built-in sources (:data:`BUILTIN_SOURCES`) only when a name is first looked up.
+A source's ``locate`` finds its files with :mod:`~dlrm_multiepoch.data.source_files`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 from dlrm_multiepoch.names import DATASETS
 
 if TYPE_CHECKING:
-    from dlrm_multiepoch.data.config import DataConfig
     from dlrm_multiepoch.data.dataset import InteractionData
 
 Log = Callable[[str], None]
+# A source's ``cfg``: the run's DataConfig, not imported here because data/config.py imports this module.
+DataFlags = Any
 
 
 @dataclass(frozen=True)
@@ -28,13 +29,14 @@ class Source:
     """A way to get a dataset.
 
     Args:
-        name: the ``--dataset`` value.
+        name: the ``--dataset`` value. Each callable's ``cfg`` is the run's
+            :class:`~dlrm_multiepoch.data.config.DataConfig`.
         prepare: ``(cfg, input, output_folder, log, extra_meta) -> notes``: encode the
             input into a dataset folder (:func:`~dlrm_multiepoch.data.preprocess.preprocess`),
             adding ``extra_meta`` to its ``meta.json``.
-        locate: ``(cfg, cache_dir, log) -> input``: the file (or folder) to encode, or
-            a list of files (:func:`require_files`), fetched if needed; raises naming
-            ``--data_path`` if it is missing. ``prepare`` gets what it returned.
+        locate: ``(cfg, cache_dir, log) -> input``: the file (or folder) to encode, or a list of
+            files (:func:`~dlrm_multiepoch.data.source_files.require_files`), fetched if needed;
+            raises naming ``--data_path`` if it is missing. ``prepare`` gets what it returned.
         open_in_place: optional ``(cfg, path) -> data or None``: data already in a
             trainable layout (e.g. TorchRec's Criteo npy days) read without encoding.
 
@@ -45,9 +47,9 @@ class Source:
     """
 
     name: str
-    prepare: Callable[["DataConfig", Any, Path, Log, Dict[str, object]], List[str]]
-    locate: Callable[["DataConfig", str, Log], Union[Path, List[Path]]]
-    open_in_place: Optional[Callable[["DataConfig", Path], Optional["InteractionData"]]] = None
+    prepare: Callable[[DataFlags, Any, Path, Log, Dict[str, object]], List[str]]
+    locate: Callable[[DataFlags, str, Log], Union[Path, List[Path]]]
+    open_in_place: Optional[Callable[[DataFlags, Path], Optional["InteractionData"]]] = None
 
 
 SOURCES: Dict[str, Source] = {}
@@ -74,32 +76,3 @@ def check_dataset(name: str) -> None:
     if name not in DATASETS and name not in SOURCES:
         choices = [*DATASETS, *(n for n in SOURCES if n not in DATASETS)]
         raise ValueError(f"--dataset {name!r} is unknown; choices: {', '.join(choices)}")
-
-
-def require_file(cfg: "DataConfig", what: str) -> Path:
-    """``--data_path`` as one file that exists; errors say what the source expects."""
-    paths = require_files(cfg, what)
-    if len(paths) > 1:
-        raise ValueError(f"--data_path names {len(paths)} files; --dataset {cfg.dataset} reads one ({what})")
-    return paths[0]
-
-
-def require_files(cfg: "DataConfig", what: str) -> List[Path]:
-    """``--data_path`` as files that exist: one path, or several separated by commas
-    (:func:`~dlrm_multiepoch.data.config.input_paths`); errors say what the source expects."""
-    from dlrm_multiepoch.data.config import input_paths
-
-    if not cfg.data_path:
-        raise ValueError(f"--data_path is required for --dataset {cfg.dataset} ({what})")
-    paths = [Path(p) for p in input_paths(cfg.data_path)]
-    for path in paths:
-        if not path.exists():
-            raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {cfg.dataset} reads {what})")
-        if path.is_dir():
-            raise ValueError(
-                f"--data_path {path} is a folder without a preprocessed dataset; --dataset {cfg.dataset} reads {what}"
-            )
-    repeated = sorted({str(p) for p in paths if paths.count(p) > 1})
-    if repeated:
-        raise ValueError(f"--data_path names {repeated} more than once")
-    return paths

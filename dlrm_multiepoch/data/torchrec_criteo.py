@@ -20,7 +20,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from dlrm_multiepoch.data.criteo import CAT_FEATURE_COUNT, DENSE_FEATURES, INT_FEATURE_COUNT, SPARSE_FEATURES, TASK
+from dlrm_multiepoch.data.criteo_columns import CAT_FEATURE_COUNT, DENSE_FEATURES, INT_FEATURE_COUNT, SPARSE_FEATURES, TASK
 from dlrm_multiepoch.data.dataset import InteractionData, Split, TableSpec
 from dlrm_multiepoch.data.npy import NpyFile
 

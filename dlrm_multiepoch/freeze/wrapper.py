@@ -11,9 +11,9 @@ from torchrec.distributed.model_parallel import DistributedModelParallel
 from dlrm_multiepoch.freeze.binding import Binding, bind, check_partial_freezes
 from dlrm_multiepoch.freeze.hooks import FrozenDenseParams, register_freeze_hook, register_step_hooks
 from dlrm_multiepoch.freeze.scheduler import FixedSchedule, ScheduleSource, States
+from dlrm_multiepoch.part import Position, TrainPart, WindowLog
 from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
 from dlrm_multiepoch.schedule import FreezeSchedule
-from dlrm_multiepoch.train.part import Position, TrainPart, WindowLog
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class FreezeScheduleWrapper(TrainPart):
 
     The wrapper is a ``torch.distributed.checkpoint`` ``Stateful``: put it in the dict
     you save and load, and a resumed run continues at the saved step. As a
-    :class:`~dlrm_multiepoch.train.part.TrainPart` it follows the loop's step count
+    :class:`~dlrm_multiepoch.part.TrainPart` it follows the loop's step count
     (``after_step``, ``after_load``) and logs ``freeze/<group>`` every window.
 
     Args:

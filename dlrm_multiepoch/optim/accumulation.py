@@ -36,8 +36,8 @@ from torchrec.distributed.embedding import ShardedEmbeddingCollection
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
 
 from dlrm_multiepoch.optim.options import ACCUMULATION_RULES, check_accumulation
+from dlrm_multiepoch.part import TrainPart
 from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
-from dlrm_multiepoch.train.part import TrainPart
 
 def ddp_modules(model: nn.Module) -> List[DistributedDataParallel]:
     """Every DDP wrapper in ``model``: the dense part and data-parallel table lookups
@@ -81,7 +81,7 @@ class _AccumulatingOptimizer:
 class GradientAccumulation(TrainPart):
     """Dense optimizer steps and DDP all-reduces every ``steps`` micro-batches.
 
-    As a :class:`~dlrm_multiepoch.train.part.TrainPart`, ``step_context`` is :meth:`micro_batch`.
+    As a :class:`~dlrm_multiepoch.part.TrainPart`, ``step_context`` is :meth:`micro_batch`.
 
     Args:
         model: the ``DistributedModelParallel`` model.

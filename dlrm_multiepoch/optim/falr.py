@@ -48,9 +48,9 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_multiepoch.optim.options import FALRConfig
 from dlrm_multiepoch.optim.shards import TableShard, table_shards
+from dlrm_multiepoch.part import TrainPart
 from dlrm_multiepoch.saved_state import StateMismatch
 from dlrm_multiepoch.tables import table_names
-from dlrm_multiepoch.train.part import TrainPart
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def _check_supported(shards: List[TableShard], wanted: set) -> None:
 class FrequencyAdaptiveLR(TrainPart):
     """Per-row learning rate ``lr * f(count)`` on the fused tables of a sharded model.
 
-    Its hooks do the work; as a :class:`~dlrm_multiepoch.train.part.TrainPart` it only saves
+    Its hooks do the work; as a :class:`~dlrm_multiepoch.part.TrainPart` it only saves
     its counters (``falr``) and describes itself.
 
     Args:

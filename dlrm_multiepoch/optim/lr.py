@@ -35,16 +35,16 @@ from torch import nn
 from torch.distributed.checkpoint.stateful import Stateful
 
 from dlrm_multiepoch.optim.options import TableLRSchedule
-from dlrm_multiepoch.saved_state import check_count, check_state
 from dlrm_multiepoch.optim.shards import kernels, set_kernel_learning_rate
-from dlrm_multiepoch.train.part import TrainPart, WindowLog
+from dlrm_multiepoch.part import TrainPart, WindowLog
+from dlrm_multiepoch.saved_state import check_count, check_state
 
 class TableLRScheduler(TrainPart):
     """Sets every fused table's LR to ``base * schedule(step) * factor`` before each step.
 
     A ``Stateful`` (``state_dict()`` holds the step), though the step is all it needs:
     :meth:`set_step` jumps anywhere, so a resumed run continues the schedule exactly.
-    As a :class:`~dlrm_multiepoch.train.part.TrainPart` it sets each step's LR in
+    As a :class:`~dlrm_multiepoch.part.TrainPart` it sets each step's LR in
     ``step_context`` and logs ``lr/<table>`` every window.
 
     Args:

@@ -31,8 +31,8 @@ from torch import nn
 
 from dlrm_multiepoch.optim.options import ReinitSchedule  # noqa: F401  (re-exported)
 from dlrm_multiepoch.optim.shards import TableShard, table_shards
+from dlrm_multiepoch.part import TrainPart
 from dlrm_multiepoch.tables import table_names
-from dlrm_multiepoch.train.part import TrainPart
 
 ROWS_PER_BLOCK = 1 << 16  # rows drawn per seeded generator: the unit of sharding independence
 

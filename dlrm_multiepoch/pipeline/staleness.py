@@ -21,8 +21,8 @@ from torch import nn
 from torchrec.distributed.types import ShardingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from dlrm_multiepoch.part import TrainPart, WindowLog
 from dlrm_multiepoch.tables import describe
-from dlrm_multiepoch.train.part import TrainPart, WindowLog
 
 # Row ids of a table sit in the low bits of a key, the table's index above them.
 _TABLE_SHIFT = 40

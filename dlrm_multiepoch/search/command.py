@@ -22,11 +22,12 @@ import argparse
 import sys
 from typing import List, Optional
 
+from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.search.candidates import candidate_tree, select
 from dlrm_multiepoch.search.pruning import DEFAULT_ETA, DEFAULT_RUNG_FRACTION
 from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
-from dlrm_multiepoch.sweep.plan import split_at_dashes
 from dlrm_multiepoch.sweep.strategies import flag_names
+from dlrm_multiepoch.train.config import parse_config
 
 # App flags the search sets per branch: its schedule, its launch horizon and checkpoints.
 BRANCH_FLAGS = (
@@ -89,8 +90,6 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}",
             flush=True,
         )
-    from dlrm_multiepoch.train.config import parse_config  # torch-heavy
-
     cfg = parse_config([*common, "--epochs", str(args.epochs)])  # a bad app flag exits here, naming it
     try:
         names = [n.strip() for n in args.candidates.split(",") if n.strip()]

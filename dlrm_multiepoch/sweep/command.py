@@ -27,12 +27,12 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions, add_launch_args
+from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions, add_launch_args, split_at_dashes
 from dlrm_multiepoch.sweep import checks
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
 from dlrm_multiepoch.sweep.manifest import check_experiment, group_record, is_flag_list
 from dlrm_multiepoch.run_files import read_manifest
-from dlrm_multiepoch.sweep.plan import SweepPlan, build_plan, split_at_dashes
+from dlrm_multiepoch.sweep.plan import SweepPlan, build_plan
 from dlrm_multiepoch.sweep.strategies import (
     DEFAULT_STRATEGIES,
     STRATEGIES,

@@ -24,6 +24,7 @@ import os
 from dataclasses import asdict
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from dlrm_multiepoch.json_io import json_safe
 from dlrm_multiepoch.run_files import (
     FORMAT_VERSION,
     MANIFEST_FILE,
@@ -35,6 +36,7 @@ from dlrm_multiepoch.run_files import (
 )
 from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan
 from dlrm_multiepoch.sweep.strategies import flag_items
+from dlrm_multiepoch.train.config import parse_config
 
 # Where a run writes and how a launch starts or pauses (a search's --stop_at_epoch): not what the run is.
 PLACE_FLAGS = ("tensorboard_dir", "run_name", "resume", "overwrite", "progress_bar", "stop_at_epoch")
@@ -123,9 +125,6 @@ def _folder_changes(experiment_dir: str, run: RunSpec) -> Tuple[List[str], str]:
 
 
 def _config_of(run: RunSpec) -> Dict[str, Any]:
-    from dlrm_multiepoch.train.config import parse_config
-    from dlrm_multiepoch.train.json_io import json_safe
-
     return json.loads(json.dumps(json_safe(parse_config(list(run.flags)).to_dict())))
 
 

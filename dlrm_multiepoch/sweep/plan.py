@@ -31,6 +31,7 @@ from dlrm_multiepoch.run_files import (
 )
 from dlrm_multiepoch.run_files import read_optional_json as read_json
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
+from dlrm_multiepoch.train.config import parse_config
 
 # Flags each run gets from the sweep itself.
 SWEEP_FLAGS = ("epochs", "seed", "tensorboard_dir", "run_name", "resume")
@@ -70,15 +71,6 @@ class SweepPlan:
     strategies: List[Strategy]
     runs: List[RunSpec] = field(default_factory=list)
     group: str = ""
-
-
-def split_at_dashes(args: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """``[a, b, "--", c]`` -> ``([a, b], [c])``: what comes before and after the first bare ``--``."""
-    args = list(args)
-    if "--" not in args:
-        return args, []
-    at = args.index("--")
-    return args[:at], args[at + 1 :]
 
 
 def build_plan(
@@ -177,8 +169,6 @@ def _refuse_repeated_flags(where: str, flags: Sequence[str]) -> None:
 
 def _check_app_flags(run: str, flags: Sequence[str], check_paths: bool = False) -> None:
     """Parse ``flags`` with the training app's parser (no data is loaded); its error names the run."""
-    from dlrm_multiepoch.train.config import parse_config  # torch-heavy: imported when a sweep is planned
-
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):

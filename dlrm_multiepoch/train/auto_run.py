@@ -15,9 +15,9 @@ from torchrec.optim.keyed import KeyedOptimizer
 
 from dlrm_multiepoch.auto import AUTO, AutoFreezeSchedule, Decision
 from dlrm_multiepoch.auto.policy import PHASES
+from dlrm_multiepoch.part import Position
 from dlrm_multiepoch.train.best import BestCheckpoints
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, format_metrics, metric_scalars
-from dlrm_multiepoch.train.part import Position
 from dlrm_multiepoch.train.validator import Decisions, Results
 
 

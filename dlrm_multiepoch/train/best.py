@@ -21,9 +21,9 @@ import torch.distributed as dist
 from torch import nn
 from torchrec.optim.keyed import KeyedOptimizer
 
+from dlrm_multiepoch.json_io import read_json
 from dlrm_multiepoch.run_files import BEST_FOLDER, best_checkpoint_name, complete_checkpoints, state_path
 from dlrm_multiepoch.train.checkpoint import load_checkpoint, write_checkpoint
-from dlrm_multiepoch.train.json_io import read_json
 
 
 class BestCheckpoints:

@@ -1,7 +1,7 @@
 """Builders of the :class:`~dlrm_multiepoch.train.trainer.Trainer`'s parts from a :class:`TrainConfig`, and up-front checks.
 
 Each builder takes what it needs from the config (the one place each setting is read)
-and returns public parts (:mod:`dlrm_multiepoch.train.part`) with their defaults: the
+and returns public parts (:mod:`dlrm_multiepoch.part`) with their defaults: the
 run's data and loaders, the model and optimizer, the freeze schedule and what decides
 from validation, the table remedies, the pipeline, the non-finite-loss policy and the
 validator.
@@ -24,6 +24,7 @@ from dlrm_multiepoch.optim.accumulation import GradientAccumulation
 from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR
 from dlrm_multiepoch.optim.lr import TableLRScheduler
 from dlrm_multiepoch.optim.reinit import TableReinit
+from dlrm_multiepoch.part import TrainPart
 from dlrm_multiepoch.pipeline import StaleFractionLog, make_train_pipeline
 from dlrm_multiepoch.train.auto_run import AutoRun
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
@@ -31,7 +32,6 @@ from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.evaluate import SplitEvaluator
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
 from dlrm_multiepoch.train.nonfinite import SkipNonFiniteBatches, StopOnNonFinite
-from dlrm_multiepoch.train.part import TrainPart
 from dlrm_multiepoch.train.pretrained import load_pretrained_tables
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 from dlrm_multiepoch.train.spec import TRAIN, TrainSpec, evaluated_splits

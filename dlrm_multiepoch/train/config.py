@@ -16,10 +16,10 @@ import argparse
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Type, get_type_hints
+from typing import Any, Dict, List, Optional, Sequence, Type
 
 from dlrm_multiepoch.auto.config import AutoScheduleConfig
-from dlrm_multiepoch.config_section import flag_fields, flag_name, flag_values
+from dlrm_multiepoch.config_section import ConfigField, flag_fields, flag_name, flag_values, section_fields
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.optim.config import OptimConfig
@@ -33,7 +33,7 @@ from dlrm_multiepoch.train.sections import (
     check_freeze_schedule,
 )
 
-__all__ = ["TrainConfig", "ConfigField", "config_fields", "build_parser", "parse_config", "check_freeze_schedule"]
+__all__ = ["TrainConfig", "config_fields", "build_parser", "parse_config", "check_freeze_schedule"]
 
 # Sections whose flags run records keep nested under the section's name (``to_dict()["data"]``),
 # and sections whose flags they keep at the top (as before these were sections): the records'
@@ -168,24 +168,6 @@ class TrainConfig:
         return out
 
 
-@dataclass(frozen=True)
-class ConfigField:
-    """One flag of the training app: its name, type, default, help, and where it lives in :class:`TrainConfig`.
-
-    Example::
-
-        config_fields()["batch_size"]   # ConfigField(name='batch_size', kind=int, default=1024, help=...,
-                                        #             section='LoaderConfig', path='loader.batch_size')
-    """
-
-    name: str
-    kind: type
-    default: Any
-    help: str
-    section: str
-    path: str
-
-
 def config_fields() -> Dict[str, ConfigField]:
     """Every flag of :class:`TrainConfig` and its sections, by flag name (one field each).
 
@@ -195,14 +177,10 @@ def config_fields() -> Dict[str, ConfigField]:
     fields: Dict[str, ConfigField] = {}
     owners = [(TrainConfig, "", _top_fields()), *((cls, f"{name}.", flag_fields(cls)) for name, cls in _SECTIONS.items())]
     for cls, prefix, leaves in owners:
-        hints = get_type_hints(cls)
-        for f in leaves:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-            flag = flag_name(f)
-            if flag in fields:
-                raise TypeError(f"--{flag} is a field of both {fields[flag].section} and {cls.__name__}")
-            help = f.metadata.get("help", "")
-            fields[flag] = ConfigField(flag, _optional_base(hints[f.name]), default, help, cls.__name__, prefix + f.name)
+        for f in section_fields(cls, prefix, leaves):
+            if f.name in fields:
+                raise TypeError(f"--{f.name} is a field of both {fields[f.name].section} and {cls.__name__}")
+            fields[f.name] = f
     return fields
 
 
@@ -231,13 +209,6 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             group.add_argument(f"--{f.name}", type=f.kind, default=f.default, help=f.help)
     return parser
-
-
-def _optional_base(kind: Any) -> Any:
-    args = getattr(kind, "__args__", None)
-    if args and type(None) in args:  # Optional[X]
-        return next(a for a in args if a is not type(None))
-    return kind
 
 
 def parse_config(argv: Optional[Sequence[str]] = None, check_paths: bool = False) -> TrainConfig:

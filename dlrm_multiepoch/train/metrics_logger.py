@@ -5,11 +5,11 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Set, Tuple
 
 from torch.utils.tensorboard import SummaryWriter
 
+from dlrm_multiepoch.json_io import json_safe, write_json
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.run_files import summary_path
 from dlrm_multiepoch.saved_state import StateMismatch, check_state
 from dlrm_multiepoch.train.evaluate import undefined_metrics
-from dlrm_multiepoch.train.json_io import json_safe, write_json
 from dlrm_multiepoch.train.nonfinite import finite_mean
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dlrm_multiepoch.train.part import Position, TrainPart, WindowLog
+from dlrm_multiepoch.part import Position, TrainPart, WindowLog
 
 
 class NonFiniteLossError(RuntimeError):
@@ -84,7 +84,7 @@ class SkipNonFiniteBatches(TrainPart):
     connected to the model, so ``backward()`` computes nothing, the fused table
     optimizers apply no update, and the dense parameters' gradients are cleared so the
     optimizer step skips them (Adam's step count does not advance). As a
-    :class:`~dlrm_multiepoch.train.part.TrainPart` it reports the skipped steps every
+    :class:`~dlrm_multiepoch.part.TrainPart` it reports the skipped steps every
     window and keeps its count in the checkpointed position (``skipped_nonfinite``).
 
     Args:

@@ -8,26 +8,23 @@ and TensorBoard scalars. Fine-tuning then loads the tables with ``--pretrained_t
 """
 
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping
 
 import numpy as np
 import torch
 from torch import nn
 
 from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.json_io import write_json
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.pretrain import build_pretrain_model
+from dlrm_multiepoch.part import TrainPart, WindowLog
 from dlrm_multiepoch.run_files import flat_config, path_matches
+from dlrm_multiepoch.saved_state import check_state
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.json_io import write_json
-from dlrm_multiepoch.train.part import TrainPart, WindowLog
 from dlrm_multiepoch.train.pretrained import SUMMARY_FILE, save_tables
-from dlrm_multiepoch.saved_state import check_state
-from dlrm_multiepoch.train.spec import TrainSpec
-
-if TYPE_CHECKING:
-    from dlrm_multiepoch.train.trainer import Trainer
+from dlrm_multiepoch.train.spec import FinishedRun, TrainSpec
 
 PRETRAIN_SPLIT = "pretrain"
 # TrainConfig.to_dict() paths pre-training does not apply (a trailing "." covers a section): it trains the tables
@@ -154,7 +151,7 @@ class PretrainSpec(TrainSpec):
                 f"{saved['pretrain_train_fraction']} slice of train; resume with that fraction"
             )
 
-    def finish(self, trainer: "Trainer") -> None:
+    def finish(self, trainer: FinishedRun) -> None:
         tables = save_tables(trainer.model, self.output)  # collective
         summary = {
             "tables": tables,

@@ -17,8 +17,8 @@ from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
+from dlrm_multiepoch.json_io import read_json
 from dlrm_multiepoch.tables import duplicate_table_names, embedding_modules
-from dlrm_multiepoch.train.json_io import read_json
 
 SUMMARY_FILE = "pretrain.json"  # written by apps/pretrain.py beside the tables
 

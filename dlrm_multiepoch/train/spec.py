@@ -7,22 +7,22 @@ training app's supervised run; :class:`~dlrm_multiepoch.train.pretrain.PretrainS
 pre-trains the tables with a self-supervised loss.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import Any, Dict, List, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
 from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.factory import build_model
 from dlrm_multiepoch.names import TEST, TRAIN_SAMPLE, VAL
+from dlrm_multiepoch.part import TrainPart
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
 from dlrm_multiepoch.train.config import TrainConfig
-from dlrm_multiepoch.train.part import TrainPart
-
-if TYPE_CHECKING:
-    from dlrm_multiepoch.train.trainer import Trainer
+from dlrm_multiepoch.train.metrics_logger import MetricsLogger
+from dlrm_multiepoch.train.run_folder import RunFolder
 
 # Splits evaluated, in this order, where the data has them; only "val" drives decisions.
 EVAL_SPLITS = (TEST, VAL, TRAIN_SAMPLE)
@@ -45,6 +45,21 @@ def add_train_sample(data: InteractionData, cfg: TrainConfig) -> None:
         size = min(cfg.metrics.train_eval_rows, len(train))
         rows = np.random.default_rng(cfg.seed).choice(len(train), size=size, replace=False)
         data.splits[TRAIN_SAMPLE] = train.take(np.sort(rows))
+
+
+class FinishedRun(Protocol):
+    """What :meth:`TrainSpec.finish` reads of the :class:`~dlrm_multiepoch.train.trainer.Trainer` that ran
+    (described here, not imported: the trainer imports this module)."""
+
+    cfg: TrainConfig
+    env: DistEnv
+    data: InteractionData
+    model: nn.Module
+    logger: MetricsLogger
+    run: RunFolder
+
+    @property
+    def step(self) -> int: ...
 
 
 class TrainSpec:
@@ -97,7 +112,7 @@ class TrainSpec:
                 "--pretrained_tables instead"
             )
 
-    def finish(self, trainer: "Trainer") -> None:
+    def finish(self, trainer: FinishedRun) -> None:
         """The run ended (not paused): leave behind what it is for (the supervised run's model is its checkpoint)."""
 
 

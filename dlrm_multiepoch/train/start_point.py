@@ -18,9 +18,15 @@ Example::
     start_branch(trainer, start_from, changes)
 """
 
-from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+
+from torch.distributed.checkpoint.stateful import Stateful
+from torchrec.distributed import DistributedModelParallel
+from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch.auto.config import AUTO
+from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.optim.options import ReinitSchedule
 from dlrm_multiepoch.schedule import FreezeSchedule, ResolvedSchedule
 from dlrm_multiepoch.train.build import check_resumable
@@ -34,11 +40,10 @@ from dlrm_multiepoch.train.checkpoint import (
 )
 from dlrm_multiepoch.run_files import flat_config, path_matches
 from dlrm_multiepoch.train.config import TrainConfig
+from dlrm_multiepoch.train.metrics_logger import MetricsLogger
+from dlrm_multiepoch.train.progress import TrainProgress
 from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
 from dlrm_multiepoch.train.spec import TrainSpec
-
-if TYPE_CHECKING:
-    from dlrm_multiepoch.train.trainer import Trainer
 
 START_FROM = "--start_from"
 # Settings a branch may set otherwise than its parent (dotted TrainConfig.to_dict() paths;
@@ -52,6 +57,28 @@ SUFFIX_FIELDS = (
 )  # fmt: skip
 # Parts a branch does not take from its parent: the schedule is its own, the summary its own.
 OWN_PARTS = ("freeze", "metrics")
+
+
+class BuiltRun(Protocol):
+    """What resuming and branching read and set of the built :class:`~dlrm_multiepoch.train.trainer.Trainer`
+    (described here, not imported: the trainer imports this module)."""
+
+    cfg: TrainConfig
+    env: DistEnv
+    data: InteractionData
+    model: DistributedModelParallel
+    optimizer: CombinedOptimizer
+    run: RunFolder
+    logger: MetricsLogger
+    progress: TrainProgress
+    checkpointed: Dict[str, Stateful]
+    checkpointer: Checkpointer
+    steps_per_epoch: int
+
+    @property
+    def step(self) -> int: ...
+
+    def after_load(self, checkpoint: str) -> None: ...
 
 
 def open_checked_run(
@@ -171,7 +198,7 @@ def _trains(schedule: ResolvedSchedule, group: str, step: int) -> bool:
     return schedule.trains(group, step) if group in schedule.windows else True
 
 
-def start_branch(trainer: "Trainer", info: CheckpointInfo, changes: List[str]) -> None:
+def start_branch(trainer: BuiltRun, info: CheckpointInfo, changes: List[str]) -> None:
     """Load the parent's state (all but the schedule and the summary) into a built trainer.
 
     Collective. The freeze schedule moves to the checkpoint's step under this run's own
@@ -195,7 +222,7 @@ def start_branch(trainer: "Trainer", info: CheckpointInfo, changes: List[str]) -
     )
 
 
-def resume_run(trainer: "Trainer", info: CheckpointInfo, changes: List[str]) -> None:
+def resume_run(trainer: BuiltRun, info: CheckpointInfo, changes: List[str]) -> None:
     """Load ``info``'s state into the built trainer's parts; training continues at its data position."""
     saved_freeze = info.parts.get("freeze")
     # Compared in normalised form ("delayed" == its expansion, "auto"); None: every group trains.

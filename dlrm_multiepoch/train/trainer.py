@@ -15,13 +15,13 @@ from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.models.dlrm import ModelOutput
+from dlrm_multiepoch.part import TrainPart, TrainParts
 from dlrm_multiepoch.train.build import build_loaders, build_nonfinite, build_pipeline, build_remedies
 from dlrm_multiepoch.train.build import build_schedule, build_sharded_model, build_validator
 from dlrm_multiepoch.train.build import describe_run, prepare_data
 from dlrm_multiepoch.train.checkpoint import Checkpointer, check_compatible, table_sharding
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, train_scalars
-from dlrm_multiepoch.train.part import TrainPart, TrainParts
 from dlrm_multiepoch.train.progress import TrainProgress
 from dlrm_multiepoch.train.run_folder import RunFolder
 from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
@@ -32,7 +32,7 @@ from dlrm_multiepoch.train.validator import Validator
 class Trainer:
     """Builds every part of a run from a :class:`TrainConfig` and a :class:`TrainSpec` (what kind of run) and trains it.
 
-    The loop calls the hooks of :class:`~dlrm_multiepoch.train.part.TrainPart`\\ s (the
+    The loop calls the hooks of :class:`~dlrm_multiepoch.part.TrainPart`\\ s (the
     freeze schedule, the table remedies, the non-finite-loss policy, the pipeline's
     logging) and a :class:`~dlrm_multiepoch.train.validator.Validator` at fixed points;
     every part has a do-nothing default, so the loop never asks which parts a run has.

@@ -12,8 +12,8 @@ from typing import Callable, Dict, Optional, Sequence
 
 from torch.distributed.checkpoint.stateful import Stateful
 
+from dlrm_multiepoch.part import Position, TrainPart
 from dlrm_multiepoch.train.evaluate import TaskMetrics
-from dlrm_multiepoch.train.part import Position, TrainPart
 
 Results = Dict[str, TaskMetrics]  # split (or split.slice) -> task -> metric -> value
 Evaluate = Callable[[Sequence[str]], Results]

@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Optional
 
 from dlrm_multiepoch import distributed as D
 from dlrm_multiepoch.data.cache import file_digest
+from dlrm_multiepoch.json_io import read_json
 from dlrm_multiepoch.run_files import (
     CheckpointError,
     CheckpointInfo,
@@ -20,7 +21,6 @@ from dlrm_multiepoch.run_files import (
     state_path,
     step_folders,
 )
-from dlrm_multiepoch.train.json_io import read_json
 
 
 def record_files(folder: str) -> Dict[str, Dict[str, object]]:

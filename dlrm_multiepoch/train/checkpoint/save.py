@@ -9,6 +9,7 @@ from torch import nn
 from torchrec.optim.keyed import KeyedOptimizer
 
 from dlrm_multiepoch import distributed as D
+from dlrm_multiepoch.json_io import write_json
 from dlrm_multiepoch.run_files import (
     FORMAT_VERSION,
     PROTECTED_FILE,
@@ -20,7 +21,6 @@ from dlrm_multiepoch.run_files import (
     step_of,
 )
 from dlrm_multiepoch.train.checkpoint.find import record_files
-from dlrm_multiepoch.train.json_io import write_json
 
 
 def write_checkpoint(

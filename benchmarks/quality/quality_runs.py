@@ -10,9 +10,9 @@ the comparison is printed. New work should call the two commands directly::
 
 Usage (unchanged)::
 
-    python benchmarks/quality_runs.py                                  # joint vs delayed, Book-Crossing, 3 seeds
-    python benchmarks/quality_runs.py --variant joint= --variant "early=--freeze_schedule early" --seeds 0 1
-    python benchmarks/quality_runs.py --epochs 2 -- --dataset movielens    # flags after -- go to every run
+    python benchmarks/quality/quality_runs.py                                  # joint vs delayed, Book-Crossing, 3 seeds
+    python benchmarks/quality/quality_runs.py --variant joint= --variant "early=--freeze_schedule early" --seeds 0 1
+    python benchmarks/quality/quality_runs.py --epochs 2 -- --dataset movielens    # flags after -- go to every run
 """
 
 import argparse
@@ -20,11 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.report.command import main as compare_main
 from dlrm_multiepoch.sweep.command import main as sweep_main
-from dlrm_multiepoch.sweep.plan import split_at_dashes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_VARIANTS = ["joint=--freeze_schedule joint", "delayed=--freeze_schedule delayed"]
 
 

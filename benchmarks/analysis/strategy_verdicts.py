@@ -12,7 +12,7 @@ task (mean ± std over seeds). What each deploys:
 - validation-driven runs (``summary.json`` has ``best``: ``auto``, ``joint-early-stop``,
   ``auto-<metric>``): their restored best-validation weights;
 - ``joint-early-stop``, when the folder has no such runs: replayed on each ``joint``
-  run's validation curve (benchmarks/val_metric_choice.py; exact when ``joint`` evaluated
+  run's validation curve (benchmarks/analysis/val_metric_choice.py; exact when ``joint`` evaluated
   validation at the auto schedule's cadence, ``--eval_every_n_steps``).
 
 Then, per validation-driven strategy, the target of issue 18: its mean test AUC is at
@@ -21,7 +21,7 @@ every task, and at least joint at its best validation epoch.
 
 Usage::
 
-    python benchmarks/strategy_verdicts.py /work/exp/valmetric/ml-time --epochs 3 --metric cal_ne
+    python benchmarks/analysis/strategy_verdicts.py /work/exp/valmetric/ml-time --epochs 3 --metric cal_ne
 """
 
 import argparse
@@ -34,7 +34,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from dlrm_multiepoch.auto.config import METRIC_SIGN, AutoScheduleConfig  # noqa: E402

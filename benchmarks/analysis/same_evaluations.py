@@ -3,12 +3,13 @@
 Used to check that a refactor leaves every preset's results unchanged: sweep the same
 strategies and flags with the old and the new code into two folders, then
 
-    python benchmarks/tools/same_evaluations.py OLD_EXPERIMENT_DIR NEW_EXPERIMENT_DIR
+    python benchmarks/analysis/same_evaluations.py OLD_EXPERIMENT_DIR NEW_EXPERIMENT_DIR
 
 prints one line per run (equal, or the last test metrics of both) and exits 1 on any
 difference or missing run.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -39,6 +40,8 @@ def main(old: str, new: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("old", help="the experiment folder swept with the old code")
+    parser.add_argument("new", help="the same sweep with the new code")
+    args = parser.parse_args()
+    sys.exit(main(args.old, args.new))

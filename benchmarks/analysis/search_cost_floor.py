@@ -25,7 +25,7 @@ kind can reach on these records, not a replay of one.
 
 Usage::
 
-    python benchmarks/search_cost_floor.py /work/exp/search2/ml-time /work/exp/search2/ml-random \\
+    python benchmarks/analysis/search_cost_floor.py /work/exp/search2/ml-time /work/exp/search2/ml-random \\
         /work/exp/search2/bx-random
 """
 
@@ -37,7 +37,7 @@ import os
 import sys
 from typing import Dict, List, Mapping, Sequence
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree  # noqa: E402
 from dlrm_multiepoch.search.record import read_record, run_name  # noqa: E402

@@ -23,7 +23,7 @@ AUC of the model it would pick is:
 
 Usage::
 
-    python benchmarks/val_metric_choice.py /work/exp/valmetric/ml-time --epochs 3
+    python benchmarks/analysis/val_metric_choice.py /work/exp/valmetric/ml-time --epochs 3
 """
 
 import argparse
@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from dlrm_multiepoch.auto.config import METRIC_SIGN, AutoScheduleConfig  # noqa: E402

@@ -1,4 +1,4 @@
-"""Run a test function on several gloo ranks, each in its own process.
+"""Run a function on several gloo ranks, each in its own process: the tests' and the multi-rank benchmarks'.
 
 Usage::
 
@@ -9,10 +9,10 @@ Usage::
         run_on_ranks(_check, 2, 42)
 
 The function must be defined at module level (it is pickled into the children). An
-exception on any rank fails the test with that rank's traceback.
+exception on any rank fails the test (or the benchmark) with that rank's traceback.
 
 The ranks are forked from a server process (``forkserver``) that imported torch,
-TorchRec and FBGEMM once per test session: a ``spawn`` ed rank imports them itself (9.4 s
+TorchRec and FBGEMM once per test session (or benchmark): a ``spawn`` ed rank imports them itself (9.4 s
 of CPU on the 2-core test machine), and the suite starts about 25 pairs of ranks. Each
 rank still gets the test process's current environment and working directory, as a
 spawned one would.
@@ -30,7 +30,7 @@ from dlrm_multiepoch.distributed import free_port
 
 
 # Imported once by the fork server; a module that fails to import is skipped there.
-PRELOAD = ["tests.multiprocess", "torchrec", "torchrec.distributed", "fbgemm_gpu"]
+PRELOAD = ["benchmarks.tools.ranks", "torchrec", "torchrec.distributed", "fbgemm_gpu"]
 mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
 
 

@@ -12,8 +12,8 @@ that model comes from and the wall time:
 
 Usage::
 
-    python benchmarks/auto_schedule_quality.py --seeds 0 1 2 -- --dataset movielens
-    python benchmarks/auto_schedule_quality.py --report runs/auto-quality-bx    # report existing runs
+    python benchmarks/quality/auto_schedule_quality.py --seeds 0 1 2 -- --dataset movielens
+    python benchmarks/quality/auto_schedule_quality.py --report runs/auto-quality-bx    # report existing runs
 """
 
 import argparse
@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from dlrm_multiepoch.auto import AutoScheduleConfig, AutoSchedulePolicy  # noqa: E402

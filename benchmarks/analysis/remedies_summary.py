@@ -1,4 +1,4 @@
-"""Summarise a quality-run folder (benchmarks/quality_runs.py) for the remedies' results.
+"""Summarise a quality-run folder (benchmarks/quality/quality_runs.py) for the remedies' results.
 
 For each variant and task, over its seeds (mean ± std): test AUC after epoch 1, after the
 last epoch, at the best epoch (the best epoch of each seed), the change from epoch 1 to
@@ -10,7 +10,7 @@ run's ``summary.json``; run folders are named ``<variant>-s<seed>``.
 
 Usage::
 
-    python benchmarks/tools/remedies_summary.py runs/quality-20261130 [--variants joint delayed falr] [--encoding]
+    python benchmarks/analysis/remedies_summary.py runs/quality-20261130 [--variants joint delayed falr] [--encoding]
 """
 
 import argparse
@@ -124,7 +124,7 @@ def encoding_table(runs: Dict[str, List[dict]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", type=Path, help="the --out folder of benchmarks/quality_runs.py")
+    parser.add_argument("folder", type=Path, help="the --out folder of benchmarks/quality/quality_runs.py")
     parser.add_argument("--variants", nargs="*", default=[], help="variants in this order (default: all, sorted)")
     parser.add_argument("--encoding", action="store_true", help="add the per-table fold report of each id encoding")
     args = parser.parse_args()

@@ -12,7 +12,7 @@ validation epoch, per task.
 
 Usage::
 
-    python benchmarks/search_vs_presets.py SEARCH_DIR SWEEP_DIR[,SWEEP_DIR2] [--presets joint,delayed,reinit,early,window@1,auto]
+    python benchmarks/analysis/search_vs_presets.py SEARCH_DIR SWEEP_DIR[,SWEEP_DIR2] [--presets joint,delayed,reinit,early,window@1,auto]
 """
 
 import argparse
@@ -22,7 +22,7 @@ import statistics
 import sys
 from typing import Dict, List, Optional
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from dlrm_multiepoch.search.pruning import objective  # noqa: E402
 

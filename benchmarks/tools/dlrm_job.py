@@ -1,23 +1,32 @@
-"""A small sharded DLRM job shared by the pipeline tests and ``benchmarks/bench_semi_sync.py``.
+"""A small sharded DLRM job, shared by the pipeline tests and ``benchmarks/bench_semi_sync.py``.
 
 The TorchRec dlrm_main recipe on our synthetic data: TorchRec ``DLRM`` with fused
 in-backward row-wise Adagrad tables (really sharded: table-wise / column-wise, so the
 input and output all-to-alls happen) and dense Adam, combined in one
-``CombinedOptimizer``. Call inside a process group (e.g. from ``run_on_ranks``).
+``CombinedOptimizer``. Call inside a process group (e.g. from
+:func:`~benchmarks.tools.ranks.run_on_ranks`). :func:`shard` and :func:`copy_into_shards`
+also serve the tests' other sharded models (``tests/sharding_helpers.py``).
+
+Example::
+
+    job = build_job(num_rows=4096, embedding_dim=32)
+    pipeline = make_train_pipeline("semi_sync", job.model, job.optimizer, job.env.device)
 """
 
-from typing import Dict, NamedTuple
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Union
 
 import torch
+import torch.distributed as dist
 from torchrec.distributed import DistributedModelParallel
+from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
 from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import DistEnv, init_distributed
 from dlrm_multiepoch.models import ModelConfig, build_dlrm
+from dlrm_multiepoch.tables import embedding_modules
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer
-from tests.sharding_helpers import copy_into_shards, local_tensors, shard
 
 TABLE_SIZES: Dict[str, int] = {"user": 1000, "item": 2000, "age": 8}
 # Real sharding, so the input and output all-to-alls happen. TorchRec 1.8's planner
@@ -71,7 +80,31 @@ def seed_tables(dmp: DistributedModelParallel, seed: int) -> None:
         copy_into_shards(tensor, torch.empty(full_rows, dim).uniform_(-0.05, 0.05, generator=g))
 
 
-def table_shards(dmp: DistributedModelParallel) -> Dict[str, torch.Tensor]:
-    """This rank's table shards, as views into the live (FBGEMM) weights."""
-    pieces = local_tensors(dmp.state_dict())
-    return {f"{k}@{o}": t for k, shards in pieces.items() if "embedding_bags" in k for o, t in shards if o}
+def shard(
+    module: torch.nn.Module,
+    world_size: int,
+    sharding: Union[str, Mapping[str, str]] = "table_wise",
+    sharders: Optional[list] = None,
+    device: torch.device = torch.device("cpu"),
+    local_world_size: Optional[int] = None,
+) -> DistributedModelParallel:
+    """DMP whose planner gives each table its sharding type (a str: every table of the module).
+
+    ``sharders`` None: TorchRec's defaults. Table values come from DMP's initialisation:
+    follow with :func:`load_full_tables` for known values.
+    """
+    if isinstance(sharding, str):
+        sharding = {name: sharding for m in embedding_modules(module) for name in m.table_names}
+    constraints = {table: ParameterConstraints(sharding_types=[kind]) for table, kind in sharding.items()}
+    topology = Topology(world_size=world_size, compute_device=device.type, local_world_size=local_world_size)
+    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
+    plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
+    return DistributedModelParallel(module, device=device, plan=plan, sharders=sharders)
+
+
+def copy_into_shards(sharded: Any, full: torch.Tensor) -> None:
+    """Copies this rank's slices of the full (unsharded) 2-D ``full`` into ``sharded``'s local shards."""
+    with torch.no_grad():
+        for piece in sharded.local_shards():
+            (r, c), (h, w) = piece.metadata.shard_offsets, piece.metadata.shard_sizes
+            piece.tensor.copy_(full[r : r + h, c : c + w])

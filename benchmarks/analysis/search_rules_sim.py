@@ -18,7 +18,7 @@ swept in none of them is left out, with its branches.
 
 Usage::
 
-    python benchmarks/search_rules_sim.py /work/exp/valmetric/ml-time,/work/exp/s3/ml-time \\
+    python benchmarks/analysis/search_rules_sim.py /work/exp/valmetric/ml-time,/work/exp/s3/ml-time \\
         /work/exp/valmetric/ml-random,/work/exp/s3/ml-random /work/exp/valmetric/bx-random,/work/exp/s3/bx-random
 """
 
@@ -32,7 +32,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree  # noqa: E402

@@ -37,6 +37,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from dlrm_multiepoch.optim.options import TableLRSchedule
 from dlrm_multiepoch.saved_state import check_count, check_state
 from dlrm_multiepoch.optim.shards import kernels, set_kernel_learning_rate
+from dlrm_multiepoch.tables import check_sharded
 from dlrm_multiepoch.train.part import TrainPart, WindowLog
 
 class TableLRScheduler(TrainPart):
@@ -74,6 +75,7 @@ class TableLRScheduler(TrainPart):
         self.total_steps = steps_per_epoch * num_epochs
         self.warmup_steps = self.schedule.warmup_steps(steps_per_epoch, self.total_steps)  # validates it too
         self.factor = factor
+        check_sharded(model, "TableLRScheduler")
         self._kernels: List[Any] = [k for k in kernels(model) if hasattr(k, "fused_optimizer")]
         given = dict(base_lrs or {})
         self.base_lrs: Dict[str, float] = dict(given)

@@ -40,6 +40,27 @@ class SemiSyncContext(EmbeddingTrainPipelineContext):
     staleness: Optional[PendingStaleness] = None
 
 
+def overlap_line(staleness: int, early: List[str], late: List[str]) -> str:
+    """Which modules' lookups overlap the previous batch's backward, and which run after its update."""
+    if not staleness:
+        return f"staleness=0: every lookup ({', '.join(early + late) or 'none'}) runs after the previous update"
+    if not late:
+        return f"every lookup overlaps the previous backward ({', '.join(early) or 'no sharded module'})"
+    return (
+        f"lookups that overlap the previous backward: {', '.join(early) or 'none'}; after each update "
+        f"(TrainPipelineSparseDist's order): {', '.join(late)}"
+    )
+
+
+def _check_freeze_bound(frozen_tables: Optional[Callable[[], Collection[str]]]) -> None:
+    """A freeze schedule built before ``DistributedModelParallel`` lost its hooks to the sharding: say so now,
+    before anything trains (its owner's ``check_bound`` names the modules and the fix)."""
+    owner = getattr(frozen_tables, "__self__", None)
+    check = getattr(owner, "check_bound", None)
+    if callable(check):
+        check()
+
+
 class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     """``TrainPipelineSparseDist`` with bounded staleness: lookups overlap the previous backward.
 
@@ -62,8 +83,9 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     Modules whose lookup uses weights the dense optimizer updates in place
     (data-parallel or dense-kernel tables, an FP-EBC's feature processors) and
     managed-collision modules (whose lookup may evict rows) look up after the update,
-    as in ``TrainPipelineSparseDist``; the others overlap. Which modules do not
-    overlap, and why, is logged once.
+    as in ``TrainPipelineSparseDist``; the others overlap. Which modules overlap and
+    which do not (and why) is logged once, at INFO on logger ``dlrm_multiepoch`` (the
+    ones that do not also as a warning).
 
     The stale-row fraction is measured (:mod:`.staleness`) on one training step in
     ``staleness_interval`` (every step with ``staleness_interval=1``) and exposed as
@@ -192,6 +214,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         self._late: List[torch.nn.Module] = []
         self._early_tables: Set[str] = set()
         self._reported: Set[str] = set()
+        self._overlap: Tuple[int, List[str], List[str]] = (-1, [], [])
+        _check_freeze_bound(frozen_tables)
 
     # -- what the app logs ------------------------------------------------------
 
@@ -214,14 +238,19 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     def _pipeline_model(self, batch: Any, context: Any, pipelined_forward: Type[Any] = PrefetchedLookupForward) -> None:
         super()._pipeline_model(batch, context, pipelined_forward)
         self._early, self._late = [], []
+        main = not dist.is_initialized() or dist.get_rank() == 0
         for module in self._pipelined_modules:
             reason = late_lookup_reason(module) if self.staleness else None
             (self._late if reason else self._early).append(module)
             name = module.forward.name
-            if reason and name not in self._reported and (not dist.is_initialized() or dist.get_rank() == 0):
+            if reason and name not in self._reported and main:
                 logger.warning("SemiSyncTrainPipeline: %r looks up after each update (no overlap): %s", name, reason)
             self._reported.add(name)
         self._early_tables = {t for m in self._early for t in describe(m).table_names}
+        overlap = (self.staleness, sorted(m.forward.name for m in self._early), sorted(m.forward.name for m in self._late))
+        if overlap != self._overlap and main:  # said once, and again only if it changes
+            logger.info("SemiSyncTrainPipeline: %s", overlap_line(*overlap))
+        self._overlap = overlap
 
     def fill_pipeline(self, dataloader_iter: Iterator[Pipelineable]) -> None:
         """From empty: batches 0 and 1 through input dist, batch 2 loaded."""

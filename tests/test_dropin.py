@@ -29,11 +29,13 @@ model from ``build_sharded_model``; both pipelines overlap every sharded lookup.
 own DLRM goes through the same Trainer and parts in the Trainer's tests.
 """
 
+import contextlib
+import logging
 import re
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any, Dict, List
+from logging.handlers import BufferingHandler
+from typing import Any, Dict, Iterator, List
 
 import pytest
 import torch
@@ -177,7 +179,8 @@ def _cell(name: str, sharding: str, rank: int, world_size: int, tmp: str) -> Lis
         loader=Loader(batches, lambda epoch: snaps.append(snapshot(model, namespace["optimizer"]))),
         checkpoint_dir=f"{tmp}/{name}-{sharding}", resume_from=None,
     )
-    exec(readme_block(LOOP), namespace)
+    with _logged("dlrm_multiepoch") as lines:
+        exec(readme_block(LOOP), namespace)
     start, after_frozen, end = snaps[0], snaps[1], snapshot(model, namespace["optimizer"])
     for table in _all_tables(model):
         during = changed(start, after_frozen, ALL_TABLES, table)  # empty on a rank holding no shard of it
@@ -190,12 +193,31 @@ def _cell(name: str, sharding: str, rank: int, world_size: int, tmp: str) -> Lis
     _replicas_equal(model)
     synchronous = sharding in case.synchronous  # data-parallel and managed-collision modules look up late
     assert bool(namespace["pipeline"]._early) != synchronous, where
+    # Which modules overlap is said once, whether all do or not.
+    said = [line for line in lines if line.startswith("SemiSyncTrainPipeline: ") and "previous backward" in line]
+    late = "after each update (TrainPipelineSparseDist's order)" if namespace["pipeline"]._late else "every lookup overlaps"
+    assert len(said) == (rank == 0) and all(late in line for line in said), (where, said)
     if synchronous:  # nothing overlaps: exactly the synchronous pipeline's result
         assert not _same(end, end_sd), (where, _same(end, end_sd)[:5])
     if sharding == "table_wise" and case.frozen:
         _check_semi_sync_options(case, world_size, rank, out_sd)
     _check_loads_back(namespace, case, f"{tmp}/{name}-{sharding}/epoch_{EPOCHS - 1}", end, where)
     return out_sd[:1]
+
+
+@contextlib.contextmanager
+def _logged(name: str) -> Iterator[List[str]]:
+    """The messages logger ``name`` emits at INFO and above inside the block."""
+    handler, logger = BufferingHandler(10_000), logging.getLogger(name)
+    level, lines = logger.level, []
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        lines.extend(r.getMessage() for r in handler.buffer)
 
 
 def _check_loads_back(namespace: Dict[str, Any], case, checkpoint: str, end: Dict[str, torch.Tensor], where: str) -> None:

@@ -119,19 +119,20 @@ class BinaryMetrics:
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``[B, tasks]`` logits and labels and ``[B]`` weights, or ValueError naming the shapes expected."""
         tasks = len(self.tasks)
+        given = {"logits": list(logits.shape), "labels": list(labels.shape)}  # as passed, for the messages
         if logits.dim() == 1 and tasks == 1:  # one task's logits, as most models return them
             logits, labels = logits[:, None], labels.reshape(-1, 1) if labels.dim() == 1 else labels
         rows = logits.shape[0] if logits.dim() else 0
+        one = " or [B]" if tasks == 1 else ""
         if logits.dim() != 2 or logits.shape[1] != tasks:
-            one = " or [B]" if tasks == 1 else ""
             raise ValueError(
-                f"BinaryMetrics({self.tasks}).update: logits of shape {list(logits.shape)}; expected [B, {tasks}]{one} "
+                f"BinaryMetrics({self.tasks}).update: logits of shape {given['logits']}; expected [B, {tasks}]{one} "
                 f"(one column per task, in the order {self.tasks})"
             )
         if labels.shape != logits.shape:
             raise ValueError(
-                f"BinaryMetrics({self.tasks}).update: labels of shape {list(labels.shape)}; expected the logits' shape "
-                f"{list(logits.shape)}" + (" or [B]" if tasks == 1 else "")
+                f"BinaryMetrics({self.tasks}).update: labels of shape {given['labels']}; expected the logits' shape "
+                f"{given['logits']}"
             )
         if weights is None:
             return logits, labels, torch.ones(rows, device=logits.device)

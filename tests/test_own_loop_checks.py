@@ -22,7 +22,7 @@ from dlrm_multiepoch import (
     TableReinit, TrainParts, TrainProgress,
 )  # fmt: skip
 from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
-from dlrm_multiepoch.pipeline.semi_sync import overlap_line
+from dlrm_multiepoch.pipeline.prefetch import overlap_line
 from dlrm_multiepoch.saved_state import StateMismatch
 from tests.multiprocess import single_rank_group
 from tests.readme_blocks import import_example

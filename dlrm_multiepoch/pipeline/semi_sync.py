@@ -11,7 +11,7 @@ from torchrec.distributed.train_pipeline.pipeline_context import EmbeddingTrainP
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
 from torchrec.streamable import Pipelineable
 
-from dlrm_multiepoch.pipeline.prefetch import PrefetchedLookupForward, late_lookup_reason
+from dlrm_multiepoch.pipeline.prefetch import PrefetchedLookupForward, late_lookup_reason, overlap_line
 from dlrm_multiepoch.pipeline.staleness import PendingStaleness, ShardRows, StalenessMeter, row_overlap
 from dlrm_multiepoch.tables import describe
 
@@ -38,27 +38,6 @@ class SemiSyncContext(EmbeddingTrainPipelineContext):
     row_keys: Dict[str, torch.Tensor] = field(default_factory=dict)
     got_grad: Set[str] = field(default_factory=set)
     staleness: Optional[PendingStaleness] = None
-
-
-def overlap_line(staleness: int, early: List[str], late: List[str]) -> str:
-    """Which modules' lookups overlap the previous batch's backward, and which run after its update."""
-    if not staleness:
-        return f"staleness=0: every lookup ({', '.join(early + late) or 'none'}) runs after the previous update"
-    if not late:
-        return f"every lookup overlaps the previous backward ({', '.join(early) or 'no sharded module'})"
-    return (
-        f"lookups that overlap the previous backward: {', '.join(early) or 'none'}; after each update "
-        f"(TrainPipelineSparseDist's order): {', '.join(late)}"
-    )
-
-
-def _check_freeze_bound(frozen_tables: Optional[Callable[[], Collection[str]]]) -> None:
-    """A freeze schedule built before ``DistributedModelParallel`` lost its hooks to the sharding: say so now,
-    before anything trains (its owner's ``check_bound`` names the modules and the fix)."""
-    owner = getattr(frozen_tables, "__self__", None)
-    check = getattr(owner, "check_bound", None)
-    if callable(check):
-        check()
 
 
 class SemiSyncTrainPipeline(TrainPipelineSparseDist):
@@ -119,7 +98,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         frozen_tables: optional hint from a freeze schedule, e.g.
             ``FreezeScheduleWrapper.frozen_tables``: the tables the current batch's
             backward leaves unchanged. Their rows never count as stale; with every
-            table frozen, early lookups are exact and start even during warm-up.
+            table frozen, early lookups are exact and start even during warm-up. A wrapper
+            built before ``DistributedModelParallel`` sharded the model is refused here.
         measure_staleness: measure the stale-row fraction (row keys of two batches
             and one small async all-reduce per sampled step). Without it,
             ``staleness=1`` reports NaN; ``staleness=0`` always reports exactly 0.
@@ -215,7 +195,10 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         self._early_tables: Set[str] = set()
         self._reported: Set[str] = set()
         self._overlap: Tuple[int, List[str], List[str]] = (-1, [], [])
-        _check_freeze_bound(frozen_tables)
+        # A freeze schedule built before DistributedModelParallel lost its hooks to the sharding: say so now.
+        check_bound = getattr(getattr(frozen_tables, "__self__", None), "check_bound", None)
+        if callable(check_bound):
+            check_bound()
 
     # -- what the app logs ------------------------------------------------------
 

@@ -31,7 +31,7 @@ from tests.readme_blocks import LOOP, PARTS, example_block, import_example, read
 from tests.resume_helpers import scalars
 from tests.sharding_helpers import snapshot
 
-ROWS = ["--train_rows", "512", "--val_rows", "128", "--batch_size", "64"]  # 4 steps per epoch on 2 ranks
+ROWS = ["--epochs", "2", "--train_rows", "512", "--val_rows", "128", "--batch_size", "64"]  # 4 steps an epoch on 2 ranks
 
 
 def test_readme_blocks_are_the_examples_loops() -> None:

@@ -111,7 +111,7 @@ def synthetic_rows(n: int, seed: int) -> SyntheticRows:
     history = torch.randint(1, SEQUENCE["history"], (n, HISTORY), generator=g)
     history[torch.rand(n, HISTORY, generator=g) < 0.3] = -1  # 0 to HISTORY items each
     dense = torch.randn(n, NUM_DENSE, generator=g)
-    score = 1.5 * (taste[user] * trait[item]).sum(1) / 2 + 0.5 * dense[:, 0]
+    score = 1.5 * (taste[user] * trait[item]).sum(1) + 0.5 * dense[:, 0]
     labels = (torch.rand(n, generator=g) < torch.sigmoid(score)).float()
     ids = {"user": user, "item": item, "category": 1 + item % (POOLED["category"] - 1)}
     return SyntheticRows(ids, history, dense, labels)

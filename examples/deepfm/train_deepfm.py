@@ -14,7 +14,7 @@ one ``dcp.load`` of the same dict (``--resume_from``). Run it on 2 CPU ranks::
 
     torchrun --nproc_per_node 2 examples/deepfm/train_deepfm.py --loop parts --checkpoint_dir /tmp/deepfm
     torchrun --nproc_per_node 2 examples/deepfm/train_deepfm.py --loop parts --checkpoint_dir /tmp/deepfm \\
-        --resume_from /tmp/deepfm/epoch_0          # continues after epoch 1: the same result as not stopping
+        --resume_from /tmp/deepfm/epoch_0          # after a stop in epoch 2: bitwise as if it had not stopped
 """
 
 import argparse
@@ -189,9 +189,9 @@ def parts_loop(
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--loop", choices=["freeze", "parts"], default="parts")
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch_size", type=int, default=64, help="rows per rank and step")
-    parser.add_argument("--train_rows", type=int, default=2048)
+    parser.add_argument("--train_rows", type=int, default=8192)
     parser.add_argument("--val_rows", type=int, default=512)
     parser.add_argument("--schedule", default="delayed", help="the freeze schedule of --loop freeze")
     parser.add_argument("--id_dropout", type=float, default=0.05, help="share of ids looked up as row 0 (--loop parts)")

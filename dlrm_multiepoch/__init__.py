@@ -14,8 +14,11 @@ training loop, and nothing else (``tests/test_public_api.py`` checks this list):
   ``SmallTableEmbeddingBagCollection``, ``dense_grad_embedding_bag``
 - tables: ``embedding_modules``, ``EmbeddingModule``
 - the training loop's parts (the app's Trainer is a loop over them): ``TrainPart``,
-  ``TrainParts``, ``Validator``, ``Decisions``, ``AutoRun``, ``TableReinit``, ``IdDropout``,
-  ``SkipNonFiniteBatches``, ``BinaryMetrics``, ``eval_outputs``, ``MetricsLogger``
+  ``TrainParts``, ``TrainProgress``, ``Validator``, ``Decisions``, ``AutoRun``, ``TableReinit``,
+  ``IdDropout``, ``SkipNonFiniteBatches``, ``BinaryMetrics``, ``eval_outputs``, ``MetricsLogger``
+- what they read from your model's output: ``StepOutput`` (a protocol), ``ModelOutput`` (the
+  app's models' output, one that fits it)
+- resuming with one ``dcp.load``: ``init_optimizer_state``
 
 Everything else lives in its subpackage: the datasets and loaders in
 :mod:`dlrm_multiepoch.data`, the models in :mod:`dlrm_multiepoch.models`, the training
@@ -61,6 +64,10 @@ _EXPORTS = {
     "EmbeddingModule": "dlrm_multiepoch.tables",
     "TrainPart": "dlrm_multiepoch.part",
     "TrainParts": "dlrm_multiepoch.part",
+    "TrainProgress": "dlrm_multiepoch.train.progress",
+    "StepOutput": "dlrm_multiepoch.step_output",
+    "ModelOutput": "dlrm_multiepoch.models.dlrm",
+    "init_optimizer_state": "dlrm_multiepoch.train.checkpoint.load",
     "Validator": "dlrm_multiepoch.train.validator",
     "Decisions": "dlrm_multiepoch.train.validator",
     "AutoRun": "dlrm_multiepoch.train.auto_run",

@@ -255,3 +255,23 @@ def duplicate_table_names(modules: Sequence[EmbeddingModule]) -> Dict[str, List[
 def table_names(model: nn.Module) -> List[str]:
     """Names of every table in ``model``, in module order."""
     return [name for m in embedding_modules(model) for name in m.table_names]
+
+
+def check_sharded(model: nn.Module, part: str) -> None:
+    """Refuse ``model`` if a TorchRec embedding module in it is not sharded yet, naming ``part`` and the fix.
+
+    Parts that work on fused table kernels or DDP (table LR, FALR, re-initialisation,
+    gradient accumulation) would do nothing on modules ``DistributedModelParallel`` has
+    not sharded: built on the model before sharding, they must say so, not stay silent.
+
+    Example::
+
+        check_sharded(dmp, "TableLRScheduler")       # passes; with the unsharded model: ValueError
+    """
+    unsharded = [m for m in embedding_modules(model) if not m.sharded]
+    if unsharded:
+        names = ", ".join(f"{m.type_name} {m.path!r}" for m in unsharded)
+        raise ValueError(
+            f"{part} needs the model sharded by DistributedModelParallel, but {names} is not: build it after "
+            f"`model = DistributedModelParallel(model, ...)` and pass that model"
+        )

@@ -81,12 +81,12 @@ def test_auto_schedule_freezes_trains_and_refreezes_tables_at_the_decided_steps(
     # The decision at the last step changes nothing left to run.
     expected = "tables=frozen@[0step,4step) train@[4step,10step) frozen@[10step,end); "
     expected += "gate:feature_cross=open@[0step,8step) closed@[8step,end)"
-    assert str(auto.schedule()) == expected
-    assert FreezeSchedule.parse(expected) == auto.schedule()  # replayable as a fixed schedule
+    assert str(auto.schedule) == expected
+    assert FreezeSchedule.parse(expected) == auto.schedule  # replayable as a fixed schedule
     # The state round-trips into a fresh wrapper at the same step and schedule.
     again = AutoFreezeSchedule(model, STEPS_PER_EPOCH, 3, data.tasks, optimizer=opt, config=config)
     again.load_state_dict(auto.state_dict())
-    assert (again.global_step, str(again.schedule()), again.stopped) == (12, expected, True)
+    assert (again.global_step, str(again.schedule), again.stopped) == (12, expected, True)
     auto.remove()
     again.remove()
     assert gate.open

@@ -12,7 +12,8 @@ for the ones it cannot) trains three times from the same start:
 3. README's drop-in loop as written (``SemiSyncTrainPipeline`` with default arguments):
    frozen tables and their optimizer state bitwise unchanged through the frozen epoch,
    trained tables changed, frozen tables trained afterwards, replicas equal across ranks,
-   the wrapper restored from its ``dcp.save``.
+   and the README's saved dict ``{"model", "optimizer", "freeze"}`` restored by one
+   ``dcp.load`` on every sharding, tables a rank holds no shard of included.
 
 First-step outputs agree across sharding types (row-wise on CPU computes what table-wise
 does). One spawn covers many cells; each rank checks its own shards.
@@ -20,18 +21,21 @@ does). One spawn covers many cells; each rank checks its own shards.
 README's second drop-in block (the remedies and the automatic schedule in a user's loop,
 with the user's validation) gives bitwise the app ``Trainer``'s per-step losses, weights
 and automatic decisions (a frozen->joint transition among them) with the matching flags,
-on TorchRec's ``TestSparseNN`` and ``TestMixedEmbeddingSparseArch`` (EBC + EC) trained on
-a synthetic one-task dataset: the Trainer runs them through a ``TrainSpec``
+on TorchRec's ``TestSparseNN`` and the example's DeepFM (``examples/deepfm``: an EBC and an
+EC sequence feature, over TorchRec's ``Batch``) trained on a synthetic one-task dataset:
+the Trainer runs them through a ``TrainSpec``
 (``tests/dropin_models.py``'s ``TEST_MODEL_SPECS``), the README block on the same spec's
 model from ``build_sharded_model``; both pipelines overlap every sharded lookup. The app's
 own DLRM goes through the same Trainer and parts in the Trainer's tests.
 """
 
+import contextlib
+import logging
 import re
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any, Dict, List
+from logging.handlers import BufferingHandler
+from typing import Any, Dict, Iterator, List
 
 import pytest
 import torch
@@ -44,7 +48,7 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer
 
 from benchmarks.tools.ranks import run_on_ranks
-from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline, embedding_modules
+from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline, embedding_modules, init_optimizer_state
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
@@ -54,33 +58,26 @@ from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, TEST_MODEL_SPECS, dense_optimizer, shard
 from tests.freeze_helpers import changed
+from tests.readme_blocks import LOOP, PARTS, readme_block
 from tests.resume_helpers import assert_bitwise_equal
 from tests.sharding_helpers import snapshot
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-_MARKER = "<!-- drop-in loop: tests/test_dropin.py runs this block -->"
-_PARTS_MARKER = "<!-- drop-in parts: tests/test_dropin.py runs this block -->"
 EPOCHS = 2
 CPU = torch.device("cpu")
 ALL_TABLES = ("t0", "t1", "t2", "w0")
 
 
-def readme_loop(marker: str = _MARKER) -> str:
-    """README's drop-in code block after ``marker``, verbatim."""
-    text = README.read_text()
-    match = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", text, re.S)
-    assert match, f"README.md has no code block after {marker!r}"
-    return match.group(1)
-
-
 class Loader:
-    """A user's dataloader as the loop sees it: ``len()`` and a fresh iterator per epoch."""
+    """A user's dataloader as the loop sees it: ``len()``, ``set_epoch`` and a fresh iterator per epoch."""
 
     def __init__(self, batches: List[Any], on_epoch) -> None:
         self.batches, self.on_epoch, self.epoch = batches, on_epoch, 0
 
     def __len__(self) -> int:
         return STEPS_PER_EPOCH
+
+    def set_epoch(self, epoch: int) -> None:
+        assert epoch == self.epoch, (epoch, self.epoch)  # the loop goes through the epochs in order
 
     def __iter__(self):
         self.on_epoch(self.epoch)  # the previous epoch is drained: its updates are all applied
@@ -180,9 +177,10 @@ def _cell(name: str, sharding: str, rank: int, world_size: int, tmp: str) -> Lis
     namespace = dict(
         model=model, dense_optimizer=dense_optimizer(model), schedule=case.schedule, epochs=EPOCHS, device=CPU,
         loader=Loader(batches, lambda epoch: snaps.append(snapshot(model, namespace["optimizer"]))),
-        checkpoint_dir=f"{tmp}/{name}-{sharding}",
+        checkpoint_dir=f"{tmp}/{name}-{sharding}", resume_from=None,
     )
-    exec(readme_loop(), namespace)
+    with _logged("dlrm_multiepoch") as lines:
+        exec(readme_block(LOOP), namespace)
     start, after_frozen, end = snaps[0], snaps[1], snapshot(model, namespace["optimizer"])
     for table in _all_tables(model):
         during = changed(start, after_frozen, ALL_TABLES, table)  # empty on a rank holding no shard of it
@@ -195,15 +193,54 @@ def _cell(name: str, sharding: str, rank: int, world_size: int, tmp: str) -> Lis
     _replicas_equal(model)
     synchronous = sharding in case.synchronous  # data-parallel and managed-collision modules look up late
     assert bool(namespace["pipeline"]._early) != synchronous, where
+    # Which modules overlap is said once, whether all do or not.
+    said = [line for line in lines if line.startswith("SemiSyncTrainPipeline: ") and "previous backward" in line]
+    late = "after each update (TrainPipelineSparseDist's order)" if namespace["pipeline"]._late else "every lookup overlaps"
+    assert len(said) == (rank == 0) and all(late in line for line in said), (where, said)
     if synchronous:  # nothing overlaps: exactly the synchronous pipeline's result
         assert not _same(end, end_sd), (where, _same(end, end_sd)[:5])
     if sharding == "table_wise" and case.frozen:
         _check_semi_sync_options(case, world_size, rank, out_sd)
-    restored = FreezeScheduleWrapper(model, case.schedule, STEPS_PER_EPOCH, EPOCHS, optimizer=namespace["optimizer"])
-    dcp.load({"freeze": restored}, checkpoint_id=f"{tmp}/{name}-{sharding}/epoch_{EPOCHS - 1}")
-    assert restored.global_step == EPOCHS * STEPS_PER_EPOCH and restored.frozen_tables() == []
-    restored.remove()
+    _check_loads_back(namespace, case, f"{tmp}/{name}-{sharding}/epoch_{EPOCHS - 1}", end, where)
     return out_sd[:1]
+
+
+@contextlib.contextmanager
+def _logged(name: str) -> Iterator[List[str]]:
+    """The messages logger ``name`` emits at INFO and above inside the block."""
+    handler, logger = BufferingHandler(10_000), logging.getLogger(name)
+    level, lines = logger.level, []
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        lines.extend(r.getMessage() for r in handler.buffer)
+
+
+def _check_loads_back(namespace: Dict[str, Any], case, checkpoint: str, end: Dict[str, torch.Tensor], where: str) -> None:
+    """One dcp.load of README's dict, on every sharding (tables a rank holds no shard of included), as saved.
+
+    Not the optimizer where the dense optimizer trains a sharded dense-kernel table (the
+    weighted model's table-wise cell): its Adam state is a plain tensor of the rank's local
+    shard, empty on a rank without one, which DCP saves once and cannot reshard (README).
+    """
+    model, optimizer, freeze = namespace["model"], namespace["optimizer"], namespace["freeze"]
+    freeze.remove()
+    restored = FreezeScheduleWrapper(model, case.schedule, STEPS_PER_EPOCH, EPOCHS, optimizer=optimizer)
+    assert restored.global_step == 0
+    state = {"model": model, "optimizer": optimizer, "freeze": restored}
+    sharded_dense = [t.name for m in embedding_modules(model) for t in m.sharded_tables() if t.dense_kernel and not t.data_parallel]
+    if sharded_dense:
+        del state["optimizer"]
+    else:
+        init_optimizer_state(optimizer, checkpoint)
+    dcp.load(state, checkpoint_id=checkpoint)
+    assert restored.global_step == EPOCHS * STEPS_PER_EPOCH and restored.frozen_tables() == [], where
+    assert not _same(end, snapshot(model, optimizer)), (where, _same(end, snapshot(model, optimizer))[:5])
+    restored.remove()
 
 
 def _check_semi_sync_options(case, world_size: int, rank: int, reference: List[torch.Tensor]) -> None:
@@ -285,14 +322,14 @@ def _record_losses(model) -> List[torch.Tensor]:
 def _parts_loop_equals_trainer(rank: int, world_size: int, tmp: str) -> None:
     """Per TorchRec test model: the app's Trainer, then README's parts loop from the same seed, on the same data."""
     env = init_distributed()
-    # 8 steps per epoch of 256 rows (128 per rank), no padding: TorchRec's test models' loss counts padding rows.
-    tables = {"user": 200, "item": 300, "age": 8}
-    data = synthetic_data(3200, tables, tasks=("like",), test_fraction=0.2, val_fraction=0.2)
     remedies = OptimConfig(
         learning_rate=0.03, embedding_learning_rate=0.5, table_lr_warmup="0.5", table_lr_decay="cosine",
         table_lr_final=0.1, falr="log", reinit="tables@1", grad_accum_steps=2,
     )  # fmt: skip
     for name, spec in TEST_MODEL_SPECS.items():
+        # 8 steps per epoch of 256 rows (128 per rank), no padding: these models' losses count padding rows.
+        tables = {"user": 200, "item": 300, "age": 8}
+        data = synthetic_data(3200, tables, tasks=("like",), test_fraction=0.2, val_fraction=0.2, **spec.data)
         # data: the record of `data` (handed to the Trainer, not loaded); of the model flags the spec reads only
         # embedding_dim, but validation holds the app's layer sizes to it.
         cfg = TrainConfig.from_flags(
@@ -313,13 +350,13 @@ def _parts_loop_equals_trainer(rank: int, world_size: int, tmp: str) -> None:
         namespace = dict(
             model=model, optimizer=optimizer, loader=loader, val_loader=eval_loaders["val"], tasks=data.tasks,
             epochs=cfg.epochs, device=env.device, rank=rank, checkpoint_dir=f"{tmp}/{name}-user",
-            id_dropout={f: 0.1 for t in data.tables for f in t.feature_names},
+            id_dropout={f: 0.1 for t in data.tables for f in t.feature_names}, resume_from=None,
         )  # fmt: skip
-        exec(readme_loop(_PARTS_MARKER), namespace)
+        exec(readme_block(PARTS), namespace)
         decisions = [d.to_dict() for d in namespace["freeze"].decisions]
         assert decisions == [d.to_dict() for d in app.freeze.decisions], name
         assert any(d["transition"] for d in decisions), (name, decisions)  # the schedule did act
-        assert len(losses) == len(app_losses) == namespace["step"] == 16, name
+        assert len(losses) == len(app_losses) == namespace["progress"].step == 16, name
         assert all(torch.equal(a, b) for a, b in zip(losses, app_losses)), name
         assert_bitwise_equal(model.state_dict(), app.model.state_dict(), f"{name}: user loop vs Trainer: final weights")
         # Every sharded lookup overlaps through the adapter, in both loops.

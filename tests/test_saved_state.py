@@ -55,7 +55,7 @@ def test_check_state_and_check_count_name_the_part_and_field() -> None:
 
 
 def test_train_progress_refuses_a_damaged_position_without_loading_any_of_it() -> None:
-    saved = TrainProgress(step=125, epoch=1, batch_in_epoch=5, wall_time_s=12.5, skipped_nonfinite=1).state_dict()
+    saved = asdict(TrainProgress(step=125, epoch=1, batch_in_epoch=5, wall_time_s=12.5, skipped_nonfinite=1))
     progress = TrainProgress()
     _refused(progress, {k: v for k, v in saved.items() if k != "batch_in_epoch"},
              "train progress: the saved state has no 'batch_in_epoch' (it has "

@@ -144,8 +144,10 @@ class AutoFreezeSchedule(TrainPart):
         """Every decision so far, in order."""
         return self.source.decisions
 
+    @property
     def schedule(self) -> FreezeSchedule:
-        """The decisions so far as a fixed schedule in steps; the current state holds to the end."""
+        """The decisions so far as a fixed schedule in steps; the current state holds to the end (an attribute,
+        as :attr:`FreezeScheduleWrapper.schedule`)."""
         total = self.policy.total_steps
         states = [(int(s), phase == JOINT) for s, phase in self.policy.phase_history]
         groups = {TABLES: _windows(states, total)}
@@ -201,6 +203,10 @@ class AutoFreezeSchedule(TrainPart):
         """Remove the hooks and open the gates: the model trains as if never wrapped."""
         self.freeze.remove()
 
+    def check_bound(self) -> None:
+        """As :meth:`FreezeScheduleWrapper.check_bound`."""
+        self.freeze.check_bound()
+
     # ----- as a part of a training loop (the wrapper's hooks) -----
 
     def after_step(self, step: int) -> None:
@@ -218,7 +224,8 @@ class AutoFreezeSchedule(TrainPart):
     # ----- checkpointing (a torch.distributed.checkpoint Stateful, like FreezeScheduleWrapper) -----
 
     def state_dict(self) -> Dict[str, Any]:
-        """JSON-able: the step, ``"schedule": "auto"``, the policy's state and the decisions so far."""
+        """The step, ``"schedule": "auto"``, the policy's state and the decisions so far (packed as
+        :meth:`FreezeScheduleWrapper.state_dict` packs them)."""
         return self.freeze.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -226,7 +233,7 @@ class AutoFreezeSchedule(TrainPart):
         self.freeze.load_state_dict(state)
 
     def __repr__(self) -> str:
-        return f"AutoFreezeSchedule(phase={self.policy.phase!r}, step={self.global_step}, schedule={str(self.schedule())!r})"
+        return f"AutoFreezeSchedule(phase={self.policy.phase!r}, step={self.global_step}, schedule={str(self.schedule)!r})"
 
 
 def _windows(changes: Sequence[tuple], total_steps: int) -> List[Window]:

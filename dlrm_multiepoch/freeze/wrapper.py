@@ -11,6 +11,7 @@ from torchrec.distributed.model_parallel import DistributedModelParallel
 from dlrm_multiepoch.freeze.binding import Binding, bind, check_partial_freezes
 from dlrm_multiepoch.freeze.hooks import FrozenDenseParams, register_freeze_hook, register_step_hooks
 from dlrm_multiepoch.freeze.scheduler import FixedSchedule, ScheduleSource, States
+from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
 from dlrm_multiepoch.part import Position, TrainPart, WindowLog
 from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
 from dlrm_multiepoch.schedule import FreezeSchedule
@@ -35,7 +36,8 @@ class FreezeScheduleWrapper(TrainPart):
     construction (see :mod:`dlrm_multiepoch.freeze.binding`).
 
     The wrapper is a ``torch.distributed.checkpoint`` ``Stateful``: put it in the dict
-    you save and load, and a resumed run continues at the saved step. As a
+    you save and load (one ``dcp.load`` of the dict ``dcp.save`` saved, on any sharding),
+    and a resumed run continues at the saved step. As a
     :class:`~dlrm_multiepoch.part.TrainPart` it follows the loop's step count
     (``after_step``, ``after_load``) and logs ``freeze/<group>`` every window.
 
@@ -96,7 +98,7 @@ class FreezeScheduleWrapper(TrainPart):
         self._hooks = [register_freeze_hook(b.entry.module, b.state) for b in self._binding.tables.values()]
         if self._binding.slots:
             # An unsharded model sharded afterwards loses these hooks: fail its first forward, not silently.
-            self._hooks.append(inner.register_forward_pre_hook(lambda *_: self._check_bound()))
+            self._hooks.append(inner.register_forward_pre_hook(lambda *_: self.check_bound()))
         self._frozen_dense = FrozenDenseParams(optimizer)
         if optimizer is not None:
             self._hooks += register_step_hooks(optimizer, self._frozen_dense)
@@ -134,7 +136,10 @@ class FreezeScheduleWrapper(TrainPart):
             logger.info("freeze schedule at step %d (epoch %.3f): %s", self.global_step, self.epoch, text)
         self._states = dict(states)
 
-    def _check_bound(self) -> None:
+    def check_bound(self) -> None:
+        """Raise if the model's embedding modules were replaced since the wrapper was built (sharded by
+        ``DistributedModelParallel`` after it), naming them and the fix. The wrapper's first forward and
+        ``SemiSyncTrainPipeline(frozen_tables=freeze.frozen_tables)`` call it."""
         replaced = self._binding.replaced_modules()
         if replaced:
             raise RuntimeError(
@@ -201,8 +206,11 @@ class FreezeScheduleWrapper(TrainPart):
     # ----- checkpointing (torch.distributed.checkpoint.stateful.Stateful) -----
 
     def state_dict(self) -> Dict[str, Any]:
-        """The step reached, the schedule's text and the source's own state (JSON-able)."""
-        return {"global_step": self.global_step, "schedule": self.source.describe(), "source": self.source.state_dict()}
+        """The step reached, the schedule's text and the source's own state, packed so that ``dcp.load`` finds
+        them on any sharding (:mod:`dlrm_multiepoch.json_state`)."""
+        return pack_json_state(
+            {"global_step": self.global_step, "schedule": self.source.describe(), "source": self.source.state_dict()}
+        )
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Resume at the saved step; with ``strict`` the saved schedule must equal this one.
@@ -210,6 +218,7 @@ class FreezeScheduleWrapper(TrainPart):
         Raises:
             StateMismatch: a field missing or of another type, or (``strict``) another schedule.
         """
+        state = unpack_json_state("freeze schedule", state)
         check_state("freeze schedule", state, {"global_step": int, "schedule": str})
         step = check_count("freeze schedule", "global_step", state["global_step"])
         if strict and state["schedule"] != self.source.describe():

@@ -38,6 +38,8 @@ from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
 from dlrm_multiepoch.optim.options import ACCUMULATION_RULES, check_accumulation
 from dlrm_multiepoch.part import TrainPart
 from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
+from dlrm_multiepoch.tables import check_sharded
+
 
 def ddp_modules(model: nn.Module) -> List[DistributedDataParallel]:
     """Every DDP wrapper in ``model``: the dense part and data-parallel table lookups
@@ -47,6 +49,23 @@ def ddp_modules(model: nn.Module) -> List[DistributedDataParallel]:
         if isinstance(m, (ShardedEmbeddingBagCollection, ShardedEmbeddingCollection)):
             found.extend(lookup for lookup in m._lookups if isinstance(lookup, DistributedDataParallel))
     return found
+
+
+def _check_not_static(model: nn.Module) -> None:
+    """Refuse a dense DDP wrapper with a static graph, naming the setting that fixes it.
+
+    A static-graph DDP expects the same all-reduces every iteration from its first one
+    on; ``no_sync`` micro-batches break that, and its first backward then fails inside
+    PyTorch (``expect_autograd_hooks_ INTERNAL ASSERT FAILED``), pointing away from the cause.
+    """
+    wrapped = getattr(model, "_dmp_wrapped_module", None)  # DistributedModelParallel's DDP around the dense part
+    if isinstance(wrapped, DistributedDataParallel) and wrapped.static_graph:
+        raise ValueError(
+            "GradientAccumulation skips DDP's all-reduce between micro-batches, which the model's static-graph DDP "
+            "(TorchRec's default) cannot: shard with DistributedModelParallel(..., data_parallel_wrapper="
+            "DefaultDataParallelWrapper(static_graph=False)), and find_unused_parameters=True if the loss leaves a "
+            "dense parameter unused"
+        )
 
 
 class _AccumulatingOptimizer:
@@ -97,6 +116,9 @@ class GradientAccumulation(TrainPart):
 
     def __init__(self, model: nn.Module, optimizer: Any, steps: int, rule: str = "1/N") -> None:
         check_accumulation(steps, rule)
+        check_sharded(model, "GradientAccumulation")
+        if steps > 1:
+            _check_not_static(model)
         self.inner = optimizer
         self.steps = steps
         self.lr_factor = ACCUMULATION_RULES[rule](steps)

@@ -50,7 +50,7 @@ from dlrm_multiepoch.optim.options import FALRConfig
 from dlrm_multiepoch.optim.shards import TableShard, table_shards
 from dlrm_multiepoch.part import TrainPart
 from dlrm_multiepoch.saved_state import StateMismatch
-from dlrm_multiepoch.tables import table_names
+from dlrm_multiepoch.tables import check_sharded, table_names
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +169,7 @@ class FrequencyAdaptiveLR(TrainPart):
     ) -> None:
         self.config = config
         self.model = model
+        check_sharded(model, "FrequencyAdaptiveLR")
         shards = table_shards(model)
         wanted = _wanted_tables(table_names(model), {s.name for s in shards if not s.fused}, tables)
         _check_supported(shards, wanted)

@@ -38,6 +38,7 @@ from dlrm_multiepoch.optim.options import TableLRSchedule
 from dlrm_multiepoch.optim.shards import kernels, set_kernel_learning_rate
 from dlrm_multiepoch.part import TrainPart, WindowLog
 from dlrm_multiepoch.saved_state import check_count, check_state
+from dlrm_multiepoch.tables import check_sharded
 
 class TableLRScheduler(TrainPart):
     """Sets every fused table's LR to ``base * schedule(step) * factor`` before each step.
@@ -74,6 +75,7 @@ class TableLRScheduler(TrainPart):
         self.total_steps = steps_per_epoch * num_epochs
         self.warmup_steps = self.schedule.warmup_steps(steps_per_epoch, self.total_steps)  # validates it too
         self.factor = factor
+        check_sharded(model, "TableLRScheduler")
         self._kernels: List[Any] = [k for k in kernels(model) if hasattr(k, "fused_optimizer")]
         given = dict(base_lrs or {})
         self.base_lrs: Dict[str, float] = dict(given)

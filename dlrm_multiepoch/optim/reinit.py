@@ -32,7 +32,7 @@ from torch import nn
 from dlrm_multiepoch.optim.options import ReinitSchedule  # noqa: F401  (re-exported)
 from dlrm_multiepoch.optim.shards import TableShard, table_shards
 from dlrm_multiepoch.part import TrainPart
-from dlrm_multiepoch.tables import table_names
+from dlrm_multiepoch.tables import check_sharded, table_names
 
 ROWS_PER_BLOCK = 1 << 16  # rows drawn per seeded generator: the unit of sharding independence
 
@@ -105,6 +105,7 @@ def reinit_tables(model: nn.Module, optimizer: Any, tables: Sequence[str], seed:
         seed: the run's seed.
         epoch: the event's epoch; part of the values' seed.
     """
+    check_sharded(model, "reinit_tables")
     known = table_names(model)
     unknown = sorted(set(tables) - set(known))
     if unknown:
@@ -143,6 +144,7 @@ class TableReinit(TrainPart):
         tables: Optional[Sequence[str]] = None,
         log: Callable[[str], None] = lambda _: None,
     ) -> None:
+        check_sharded(model, "TableReinit")
         self.model, self.optimizer, self.schedule, self.seed, self.log = model, optimizer, schedule, seed, log
         self.tables: List[str] = list(table_names(model) if tables is None else tables)
         schedule.check_tables(self.tables)

@@ -1,6 +1,6 @@
 """Which sharded modules may look up early, and the forward that hands a module its prefetched lookup."""
 
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from torch import nn
 from torchrec.distributed.train_pipeline.runtime_forwards import EmbeddingPipelinedForward
@@ -79,3 +79,15 @@ class PrefetchedLookupForward(EmbeddingPipelinedForward):
         # Managed-collision modules return (embeddings, remapped ids).
         (awaitable[0] if isinstance(awaitable, tuple) else awaitable).callbacks.append(watch)
         return awaitable
+
+
+def overlap_line(staleness: int, early: List[str], late: List[str]) -> str:
+    """Which modules' lookups overlap the previous batch's backward, and which run after its update."""
+    if not staleness:
+        return f"staleness=0: every lookup ({', '.join(early + late) or 'none'}) runs after the previous update"
+    if not late:
+        return f"every lookup overlaps the previous backward ({', '.join(early) or 'no sharded module'})"
+    return (
+        f"lookups that overlap the previous backward: {', '.join(early) or 'none'}; after each update "
+        f"(TrainPipelineSparseDist's order): {', '.join(late)}"
+    )

@@ -11,7 +11,7 @@ from torchrec.distributed.train_pipeline.pipeline_context import EmbeddingTrainP
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
 from torchrec.streamable import Pipelineable
 
-from dlrm_multiepoch.pipeline.prefetch import PrefetchedLookupForward, late_lookup_reason
+from dlrm_multiepoch.pipeline.prefetch import PrefetchedLookupForward, late_lookup_reason, overlap_line
 from dlrm_multiepoch.pipeline.staleness import PendingStaleness, ShardRows, StalenessMeter, row_overlap
 from dlrm_multiepoch.tables import describe
 
@@ -62,8 +62,9 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     Modules whose lookup uses weights the dense optimizer updates in place
     (data-parallel or dense-kernel tables, an FP-EBC's feature processors) and
     managed-collision modules (whose lookup may evict rows) look up after the update,
-    as in ``TrainPipelineSparseDist``; the others overlap. Which modules do not
-    overlap, and why, is logged once.
+    as in ``TrainPipelineSparseDist``; the others overlap. Which modules overlap and
+    which do not (and why) is logged once, at INFO on logger ``dlrm_multiepoch`` (the
+    ones that do not also as a warning).
 
     The stale-row fraction is measured (:mod:`.staleness`) on one training step in
     ``staleness_interval`` (every step with ``staleness_interval=1``) and exposed as
@@ -97,7 +98,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         frozen_tables: optional hint from a freeze schedule, e.g.
             ``FreezeScheduleWrapper.frozen_tables``: the tables the current batch's
             backward leaves unchanged. Their rows never count as stale; with every
-            table frozen, early lookups are exact and start even during warm-up.
+            table frozen, early lookups are exact and start even during warm-up. A wrapper
+            built before ``DistributedModelParallel`` sharded the model is refused here.
         measure_staleness: measure the stale-row fraction (row keys of two batches
             and one small async all-reduce per sampled step). Without it,
             ``staleness=1`` reports NaN; ``staleness=0`` always reports exactly 0.
@@ -192,6 +194,11 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         self._late: List[torch.nn.Module] = []
         self._early_tables: Set[str] = set()
         self._reported: Set[str] = set()
+        self._overlap: Tuple[int, List[str], List[str]] = (-1, [], [])
+        # A freeze schedule built before DistributedModelParallel lost its hooks to the sharding: say so now.
+        check_bound = getattr(getattr(frozen_tables, "__self__", None), "check_bound", None)
+        if callable(check_bound):
+            check_bound()
 
     # -- what the app logs ------------------------------------------------------
 
@@ -214,14 +221,19 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     def _pipeline_model(self, batch: Any, context: Any, pipelined_forward: Type[Any] = PrefetchedLookupForward) -> None:
         super()._pipeline_model(batch, context, pipelined_forward)
         self._early, self._late = [], []
+        main = not dist.is_initialized() or dist.get_rank() == 0
         for module in self._pipelined_modules:
             reason = late_lookup_reason(module) if self.staleness else None
             (self._late if reason else self._early).append(module)
             name = module.forward.name
-            if reason and name not in self._reported and (not dist.is_initialized() or dist.get_rank() == 0):
+            if reason and name not in self._reported and main:
                 logger.warning("SemiSyncTrainPipeline: %r looks up after each update (no overlap): %s", name, reason)
             self._reported.add(name)
         self._early_tables = {t for m in self._early for t in describe(m).table_names}
+        overlap = (self.staleness, sorted(m.forward.name for m in self._early), sorted(m.forward.name for m in self._late))
+        if overlap != self._overlap and main:  # said once, and again only if it changes
+            logger.info("SemiSyncTrainPipeline: %s", overlap_line(*overlap))
+        self._overlap = overlap
 
     def fill_pipeline(self, dataloader_iter: Iterator[Pipelineable]) -> None:
         """From empty: batches 0 and 1 through input dist, batch 2 loaded."""

@@ -119,12 +119,16 @@ class AutoRun(Decisions):
             self.logger.record("auto_decisions", self.logger.summary.get("auto_decisions", []) + [decision.to_dict()])
 
     def after_save(self) -> None:
-        """Bests that only pruned epoch checkpoints referred to can go."""
+        """The checkpoint just saved refers to the current best: it stays until the next save; bests that only
+        pruned epoch checkpoints referred to can go."""
+        self.best.pinned = {self.auto.policy.best_step}
         self.best.prune(keep={self.auto.policy.best_step})
 
     def after_load(self, position: Position) -> None:
-        """After a resume: the best checkpoint the restored state refers to must exist."""
+        """After a resume: the best checkpoint the restored state refers to must exist (and stays until the next
+        save)."""
         best = self.auto.policy.best_step
+        self.best.pinned = {best}
         if best >= 0:
             self.best.check(best)
 
@@ -140,7 +144,7 @@ class AutoRun(Decisions):
         results = evaluate()
         self.logger.scalars({f"best/{k}": v for k, v in metric_scalars(results).items()}, step)
         epoch = best / self.auto.steps_per_epoch
-        schedule = str(self.auto.schedule())
+        schedule = str(self.auto.schedule)
         self.logger.record("best", {"step": best, "epoch": epoch, "schedule": schedule, **results})
         self.logger.record("best_checkpoint_time_s", self.checkpoint_seconds)
         self.logger.info(

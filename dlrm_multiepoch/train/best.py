@@ -38,6 +38,9 @@ class BestCheckpoints:
     def __init__(self, folder: str, referenced: Callable[[Mapping[str, Any]], Optional[int]]) -> None:
         self.folder = folder
         self._referenced = referenced
+        # The best the last saved (or loaded) checkpoint refers to: a run resumed from that checkpoint
+        # restores it, whatever else the folder holds (a user's dcp.save checkpoints have no state file).
+        self.pinned: Set[int] = set()
 
     def path(self, step: int) -> str:
         return os.path.join(self.folder, best_checkpoint_name(step))
@@ -67,9 +70,9 @@ class BestCheckpoints:
         load_checkpoint(self.check(step), model, optimizer)
 
     def prune(self, keep: Iterable[int]) -> None:
-        """Delete best folders but ``keep`` and those a complete epoch checkpoint refers to (rank 0)."""
+        """Delete best folders but ``keep``, :attr:`pinned` and those a complete epoch checkpoint refers to (rank 0)."""
         if not (dist.is_initialized() and dist.get_rank() != 0) and os.path.isdir(self.folder):
-            wanted: Set[int] = set(keep)
+            wanted: Set[int] = set(keep) | self.pinned
             for _, path in complete_checkpoints(self.folder):
                 step = self._referenced(read_json(state_path(path)))
                 if step is not None:

@@ -238,9 +238,9 @@ def build_remedies(
 ) -> Tuple[List[TrainPart], Any]:
     """The table remedies the config asks for, as parts in hook order, and the optimizer the pipeline drives
     (gradient accumulation's, or ``optimizer``)."""
-    names = [t.name for t in data.tables]
     o = cfg.optim
-    reinit = TableReinit(model, optimizer, o.reinit_schedule, cfg.seed, names, log)
+    # `tables` is every table of the model: a TrainSpec's model may have tables the dataset does not name.
+    reinit = TableReinit(model, optimizer, o.reinit_schedule, cfg.seed, log=log)
     accumulation = (
         GradientAccumulation(model, optimizer, o.grad_accum_steps, o.grad_accum_lr_rule) if o.grad_accum_steps > 1 else None
     )
@@ -253,7 +253,7 @@ def build_remedies(
         parts.append(FrequencyAdaptiveLR(model, falr_config, o.falr_table_list))
     if accumulation is not None:
         parts.append(accumulation)
-    rates = cfg.remedies.id_dropout_values
+    rates, names = cfg.remedies.id_dropout_values, [t.name for t in data.tables]
     rates.check_tables(names)
     dropout = IdDropout.for_tables(data.tables, {t: rates.get(t) for t in names}, cfg.seed, rank)
     if dropout:

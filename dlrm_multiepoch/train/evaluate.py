@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from dlrm_multiepoch.models.dlrm import ModelOutput
+from dlrm_multiepoch.step_output import StepOutput
 from dlrm_multiepoch.train.recalibrated import recalibrated_ne
 
 TaskMetrics = Dict[str, Dict[str, float]]
@@ -56,8 +56,8 @@ class BinaryMetrics:
     Example::
 
         metrics = BinaryMetrics(["like", "love"])
-        for out in eval_outputs(pipeline.progress, loader):
-            metrics.update(out.logits, out.labels, out.weights)
+        for out in eval_outputs(pipeline.progress, loader):   # out: a StepOutput
+            metrics.update(out.logits, out.labels, out.weights)   # [B, 2], [B, 2], [B]
         results = metrics.compute()     # collective: every rank gets the same numbers
         results["like"]["auc"]
     """
@@ -84,13 +84,18 @@ class BinaryMetrics:
         self,
         logits: torch.Tensor,
         labels: torch.Tensor,
-        weights: torch.Tensor,
+        weights: Optional[torch.Tensor] = None,
         slice_ids: Optional[torch.Tensor] = None,
         slice_masks: Optional[torch.Tensor] = None,
     ) -> None:
-        """Add one batch: ``[B, tasks]`` logits and 0/1 labels, ``[B]`` weights (0 = padding),
-        optionally ``[B]`` slice indices into ``slices`` (one slice per row) or ``[B, slices]``
-        boolean ``slice_masks`` (a row may be in several slices)."""
+        """Add one batch: ``[B, tasks]`` logits and 0/1 labels (``[B]`` with one task), ``[B]`` weights
+        (0 = padding; None: every row 1), optionally ``[B]`` slice indices into ``slices`` (one slice
+        per row) or ``[B, slices]`` boolean ``slice_masks`` (a row may be in several slices).
+
+        Raises:
+            ValueError: shapes other than these, naming the one expected.
+        """
+        logits, labels, weights = self._checked(logits, labels, weights)
         self._allocate(logits.device)
         logits, labels, weights = logits.detach(), labels.detach().double(), weights.detach().double()
         groups = [(0, None)]
@@ -108,6 +113,35 @@ class BinaryMetrics:
                 self._sums[g, t, 1] += w.sum()
                 self._sums[g, t, 2] += (labels[:, t] * w).sum()
                 self._hist[g, t].view(-1).index_add_(0, bins[:, t] + offsets[:, t], w.round().long())
+
+    def _checked(
+        self, logits: torch.Tensor, labels: torch.Tensor, weights: Optional[torch.Tensor]
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``[B, tasks]`` logits and labels and ``[B]`` weights, or ValueError naming the shapes expected."""
+        tasks = len(self.tasks)
+        given = {"logits": list(logits.shape), "labels": list(labels.shape)}  # as passed, for the messages
+        if logits.dim() == 1 and tasks == 1:  # one task's logits, as most models return them
+            logits, labels = logits[:, None], labels.reshape(-1, 1) if labels.dim() == 1 else labels
+        rows = logits.shape[0] if logits.dim() else 0
+        one = " or [B]" if tasks == 1 else ""
+        if logits.dim() != 2 or logits.shape[1] != tasks:
+            raise ValueError(
+                f"BinaryMetrics({self.tasks}).update: logits of shape {given['logits']}; expected [B, {tasks}]{one} "
+                f"(one column per task, in the order {self.tasks})"
+            )
+        if labels.shape != logits.shape:
+            raise ValueError(
+                f"BinaryMetrics({self.tasks}).update: labels of shape {given['labels']}; expected the logits' shape "
+                f"{given['logits']}"
+            )
+        if weights is None:
+            return logits, labels, torch.ones(rows, device=logits.device)
+        if weights.shape != (rows,):
+            raise ValueError(
+                f"BinaryMetrics({self.tasks}).update: weights of shape {list(weights.shape)}; expected [{rows}] "
+                "(one per row, 0 for padding)"
+            )
+        return logits, labels, weights
 
     def _allocate(self, device: torch.device) -> None:
         if self._hist is None:
@@ -161,9 +195,9 @@ def _task_metrics(hist: torch.Tensor, sums: torch.Tensor) -> Dict[str, float]:
 
 
 @torch.no_grad()
-def eval_outputs(progress: Callable[[Iterator], ModelOutput], batches: Iterable) -> Iterator[ModelOutput]:
+def eval_outputs(progress: Callable[[Iterator], StepOutput], batches: Iterable) -> Iterator[StepOutput]:
     """Run ``progress`` (a train pipeline's, with the model in eval mode) over ``batches``,
-    yielding each step's output.
+    yielding each step's output (your model's, a :class:`~dlrm_multiepoch.step_output.StepOutput`).
 
     TorchRec pipelines skip backward and optimizer steps when the model is not
     training, so the same pipeline serves evaluation (as in TorchRec's dlrm_main).
@@ -220,7 +254,7 @@ def slice_masks(codes: torch.Tensor, slices: Sequence[str]) -> torch.Tensor:
 
 
 def evaluate_slices(
-    progress: Callable[[Iterator], ModelOutput],
+    progress: Callable[[Iterator], StepOutput],
     batches: Iterable,
     tasks: Sequence[str],
     device: Optional[torch.device] = None,
@@ -270,7 +304,7 @@ class SplitEvaluator:
     def __init__(
         self,
         model: torch.nn.Module,
-        progress: Callable[[Iterator], ModelOutput],
+        progress: Callable[[Iterator], StepOutput],
         loaders: Dict[str, Iterable],
         tasks: Sequence[str],
         device: Optional[torch.device] = None,

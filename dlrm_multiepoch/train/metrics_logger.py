@@ -8,6 +8,7 @@ from torch.utils.tensorboard import SummaryWriter
 from dlrm_multiepoch.json_io import json_safe, write_json
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.run_files import summary_path
+from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
 from dlrm_multiepoch.saved_state import StateMismatch, check_state
 from dlrm_multiepoch.train.evaluate import undefined_metrics
 from dlrm_multiepoch.train.nonfinite import finite_mean
@@ -92,10 +93,13 @@ class MetricsLogger:
         self._write_summary()
 
     def state_dict(self) -> Dict[str, Any]:
-        return self.summary
+        """The summary, packed so that ``dcp.load`` finds it on any sharding (:mod:`dlrm_multiepoch.json_state`)."""
+        return pack_json_state(self.summary)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue the saved summary; StateMismatch names an evaluation without its epoch and step."""
+        """Continue the saved summary (packed or plain); StateMismatch names an evaluation without its epoch and
+        step."""
+        state = unpack_json_state("metrics summary", state)
         check_state("metrics summary", state, {"evaluations": list})
         for i, entry in enumerate(state["evaluations"]):
             try:

@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 from torch import nn
+from torchrec.distributed.model_parallel import DistributedModelParallel
 
 from dlrm_multiepoch.part import Position, TrainPart, WindowLog
 
@@ -88,16 +89,18 @@ class SkipNonFiniteBatches(TrainPart):
     window and keeps its count in the checkpointed position (``skipped_nonfinite``).
 
     Args:
-        module: the unsharded training module (``dmp.module``).
+        module: the model: the ``DistributedModelParallel`` model or its training module (``dmp.module``).
 
     Example::
 
-        skipper = SkipNonFiniteBatches(dmp.module)
+        skipper = SkipNonFiniteBatches(dmp)
         ...                                   # train
         print(skipper.skipped)                # batches skipped so far
     """
 
     def __init__(self, module: nn.Module) -> None:
+        # The module the pipeline's forward reaches inside DMP and DDP: its hook sees every training step.
+        module = module.module if isinstance(module, DistributedModelParallel) else module
         self.module = module
         self.skipped = 0
         self._handle = module.register_forward_hook(self._hook)

@@ -16,6 +16,7 @@ from torch import nn
 
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.json_io import write_json
+from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.pretrain import build_pretrain_model
 from dlrm_multiepoch.part import TrainPart, WindowLog
@@ -76,9 +77,10 @@ class LossHistory(TrainPart):
         return {"pretrain_loss": self}
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"windows": self.windows}
+        return pack_json_state({"windows": self.windows})
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        state = unpack_json_state("pre-training loss history", state)
         check_state("pre-training loss history", state, {"windows": list})
         self.windows = list(state["windows"])
 

@@ -3,6 +3,7 @@
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Mapping
 
+from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
 from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
 
 
@@ -36,10 +37,13 @@ class TrainProgress:
     skipped_nonfinite: int = 0
 
     def state_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        """The fields, packed so that ``dcp.load`` finds them on any sharding (:mod:`dlrm_multiepoch.json_state`)."""
+        return pack_json_state(asdict(self))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue at the saved position; StateMismatch names a missing, mistyped or negative field."""
+        """Continue at the saved position (packed or plain); StateMismatch names a missing, mistyped or negative
+        field."""
+        state = unpack_json_state("train progress", state)
         check_state("train progress", state, {f.name: f.type for f in fields(self)})
         values = {
             f.name: float(state[f.name]) if f.type is float else check_count("train progress", f.name, state[f.name])

@@ -228,7 +228,7 @@ def resume_run(trainer: BuiltRun, info: CheckpointInfo, changes: List[str]) -> N
     # Compared in normalised form ("delayed" == its expansion, "auto"); None: every group trains.
     saved_schedule = saved_freeze["schedule"] if saved_freeze is not None else None
     freeze = trainer.checkpointed.get("freeze")
-    if saved_schedule != (freeze.state_dict()["schedule"] if freeze is not None else None):
+    if saved_schedule != (freeze.source.describe() if freeze is not None else None):
         raise ValueError(
             f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
             f"{info.state['config']['freeze_schedule']!r}, this run has {trainer.cfg.freeze.freeze_schedule!r}"

@@ -40,7 +40,7 @@ from dlrm_multiepoch.run_files import (
 from dlrm_multiepoch.train.checkpoint.checkpointer import Checkpointer
 from dlrm_multiepoch.train.checkpoint.compat import SHAPE_FIELDS, check_compatible, check_sharding, table_sharding
 from dlrm_multiepoch.train.checkpoint.find import find_checkpoint, refuse_fresh_start, verify_checkpoint
-from dlrm_multiepoch.train.checkpoint.load import load_checkpoint
+from dlrm_multiepoch.train.checkpoint.load import init_optimizer_state, load_checkpoint
 from dlrm_multiepoch.train.checkpoint.save import protect, prune, save_checkpoint, unprotect, write_checkpoint
 
 __all__ = [
@@ -55,6 +55,7 @@ __all__ = [
     "checkpoint_name",
     "complete_checkpoints",
     "find_checkpoint",
+    "init_optimizer_state",
     "load_checkpoint",
     "protect",
     "prune",

@@ -8,6 +8,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torchrec.optim.keyed import KeyedOptimizer
 
 from dlrm_multiepoch import distributed as D
+from dlrm_multiepoch.json_state import is_packed, unpack_json_state
 from dlrm_multiepoch.run_files import CheckpointError, CheckpointInfo
 from dlrm_multiepoch.train.checkpoint.find import find_checkpoint
 from dlrm_multiepoch.train.checkpoint.load import load_checkpoint
@@ -33,7 +34,8 @@ class Checkpointer:
     schedule, the metrics summary, and whatever other features register in ``parts``
     (e.g. per-row counters, LR-schedule state). A part whose state dict holds tensors
     is saved in the DCP checkpoint beside the model and optimizer, so sharded tensors
-    reshard on load; any other part's state goes, as JSON, into ``trainer_state.json``.
+    reshard on load; any other part's state goes, as JSON, into ``trainer_state.json``
+    (a state packed for DCP by :mod:`dlrm_multiepoch.json_state` in its plain form).
 
     Args:
         folder: the run's checkpoint folder (``<run_dir>/checkpoints``).
@@ -79,7 +81,10 @@ class Checkpointer:
         tensor_parts: Dict[str, Any] = {}
         for name, part in self.parts.items():
             part_state = part.state_dict()
-            (tensor_parts if holds_tensors(part_state) else json_parts)[name] = part_state
+            if is_packed(part_state):  # tensor-free state packed for DCP: its plain form, as JSON
+                json_parts[name] = unpack_json_state(name, part_state)
+            else:
+                (tensor_parts if holds_tensors(part_state) else json_parts)[name] = part_state
         full = {**state, "job_id": self.job_id, "world_size": D.world_size(), "parts": json_parts}
         return save_checkpoint(
             self.folder, step, self.model, self.optimizer, full, tensor_parts, keep=self.keep, log=self.log

@@ -19,7 +19,7 @@ def _leaf_optimizers(optimizer: KeyedOptimizer, prefix: str = "") -> Iterator[Tu
         yield prefix, optimizer
 
 
-def _materialize_optimizer_state(optimizer: KeyedOptimizer, saved_keys: Sequence[str]) -> None:
+def _materialize_optimizer_state(optimizer: KeyedOptimizer, saved_keys: Sequence[str], key: str = "optimizer") -> None:
     """Create the lazily-built optimizer state the checkpoint has values for, drop the state it has none for.
 
     DCP loads in place into the state dict it is given, and ``KeyedOptimizer.load_state_dict``
@@ -31,7 +31,8 @@ def _materialize_optimizer_state(optimizer: KeyedOptimizer, saved_keys: Sequence
     the same reason a parameter that has state now but had none when the checkpoint was
     saved (loading an earlier checkpoint mid-run, e.g. the best-validation one) loses it.
     """
-    saved = {k[len("optimizer.state.") :] for k in saved_keys if k.startswith("optimizer.state.")}
+    prefix = f"{key}.state."
+    saved = {k[len(prefix) :] for k in saved_keys if k.startswith(prefix)}
 
     def has_saved_state(key: str) -> bool:
         return any(k.startswith(key + ".") for k in saved)
@@ -61,6 +62,29 @@ def _materialize_optimizer_state(optimizer: KeyedOptimizer, saved_keys: Sequence
         leaf.step()
         for key, param in leaf.params.items():
             param.grad = grads[key]
+
+
+def init_optimizer_state(optimizer: KeyedOptimizer, checkpoint_id: str, key: str = "optimizer") -> None:
+    """Give ``optimizer`` exactly the state the checkpoint ``checkpoint_id`` holds for it, so ``dcp.load`` fills it.
+
+    ``dcp.load`` loads in place into the state dict it builds from the optimizer, but a
+    fresh ``torch.optim.Adam`` has no state until its first step (TorchRec's fused table
+    optimizers have theirs from sharding): without this call its moments and step counts
+    stay unloaded. A parameter the saved run never stepped (frozen all along) gets none,
+    as it had none. Call it before ``dcp.load``; reads only the checkpoint's metadata.
+
+    Args:
+        optimizer: e.g. ``CombinedOptimizer([dmp.fused_optimizer, dense_optimizer])``, as saved.
+        checkpoint_id: the folder ``dcp.save`` wrote.
+        key: the optimizer's key in the saved dict.
+
+    Example::
+
+        state = {"model": dmp, "optimizer": optimizer, "freeze": freeze}
+        init_optimizer_state(optimizer, path)
+        dcp.load(state, checkpoint_id=path)
+    """
+    _materialize_optimizer_state(optimizer, list(FileSystemReader(checkpoint_id).read_metadata().state_dict_metadata), key)
 
 
 def load_checkpoint(

@@ -5,6 +5,7 @@
 #   make test-fast     the tests that spawn no processes and download nothing (markers: multiprocess, launch, network), under a minute
 #   make test-1.9      the tests that reach into TorchRec's internals, on the TorchRec 1.9 stack (.venv-1.9/)
 #   make test-wheel    build the wheel, install it (no -e) into fresh TorchRec 1.8 and 1.9 venvs, run the README's tour from outside the checkout
+#   make test-image    build the Dockerfile's CPU image with buildah, run the app in it (needs root)
 #   make test-cluster  start a Slurm cluster on this machine, run tests/cluster on it, stop it (needs root)
 #   make bench         every benchmarks/*.py, one after the other
 #   make install       only create .venv/ and install into it (the targets above do it first)
@@ -72,7 +73,7 @@ endif
 # index pip takes that index's build of the exact pin.
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
-.PHONY: help install stack demo test test-fast test-1.9 test-wheel test-cluster bench
+.PHONY: help install stack demo test test-fast test-1.9 test-wheel test-image test-cluster bench
 
 help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile
@@ -159,6 +160,12 @@ test-1.9:
 WHEEL_RELEASES ?= 1.8 1.9
 test-wheel: $(STAMP)
 	tools/wheel/run.sh '$(PY)' $(WHEEL_RELEASES)
+
+# The Dockerfile's CPU image built with buildah as root (a debootstrap base; no Docker engine or
+# registry needed), then `python -m dlrm_multiepoch.train --help` and a tiny 1-rank training in it.
+test-image: $(STAMP)
+	@[ "$$(id -u)" = 0 ] || { echo "make test-image: needs root (buildah with --isolation chroot); nothing was run" >&2; exit 1; }
+	tools/image/run.sh '$(PY)'
 
 # A real Slurm on this machine (tools/slurm/start.sh: munged, MariaDB, slurmdbd,
 # slurmctld, two slurmd), tests/cluster run on it, and every daemon it started stopped

@@ -23,7 +23,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
 t0=$SECONDS
-"$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$WORK/dist" "$REPO"
+# From a copy of what the wheel is built from (the Dockerfile's .dockerignore list): setuptools
+# writes build/ and *.egg-info beside the sources, never into the checkout.
+mkdir -p "$WORK/src"
+cp -r "$REPO/pyproject.toml" "$REPO/README.md" "$REPO/dlrm_multiepoch" "$WORK/src/"
+"$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$WORK/dist" "$WORK/src"
 WHEEL=$(ls "$WORK"/dist/dlrm_multiepoch-*.whl)
 echo "test-wheel: built $(basename "$WHEEL") in $((SECONDS - t0)) s"
 

@@ -16,8 +16,10 @@ PY=$1
 BASE=localhost/dlrm-multiepoch-base:bookworm
 IMAGE=localhost/dlrm-multiepoch:cpu-test
 B=(buildah --storage-driver vfs)
-command -v buildah >/dev/null && command -v debootstrap >/dev/null \
-    || DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah debootstrap >/dev/null
+if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
+    echo "test-image: installing Debian's buildah and debootstrap"
+    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah debootstrap >/dev/null
+fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dlrm-multiepoch-image.XXXXXX")
 containers=()
 cleanup() {

@@ -41,7 +41,8 @@ for release in "$@"; do
     # `pip` is the venv's, as in an activated environment.
     PATH="$venv/bin:$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1 bash -euo pipefail "$WORK/install-$release.sh" > "$WORK/install-$release.log" 2>&1 \
         || { tail -n 30 "$WORK/install-$release.log"; exit 1; }
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest >> "$WORK/install-$release.log" 2>&1 \
+        || { tail -n 30 "$WORK/install-$release.log"; exit 1; }
     echo "test-wheel: TorchRec $release: venv installed in $((SECONDS - t0)) s"
 
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -55,6 +56,7 @@ for release in "$@"; do
     cp "$REPO/README.md" "$user/README.md"
     find "$user" -name __pycache__ -prune -exec rm -rf {} +
     run=(env PATH="$venv/bin:$PATH" DLRM_WHEEL_SITE="$site" "$venv/bin/python" -m pytest -q -p no:cacheprovider
+         --durations=12 -W ignore::pytest.PytestUnknownMarkWarning
          tests/wheel tests/test_dropin.py -k "wheel or readme or components_on_torchrec_models")
     if [ "$(id -u)" = 0 ]; then
         run=(unshare -m --propagation private bash -c 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"' _ "$site" "${run[@]}")

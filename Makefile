@@ -9,6 +9,7 @@
 #   make test-cluster  start a Slurm cluster on this machine, run tests/cluster on it, stop it (needs root)
 #   make bench         every benchmarks/*.py, one after the other
 #   make install       only create .venv/ and install into it (the targets above do it first)
+#   make stack         print the stack's pip arguments, one install step a line (with TORCHREC=, DEVICE=)
 #
 # Each target creates .venv/ on first use and installs the stack into it; a stamp file
 # makes later calls skip the install until pyproject.toml or this Makefile changes.

@@ -53,18 +53,19 @@ find_links=${PIP_FIND_LINKS:-$find_links}
 "${B[@]}" bud --isolation chroot --layers=false "${mounts[@]}" --build-arg "BASE_IMAGE=$BASE" \
     ${find_links:+--build-arg "PIP_OPTIONS=--find-links $find_links"} -t "$IMAGE" -f "$REPO/Dockerfile" "$REPO" \
     > "$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log"; exit 1; }
-grep -h 'installed torch' "$WORK/build.log" | sed 's/^/test-image: /' || true
+grep -h '^installed torch ' "$WORK/build.log" | sed 's/^/test-image: /' || true
 echo "test-image: built $IMAGE in $((SECONDS - t0)) s ($("${B[@]}" images --format '{{.Size}}' "$IMAGE"))"
 
 t0=$SECONDS
 mkdir -p "$WORK/data" "$WORK/workspace"
 (cd "$REPO" && "$PY" -c 'import sys; from pathlib import Path; from tests.data_inputs import make_movielens_wheel; make_movielens_wheel(Path(sys.argv[1]))' "$WORK/data/ml.zip")
 c=$("${B[@]}" from --quiet "$IMAGE"); containers+=("$c")
-# chroot isolation shares the host's network: the host's /etc/hosts (what a container runtime
-# injects), and torchrun --standalone (a free port, not 29500, which a host job may hold).
+# chroot isolation shares the host's network but not its host name: the host's /etc/hosts (what a
+# container runtime injects), torchrun --standalone (a free port, not 29500, which a host job may
+# hold) and --local-addr 127.0.0.1 (the workers meet there, not at the container's unresolvable name).
 run=("${B[@]}" run --isolation chroot -v /etc/hosts:/etc/hosts:ro -v "$WORK/data:/data:ro" -v "$WORK/workspace:/workspace" "$c" --)
 "${run[@]}" python -m dlrm_multiepoch.train --help | head -n 1
-timeout 900 "${run[@]}" torchrun --standalone --nproc_per_node 1 -m dlrm_multiepoch.train --dataset movielens --data_path /data/ml.zip \
+timeout 300 "${run[@]}" torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node 1 -m dlrm_multiepoch.train --dataset movielens --data_path /data/ml.zip \
     --cache_dir /workspace/cache --epochs 1 --batch_size 64 --run_name image --no-progress_bar > "$WORK/train.log" 2>&1 \
     || { tail -n 30 "$WORK/train.log"; exit 1; }
 "$PY" -c 'import json, sys; s = json.load(open(sys.argv[1])); assert s["evaluations"], s; print("test-image: 1-rank training in the image:", {k: v for k, v in s["evaluations"][-1].items() if k in ("epoch", "step")})' \

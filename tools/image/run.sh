@@ -64,7 +64,8 @@ c=$("${B[@]}" from --quiet "$IMAGE"); containers+=("$c")
 # container runtime injects), torchrun --standalone (a free port, not 29500, which a host job may
 # hold) and --local-addr 127.0.0.1 (the workers meet there, not at the container's unresolvable name).
 run=("${B[@]}" run --isolation chroot -v /etc/hosts:/etc/hosts:ro -v "$WORK/data:/data:ro" -v "$WORK/workspace:/workspace" "$c" --)
-"${run[@]}" python -m dlrm_multiepoch.train --help | head -n 1
+usage=$("${run[@]}" python -m dlrm_multiepoch.train --help)  # whole: a closed pipe makes buildah complain
+echo "test-image: ${usage%%$'\n'*}"
 timeout 300 "${run[@]}" torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node 1 -m dlrm_multiepoch.train --dataset movielens --data_path /data/ml.zip \
     --cache_dir /workspace/cache --epochs 1 --batch_size 64 --run_name image --no-progress_bar > "$WORK/train.log" 2>&1 \
     || { tail -n 30 "$WORK/train.log"; exit 1; }

@@ -4,9 +4,12 @@
 #   make test          the test suite; PYTEST_ARGS="tests/test_components.py -x" picks tests
 #   make test-fast     the tests that spawn no processes and download nothing (markers: multiprocess, launch, network), under a minute
 #   make test-1.9      the tests that reach into TorchRec's internals, on the TorchRec 1.9 stack (.venv-1.9/)
+#   make test-wheel    build the wheel, install it (no -e) into fresh TorchRec 1.8 and 1.9 venvs, run the README's tour from outside the checkout
+#   make test-image    build the Dockerfile's CPU image with buildah, run the app in it (needs root)
 #   make test-cluster  start a Slurm cluster on this machine, run tests/cluster on it, stop it (needs root)
 #   make bench         the speed benchmarks (benchmarks/bench_*.py) at quick sizes, then a line each: its ratio, wall time
 #   make install       only create .venv/ and install into it (the targets above do it first)
+#   make stack         print the stack's pip arguments, one install step a line (with TORCHREC=, DEVICE=)
 #
 # Each target creates .venv/ on first use and installs the stack into it; a stamp file
 # makes later calls skip the install until pyproject.toml or this Makefile changes.
@@ -48,6 +51,9 @@ VENV := .venv-1.9
 else
 $(error TORCHREC must be 1.8 or 1.9, not '$(TORCHREC)')
 endif
+# Datasets and pre-trained tables of the repository's targets stay in the checkout (outside
+# one, the package caches under ~/.cache/dlrm_multiepoch); an exported value wins.
+export DLRM_MULTIEPOCH_CACHE ?= $(CURDIR)/.cache/dlrm_multiepoch
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STAMP := $(VENV)/.installed-$(DEVICE)
@@ -55,6 +61,8 @@ STAMP := $(VENV)/.installed-$(DEVICE)
 RUN := PATH="$(abspath $(VENV)/bin):$$PATH"
 
 TORCH := torch==$(TORCH_VERSION)
+# torchrec's own dependencies at its pins (the same for both releases).
+TORCHREC_DEPS := tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 iopath==0.1.10
 ifeq ($(DEVICE),cpu)
 FBGEMM := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 else ifeq ($(DEVICE),cuda)
@@ -66,12 +74,19 @@ endif
 # index pip takes that index's build of the exact pin.
 TORCH_INDEX := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL))
 
-.PHONY: help install demo test test-fast test-1.9 test-cluster bench
+.PHONY: help install stack demo test test-fast test-1.9 test-wheel test-image test-cluster bench
 
 help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile
 
 install: $(STAMP)
+
+# The stack's pip arguments, one install step a line, in order (our package goes into the second
+# step). The Dockerfile and docs/INSTALL.md install exactly these (tests/test_install.py).
+stack:
+	@echo '$(TORCH) $(FBGEMM)'
+	@echo '$(TORCH) $(FBGEMM) $(TORCHREC_DEPS)'
+	@echo '--no-deps torchrec==$(TORCHREC_VERSION)'
 
 $(STAMP): pyproject.toml Makefile
 	@# .device records what the venv was made for, even if an install stopped halfway.
@@ -83,8 +98,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) $(TORCH_INDEX) '$(TORCH)' '$(FBGEMM)'
 	@# torchrec's dependencies at its pins, and ours; repeating the torch and fbgemm pins
 	@# stops any of them from swapping the builds.
-	$(PIP) '$(TORCH)' '$(FBGEMM)' tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 \
-		iopath==0.1.10 -e '.[test,kubernetes]'
+	$(PIP) '$(TORCH)' '$(FBGEMM)' $(TORCHREC_DEPS) -e '.[test,kubernetes]'
 	@# torchrec requires an unpinned fbgemm-gpu, which would replace fbgemm-gpu-cpu by the
 	@# CUDA build: install it last and alone.
 	$(PIP) --no-deps torchrec==$(TORCHREC_VERSION)
@@ -113,7 +127,7 @@ CLI := $(RUN) $(VENV)/bin/dlrm-multiepoch
 $(DEMO_PRETRAINED)/pretrain.json: | $(STAMP)
 	@mkdir -p '$(dir $(DEMO_PRETRAINED))'
 	@echo "pre-training the tables on Book-Crossing's implicit ratings (once; 2 ranks under TorchX; log: $(DEMO_PRETRAINED).log)"
-	@$(RUN) $(VENV)/bin/torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 --script apps/pretrain.py $(DEMO_MODEL_ARGS) \
+	@$(RUN) $(VENV)/bin/torchx run -s local_cwd dlrm_multiepoch.train -j 1x2 -m dlrm_multiepoch.pretrain $(DEMO_MODEL_ARGS) \
 		-- $(DEMO_DATA_ARGS) --pretrain_output $(DEMO_PRETRAINED) --no-progress_bar > '$(DEMO_PRETRAINED).log' 2>&1 \
 		|| { tail -n 40 '$(DEMO_PRETRAINED).log'; exit 1; }
 
@@ -136,9 +150,24 @@ test-fast: $(STAMP)
 # CI runs the whole suite on 1.8 (`make test`) and these on 1.9.
 TORCHREC_INTERNALS_TESTS := tests/test_install.py tests/test_dropin.py tests/test_pipeline_semi_sync.py \
 	tests/test_freeze.py tests/test_freeze_multipath.py tests/test_gates.py tests/test_lookup_fused.py \
-	tests/test_lookup_small_table.py tests/test_lookup_singleton.py tests/test_optim_falr.py tests/test_checkpoint.py
+	tests/test_lookup_small_table.py tests/test_lookup_singleton.py tests/test_optim_falr.py tests/test_checkpoint.py \
+	tests/test_example_deepfm.py tests/test_own_loop_checks.py
 test-1.9:
 	$(MAKE) test TORCHREC=1.9 PYTEST_ARGS='$(TORCHREC_INTERNALS_TESTS) $(PYTEST_ARGS)'
+
+# The package as a user gets it: a wheel, installed without -e by docs/INSTALL.md's lines into a
+# fresh venv per TorchRec release (CPU), its site-packages made read-only, and from a folder outside
+# the checkout the README's quick tour and the TorchX components (tools/wheel/run.sh;
+# tests/wheel/). WHEEL_RELEASES picks the stacks.
+WHEEL_RELEASES ?= 1.8 1.9
+test-wheel: $(STAMP)
+	tools/wheel/run.sh '$(PY)' $(WHEEL_RELEASES)
+
+# The Dockerfile's CPU image built with buildah as root (a debootstrap base; no Docker engine or
+# registry needed), then `python -m dlrm_multiepoch.train --help` and a tiny 1-rank training in it.
+test-image: $(STAMP)
+	@[ "$$(id -u)" = 0 ] || { echo "make test-image: needs root (buildah with --isolation chroot); nothing was run" >&2; exit 1; }
+	tools/image/run.sh '$(PY)'
 
 # A real Slurm on this machine (tools/slurm/start.sh: munged, MariaDB, slurmdbd,
 # slurmctld, two slurmd), tests/cluster run on it, and every daemon it started stopped

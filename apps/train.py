@@ -1,17 +1,8 @@
-"""Entry point that torchrun / TorchX launch: ``python apps/train.py --help``."""
+"""The training app as a file, for ``torchrun apps/train.py`` in a checkout: the same as
+``python -m dlrm_multiepoch.train`` (``dlrm_multiepoch/train/app.py``'s ``train_main``), which
+works from any directory once the package is installed."""
 
-import sys
-
-from torch.distributed.elastic.multiprocessing.errors import record
-
-from dlrm_multiepoch.train.app import run_trainer
-from dlrm_multiepoch.train.config import parse_config
-
-
-@record
-def main(argv=None) -> None:
-    run_trainer(parse_config(argv, check_paths=True))
-
+from dlrm_multiepoch.train.app import train_main as main
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

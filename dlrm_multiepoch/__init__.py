@@ -34,7 +34,14 @@ Example::
     from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline
 """
 
+from importlib import metadata as _metadata
+
 from dlrm_multiepoch.lazy import lazy_exports
+
+try:  # one source: pyproject.toml's version, as the installed distribution records it
+    __version__ = _metadata.version("dlrm-multiepoch")
+except _metadata.PackageNotFoundError:  # the source tree on sys.path, not installed
+    __version__ = "0+unknown"
 
 _EXPORTS = {
     "FreezeSchedule": "dlrm_multiepoch.schedule",

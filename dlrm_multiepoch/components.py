@@ -40,7 +40,7 @@ SWEEP_PARAMS = (
     "embedding_learning_rate", "batch_size", "pipeline", "pretrained_tables",
 )  # fmt: skip
 # Launch settings (from LaunchOptions): a training job's, and those a sweep or search job passes to its runs.
-JOB_LAUNCH = ("script", "j", "cpu", "gpu", "memMB", "h", "image", "env", "max_retries", "mounts")
+JOB_LAUNCH = ("m", "script", "j", "cpu", "gpu", "memMB", "h", "image", "env", "max_retries", "mounts")
 RUNS_LAUNCH = ("scheduler", "scheduler_args", *JOB_LAUNCH)
 
 
@@ -50,10 +50,13 @@ def train(
     max_restarts: int = 0,
     **params: object,
 ) -> specs.AppDef:
-    """Distributed DLRM training on a dataset: ``apps/train.py`` under ``torchrun``.
+    """Distributed DLRM training on a dataset: ``torchrun -m dlrm_multiepoch.train``.
 
     Built on ``dist.ddp``: ``j`` sets nodes x processes per node; each process is one
-    rank (gloo on CPU, nccl on CUDA, chosen by the app at run time). App parameters
+    rank (gloo on CPU, nccl on CUDA, chosen by the app at run time). The app is a module
+    of the installed package, so the job runs from any working directory; ``m`` picks
+    another module (``dlrm_multiepoch.pretrain``: pre-training) and ``script`` a file of
+    your own instead, relative to the job's working directory. App parameters
     left unset are not passed, so the app's own defaults apply; any other app flag
     goes after ``--`` (e.g. ``-- --freeze_schedule delayed``).
 
@@ -103,7 +106,7 @@ def sweep(
 ) -> specs.AppDef:
     """A strategy comparison: ``dlrm-multiepoch sweep`` as one job that trains strategies x seeds.
 
-    The job runs the sweep command, which launches each run (``apps/train.py`` on
+    The job runs the sweep command, which launches each run (``-m dlrm_multiepoch.train`` on
     ``j`` = nodes x processes) through TorchX's ``scheduler``: with ``local_cwd`` (the
     default) the runs go one after another inside this job's allocation. Finished runs
     are skipped and interrupted ones resumed, so a restarted job (``max_retries``)
@@ -150,7 +153,7 @@ def search(
 ) -> specs.AppDef:
     """A schedule search: ``dlrm-multiepoch search`` as one job that decides on validation which schedule to deploy.
 
-    The job runs the search command, which launches every branch (``apps/train.py`` on
+    The job runs the search command, which launches every branch (``-m dlrm_multiepoch.train`` on
     ``j`` = nodes x processes) through TorchX's ``scheduler``: with ``local_cwd`` (the
     default) one after another inside this job's allocation; with a cluster scheduler,
     one job per branch, in parallel where branches do not wait for a parent. A restarted

@@ -36,7 +36,7 @@ def init_distributed() -> DistEnv:
     """Initialise the default process group from torchrun/TorchX environment variables.
 
     Uses nccl on CUDA and gloo on CPU. Without ``RANK``/``WORLD_SIZE`` set (a plain
-    ``python apps/train.py``), runs as a single-rank group on a free local port.
+    ``python -m dlrm_multiepoch.train``), runs as a single-rank group on a free local port.
     """
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))

@@ -18,7 +18,10 @@ Example::
 
 import argparse
 import dataclasses
+import importlib.util
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from torchx.runner import Runner
 
 LOCAL = "local_cwd"
+# The training app, run as a module of the installed package: any working directory works (train/app.py).
+TRAIN_MODULE = "dlrm_multiepoch.train"
 # Where a setting goes in TorchX: an option of ``torchx run`` itself, or a parameter of the component.
 RUN, COMPONENT = "run", "component"
 _J = re.compile(r"^(?:(\d+):)?(\d+)x(\d+)$|^(\d+)$")
@@ -49,8 +54,9 @@ class LaunchOptions:
         scheduler: TorchX scheduler (``local_cwd``, ``slurm``, ``kubernetes``, ...).
         scheduler_args: its run options as ``-cfg`` text, e.g. ``queue=default``.
         dryrun: print each job's scheduler request instead of submitting it.
-        j, script, cpu, gpu, memMB, h, image, env, max_retries, mounts: the
-            ``dlrm_multiepoch.train`` component's job parameters.
+        j, m, script, cpu, gpu, memMB, h, image, env, max_retries, mounts: the
+            ``dlrm_multiepoch.train`` component's job parameters; ``script`` (a file) replaces
+            the module ``m`` when set.
         scheduler_cfg: ``scheduler_args`` parsed by the scheduler (:meth:`resolve`); not a flag.
     """
 
@@ -60,7 +66,8 @@ class LaunchOptions:
     )
     dryrun: bool = _option(False, "print each {unit}'s scheduler request, submit nothing", to=RUN)
     j: str = _option("1x2", "{nnodes}x{nproc_per_node} of every {unit} (on GPU hosts at most the GPUs per node)", flags=("-j", "--j"))
-    script: str = _option("apps/train.py", "training script, relative to the job's working directory")
+    m: str = _option(TRAIN_MODULE, "the app's Python module, run by torchrun -m from the installed package", flags=("-m", "--m"))
+    script: str = _option("", "your own entry point instead of the module: a script relative to the job's working directory")
     cpu: int = _option(2, "CPUs per node")
     gpu: int = _option(0, "GPUs per node")
     memMB: int = _option(8192, "host memory per node, in MB")
@@ -80,9 +87,11 @@ class LaunchOptions:
         for name, low in (("cpu", 1), ("gpu", 0), ("memMB", 1), ("max_retries", 0)):
             if getattr(self, name) < low:
                 raise ValueError(f"--{name} must be >= {low}, got {getattr(self, name)}")
-        for name in ("script", "image"):
+        for name in ("m", "image"):
             if not getattr(self, name):
                 raise ValueError(f"--{name} must not be empty")
+        if self.script and self.m != TRAIN_MODULE:
+            raise ValueError(f"--script {self.script!r} and -m {self.m!r} name two entry points: give one")
         bad = [k for k in self.env if not k.strip() or "=" in k]
         if bad:
             raise ValueError(f"--env: {bad[0]!r} is not a variable name")
@@ -93,6 +102,15 @@ class LaunchOptions:
                 parse_mounts(self.mounts)
             except (KeyError, ValueError) as e:
                 raise ValueError(f"--mounts {','.join(self.mounts)!r}: {str(e).strip(chr(39))}") from None
+
+    def check_entry_point(self) -> None:
+        """Refuse an entry point this machine cannot start: a missing ``--script`` (relative to the
+        working directory) or a module this Python cannot import. For jobs run here (``local_cwd``)."""
+        if self.script:
+            if not os.path.isfile(self.script):
+                raise ValueError(f"--script {self.script!r} not found from {os.getcwd()}; leave it out to run -m {self.m}")
+        elif not _importable(self.m):
+            raise ValueError(f"-m {self.m!r}: no such module in {sys.executable}")
 
     def resolve(self, runner: "Runner") -> None:
         """Check ``-s`` against TorchX's schedulers and parse ``-cfg`` with the scheduler's own options."""
@@ -124,7 +142,13 @@ class LaunchOptions:
         """The ``dlrm_multiepoch.train`` component's job parameters (and ``torchx.components.dist.ddp``'s)."""
         kwargs = {f.name: getattr(self, f.name) for f in launch_fields(COMPONENT)}
         kwargs["mounts"] = self.mounts or None
+        # dist.ddp takes one entry point: the user's script, else the module.
+        kwargs.pop("m" if self.script else "script")
         return kwargs
+
+    def entry_point(self) -> str:
+        """What each job runs, in words: ``-m dlrm_multiepoch.train`` or the ``--script`` path."""
+        return self.script or f"-m {self.m}"
 
     def to_flags(self, to: Tuple[str, ...] = (RUN, COMPONENT)) -> List[str]:
         """The settings that differ from the defaults, as flags :func:`add_launch_args` parses back."""
@@ -186,6 +210,14 @@ def env_dict(text: str) -> Dict[str, str]:
     if bad:
         raise ValueError(f"--env {text!r}: expected NAME=VALUE pairs separated by commas, got {bad[0]!r}")
     return {k.strip(): v for k, v in (part.split("=", 1) for part in entries)}
+
+
+def _importable(module: str) -> bool:
+    """Whether ``python -m module`` finds it here (its parent packages are imported, as ``-m`` does)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or an empty name part
+        return False
 
 
 def _split(text: str) -> List[str]:

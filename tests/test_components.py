@@ -7,6 +7,7 @@ import inspect
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -17,9 +18,9 @@ from torchx.specs.finder import get_component
 
 import dlrm_multiepoch.components as components
 from dlrm_multiepoch.train.config import config_fields, parse_config
-from tests.torchx_cli import REPO_ROOT, application, scheduler_request, split_torchrun, torchx
+from tests.torchx_cli import MODULE_ENTRY, REPO_ROOT, application, scheduler_request, split_torchrun, torchx
 
-SCRIPT = "apps/train.py"
+SCRIPT = MODULE_ENTRY
 
 
 def _role_command(app) -> str:
@@ -49,7 +50,7 @@ def test_train_passes_set_parameters_as_flags_then_script_args():
 
 # Parameters that shape the job rather than being flags of the app.
 _LAUNCHER_PARAMETERS = {
-    "script_args", "script", "j", "cpu", "gpu", "memMB", "h", "image", "name", "env", "max_retries", "max_restarts",
+    "script_args", "m", "script", "j", "cpu", "gpu", "memMB", "h", "image", "name", "env", "max_retries", "max_restarts",
     "mounts",
 }  # fmt: skip
 
@@ -114,6 +115,28 @@ def test_train_sets_replicas_resources_and_job_fields():
     opts, app_args = split_torchrun(role.args[1], "train_app.py")
     assert (opts["--nnodes"], opts["--nproc_per_node"]) == ("3", "4")
     assert "--max_restarts" not in opts
+
+
+def test_train_runs_the_module_unless_given_another_entry_point(tmp_path):
+    from dlrm_multiepoch.launch_options import LaunchOptions
+
+    assert "-m dlrm_multiepoch.train " in _role_command(components.train(epochs=1))
+    _, app_args = split_torchrun(_role_command(components.train(m="dlrm_multiepoch.pretrain", epochs=1)), "-m dlrm_multiepoch.pretrain")
+    assert app_args == ["--epochs=1"]
+    command = _role_command(components.train(script="my_train.py", epochs=1))
+    assert split_torchrun(command, "my_train.py")[1] == ["--epochs=1"] and " -m " not in command
+    with pytest.raises(ValueError, match=r"--script 'my_train.py' and -m 'dlrm_multiepoch.pretrain' name two entry points: give one"):
+        components.train(script="my_train.py", m="dlrm_multiepoch.pretrain")
+    # What the sweep and the search check before launching on this machine: the script exists, the module imports.
+    LaunchOptions().check_entry_point()
+    LaunchOptions(m="dlrm_multiepoch.pretrain").check_entry_point()
+    with pytest.raises(ValueError, match=rf"-m 'dlrm_multiepoch.trian': no such module in {re.escape(sys.executable)}"):
+        LaunchOptions(m="dlrm_multiepoch.trian").check_entry_point()
+    for missing in ("no_such_package.train", "dlrm_multiepoch.no_such.train"):
+        with pytest.raises(ValueError, match=rf"-m '{missing}': no such module"):
+            LaunchOptions(m=missing).check_entry_point()
+    with pytest.raises(ValueError, match=r"--script 'nosuch.py' not found from .*; leave it out to run -m dlrm_multiepoch.train"):
+        LaunchOptions(script="nosuch.py").check_entry_point()
 
 
 def test_train_lets_torchrun_restart_the_workers():
@@ -182,7 +205,7 @@ def test_file_and_entry_point_forms_materialise_the_same_app():
     by_name = torchx("run", "--dryrun", "-s", "local_cwd", "dlrm_multiepoch.train", *args)
     by_file = torchx("run", "--dryrun", "-s", "local_cwd", "components/dlrm.py:train", *args)
     assert application(by_name.stdout) == application(by_file.stdout)
-    assert all(word in application(by_name.stdout) for word in (SCRIPT, "--epochs=2", "--freeze_schedule"))
+    assert all(word in application(by_name.stdout) for word in ("-m ", "dlrm_multiepoch.train --epochs=2", "--freeze_schedule"))
 
 
 def test_slurm_dryrun_writes_one_hetjob_group_per_node():

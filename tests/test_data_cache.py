@@ -70,3 +70,17 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path: Path) -> None:
     assert any("ignoring unreadable cache entry" in line for line in lines)
     for k in reference:
         np.testing.assert_array_equal(reference[k], rebuilt[k])
+
+
+def test_default_cache_dir_is_never_inside_the_installation(monkeypatch, tmp_path: Path) -> None:
+    from dlrm_multiepoch.data.fetch import CACHE_ENV, default_cache_dir
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    # Even where the package is a checkout's (it used to be <repo>/.cache there).
+    assert default_cache_dir() == str(tmp_path / "home" / ".cache" / "dlrm_multiepoch")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == str(tmp_path / "xdg" / "dlrm_multiepoch")
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
+    assert default_cache_dir() == str(tmp_path / "mine")

@@ -287,7 +287,7 @@ def test_preprocess_command_imports_no_torch(tmp_path: Path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "train on it: torchrun --nproc_per_node 2 apps/train.py --dataset criteo --data_path" in proc.stdout
+    assert "train on it: torchrun --nproc_per_node 2 -m dlrm_multiepoch.train --dataset criteo --data_path" in proc.stdout
     data = load_dataset(DataConfig(dataset="criteo", data_path=str(tmp_path / "out")), log=lambda s: None)
     assert len(data.splits["train"]) == 40
     with pytest.raises(ValueError, match="holds a preprocessed 'criteo' dataset; pass --dataset criteo"):

@@ -1,14 +1,18 @@
 """The installed stack is consistent: one TorchRec release with its torch and FBGEMM (README "Install")."""
 
+import os
+import shlex
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Set
+from typing import List, Set
 
 import torch
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from tests.install_docs import install_blocks
 
 _TORCH_BUILT = {"torch", "fbgemm-gpu", "fbgemm-gpu-cpu", "torchrec"}
 # TorchRec release -> the torch minor its FBGEMM of the same release is built against
@@ -83,3 +87,56 @@ def test_pip_check_finds_only_torchrecs_fbgemm_requirement():
     version = metadata.version("torchrec")
     expected = [] if _installed("fbgemm-gpu") else [f"torchrec {version} requires fbgemm-gpu, which is not installed."]
     assert out.splitlines() == expected, out
+
+
+# -- the stacks a user installs by hand, and the image's: exactly the Makefile's pins ------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+STACKS = [(release, device) for release in TORCH_OF_RELEASE for device in ("cpu", "cuda")]
+
+
+def _make_stack(release: str, device: str) -> List[List[str]]:
+    """``make stack``: the pip arguments of each install step, in order."""
+    out = subprocess.run(
+        ["make", "-s", "-C", str(REPO), "stack", f"TORCHREC={release}", f"DEVICE={device}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return [shlex.split(line) for line in out.splitlines()]
+
+
+def test_install_docs_install_exactly_the_makefile_stacks():
+    blocks = install_blocks((REPO / "docs" / "INSTALL.md").read_text())
+    assert sorted(blocks) == sorted(STACKS)
+    for stack in STACKS:
+        steps = _make_stack(*stack)
+        lines = [shlex.split(line) for line in blocks[stack]]
+        assert all(line[:2] == ["pip", "install"] for line in lines), blocks[stack]
+        # The environment from nothing, step by step, then the plugin with the torch and FBGEMM pins repeated.
+        assert [line[2:] for line in lines] == [*steps, ["dlrm-multiepoch[kubernetes]", *steps[0]]], stack
+
+
+def _dockerfile_install_steps(release: str, device: str) -> List[List[str]]:
+    """The pip arguments of each install step of the Dockerfile's RUN, run by bash with pip and the filesystem stubbed."""
+    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    (run,) = [line[len("RUN ") :] for line in text.splitlines() if line.startswith("RUN ") and "$TORCHREC" in line]
+    stubs = (
+        'python() { if [ "${1-} ${2-} ${3-}" = "-m pip install" ]; then shift 3; printf "%q " "$@"; echo; fi; }; '
+        "python3() { :; }; ls() { echo /dist/dlrm_multiepoch-0.1.0-py3-none-any.whl; }; rm() { :; }; "
+    )
+    env = {"PATH": os.environ["PATH"], "TORCHREC": release, "DEVICE": device, "TORCH_INDEX_URL": "", "PIP_OPTIONS": ""}
+    out = subprocess.run(["bash", "-c", stubs + run], capture_output=True, text=True, check=True, env=env).stdout
+    quiet = {"--no-cache-dir", "--disable-pip-version-check"}
+    return [[a for a in shlex.split(line) if a not in quiet] for line in out.splitlines()]
+
+
+def test_dockerfile_installs_exactly_the_makefile_stacks_and_the_wheel():
+    for stack in STACKS:
+        first, deps, torchrec = _make_stack(*stack)
+        wheel = "/dist/dlrm_multiepoch-0.1.0-py3-none-any.whl[kubernetes]"
+        assert _dockerfile_install_steps(*stack) == [first, [*deps, wheel], torchrec], stack
+
+
+def test_version_comes_from_the_package_metadata():
+    import dlrm_multiepoch
+
+    assert dlrm_multiepoch.__version__ == metadata.version("dlrm-multiepoch")

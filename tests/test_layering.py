@@ -28,7 +28,7 @@ FLOORS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     # What a training step is made of and what goes around it: each a TrainPart or its config.
     ("parts", ("data", "lookup", "freeze", "optim", "pipeline")),
     ("models and the automatic schedule", ("models", "auto")),
-    ("training app", ("train",)),
+    ("training app", ("train", "pretrain")),
     ("TorchX components", ("component_params", "components")),
     ("commands", ("sweep", "search", "report", "cli")),
 )  # fmt: skip
@@ -56,6 +56,11 @@ def _resolve(name: str, modules: Dict[str, Path]) -> str:
     return name
 
 
+# Entry points the launch settings name for TorchX to run in other processes (``-m NAME``): the
+# ground floor names them without importing them, so a name equal to one of these is not an import.
+LAUNCHED = {f"{PACKAGE}.train", f"{PACKAGE}.pretrain"}
+
+
 def import_graph(root: Path = REPO) -> List[Import]:
     """Every import of a package module from a package module (the package under ``root``), however deferred."""
     modules = _modules(root)
@@ -80,7 +85,7 @@ def import_graph(root: Path = REPO) -> List[Import]:
                         base = ".".join(anchor + ([base] if base else []))
                     names = [f"{base}.{alias.name}" for alias in child.names]  # the module itself, or one in it
                 elif isinstance(child, ast.Constant) and isinstance(child.value, str):
-                    if re.fullmatch(rf"{PACKAGE}(\.\w+)+", child.value):
+                    if re.fullmatch(rf"{PACKAGE}(\.\w+)+", child.value) and child.value not in LAUNCHED:
                         names, child_how = [child.value], "string"
                 for name in names:
                     if name == PACKAGE or name.startswith(PACKAGE + "."):

@@ -267,7 +267,7 @@ def test_pretrain_objective_trains_every_table():
 
 
 def test_pretrain_refuses_by_name_the_training_flags_it_would_ignore(capsys):
-    from apps.pretrain import parse_pretrain_config
+    from dlrm_multiepoch.train.pretrain import parse_pretrain_config
 
     with pytest.raises(SystemExit):
         parse_pretrain_config(["--pretrain_output", "x", "--freeze_schedule", "delayed", "--eval_every_n_steps", "5",

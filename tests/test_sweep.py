@@ -118,7 +118,7 @@ def _srun_app_args(sbatch: str):
     srun = sbatch[sbatch.index("\nsrun ") : sbatch.index("\nexitcode=")].replace("\\\n", " ")
     tokens = shlex.split(srun)
     commands = [tokens[i + 2] for i, t in enumerate(tokens) if t == "bash" and tokens[i + 1] == "-c"]
-    return [split_torchrun(c, "apps/train.py") for c in commands]
+    return [split_torchrun(c) for c in commands]
 
 
 def test_slurm_dryrun_is_one_job_per_run_and_keeps_a_schedule_with_spaces(tmp_path, capsys):
@@ -164,7 +164,7 @@ def test_kubernetes_dryrun_is_one_volcano_job_per_run(tmp_path, capsys):
         (task,) = job["spec"]["tasks"]
         (container,) = task["template"]["spec"]["containers"]
         assert container["image"] == "reg/dlrm:1" and container["resources"]["limits"]["nvidia.com/gpu"] == "4"
-        _, app_args = split_torchrun(container["command"][2], "apps/train.py")
+        _, app_args = split_torchrun(container["command"][2])
         assert parse_config(app_args).metrics.run_name == name
 
 

@@ -102,10 +102,13 @@ def test_two_rank_run_killed_mid_epoch_restarts_by_itself_and_equals_the_uninter
     assert all(0.0 <= e[split][task]["auc"] <= 1.0 for e in summary["evaluations"] for split in ("test", "train_sample") for task in ("like", "love"))
 
 
-def test_bad_flag_fails_fast_with_its_name(tmp_path):
+@pytest.mark.parametrize("entry", [["-m", "dlrm_multiepoch.train"], [str(REPO / "apps" / "train.py")]], ids=["module", "file"])
+def test_bad_flag_fails_fast_with_its_name(tmp_path, entry):
+    # The module from a folder that is not the checkout (the package is installed); the file form from the checkout.
     proc = subprocess.run(
-        [sys.executable, str(REPO / "apps" / "train.py"), "--embeding_dim", "8"],
-        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120,
+        [sys.executable, *entry, "--embeding_dim", "8"], cwd=tmp_path if entry[0] == "-m" else REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2
     assert "unrecognized arguments: --embeding_dim" in proc.stderr
+    assert proc.stderr.startswith("usage: python -m dlrm_multiepoch.train [-h]"), proc.stderr[:200]

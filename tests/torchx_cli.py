@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+MODULE_ENTRY = "-m dlrm_multiepoch.train"  # what the train component, the sweep and the search run
 
 _APPLICATION = "=== APPLICATION ==="
 _SCHEDULER_REQUEST = "=== SCHEDULER REQUEST ==="
@@ -69,18 +70,21 @@ def scheduler_request(dryrun_stdout: str) -> str:
     return rest.strip()
 
 
-def split_torchrun(command: str, script: str) -> Tuple[Dict[str, str], List[str]]:
-    """Split a ``torchrun [OPTS] SCRIPT [ARGS]`` shell command into ``(OPTS, ARGS)``.
+def split_torchrun(command: str, entry: str = MODULE_ENTRY) -> Tuple[Dict[str, str], List[str]]:
+    """Split a ``torchrun [OPTS] ENTRY [ARGS]`` shell command into ``(OPTS, ARGS)``; ENTRY is a
+    script path or ``-m MODULE`` (default: the training app's module).
 
     Example::
 
-        >>> split_torchrun("torchrun --nnodes 2 --role '' apps/train.py --epochs=3", "apps/train.py")
+        >>> split_torchrun("torchrun --nnodes 2 --role '' -m dlrm_multiepoch.train --epochs=3")
         ({'--nnodes': '2', '--role': ''}, ['--epochs=3'])
     """
     tokens = shlex.split(command)
     assert tokens[0] == "torchrun", f"not a torchrun command: {command}"
-    assert script in tokens, f"script {script} not in: {command}"
-    at = tokens.index(script)
+    want = shlex.split(entry)
+    starts = [i for i in range(len(tokens)) if tokens[i : i + len(want)] == want]
+    assert starts, f"entry point {entry} not in: {command}"
+    at = starts[0]
     opts = tokens[1:at]
     assert len(opts) % 2 == 0, f"torchrun options are not flag/value pairs: {opts}"
-    return dict(zip(opts[::2], opts[1::2])), tokens[at + 1 :]
+    return dict(zip(opts[::2], opts[1::2])), tokens[at + len(want) :]

@@ -55,7 +55,7 @@ def main(argv: List[str]) -> int:
         print(note)
     print(data.summary())
     print(
-        f"dataset folder: {folder}\ntrain on it: torchrun --nproc_per_node 2 apps/train.py --dataset {cfg.dataset} "
+        f"dataset folder: {folder}\ntrain on it: torchrun --nproc_per_node 2 -m dlrm_multiepoch.train --dataset {cfg.dataset} "
         f"--data_path {folder}"
     )
     return 0

@@ -78,7 +78,7 @@ class DataConfig:
         default=None,
         metadata={
             "help": "cache folder for wheels and encoded arrays "
-            "(unset: $DLRM_MULTIEPOCH_CACHE, else <repo>/.cache/dlrm_multiepoch)"
+            "(unset: $DLRM_MULTIEPOCH_CACHE, else ~/.cache/dlrm_multiepoch)"
         },
     )
     history_length: int = field(

@@ -42,15 +42,16 @@ class WheelSource:
 
 
 def default_cache_dir() -> str:
-    """``$DLRM_MULTIEPOCH_CACHE``, else ``<repo>/.cache/dlrm_multiepoch`` in a source
-    checkout, else ``~/.cache/dlrm_multiepoch`` (an installed package has no repo)."""
+    """``$DLRM_MULTIEPOCH_CACHE``, else ``$XDG_CACHE_HOME/dlrm_multiepoch``, else ``~/.cache/dlrm_multiepoch``.
+
+    Never a folder of the installation: the package may sit in a read-only site-packages
+    (the repository's ``make`` targets set ``$DLRM_MULTIEPOCH_CACHE`` to ``<repo>/.cache/dlrm_multiepoch``).
+    """
     env = os.environ.get(CACHE_ENV)
     if env:
         return env
-    repo = Path(__file__).resolve().parents[2]
-    if (repo / "pyproject.toml").is_file():
-        return str(repo / ".cache" / "dlrm_multiepoch")
-    return str(Path.home() / ".cache" / "dlrm_multiepoch")
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "dlrm_multiepoch")
 
 
 def fetch_wheel(

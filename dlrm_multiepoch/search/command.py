@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dlrm-multiepoch search",
         description=__doc__.split("\n\n", 1)[0],
-        epilog="Flags after -- go to every branch's training app (apps/train.py --help lists them).",
+        epilog="Flags after -- go to every branch's training app (python -m dlrm_multiepoch.train --help lists them).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )

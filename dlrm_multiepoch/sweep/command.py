@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dlrm-multiepoch sweep",
         description=__doc__.split("\n\n", 1)[0],
-        epilog="Flags after -- go to every run's training app (apps/train.py --help lists them).",
+        epilog="Flags after -- go to every run's training app (python -m dlrm_multiepoch.train --help lists them).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
@@ -81,12 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def launch_options(args: argparse.Namespace, runner: "Runner") -> LaunchOptions:
-    """The options :func:`add_launch_args` parsed, each checked (ValueError names the flag), the script too."""
+    """The options :func:`add_launch_args` parsed, each checked (ValueError names the flag), the entry point too."""
     options = LaunchOptions.from_args(args)
     options.check()
     options.resolve(runner)
-    if options.scheduler == LOCAL and not options.dryrun and not os.path.isfile(options.script):
-        raise ValueError(f"--script {options.script!r} not found from {os.getcwd()}: run from the repository root or pass --script")
+    if options.scheduler == LOCAL and not options.dryrun:
+        options.check_entry_point()
     return options
 
 

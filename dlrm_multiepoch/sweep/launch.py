@@ -1,7 +1,7 @@
 """Launch a sweep's runs through TorchX: one after another on ``local_cwd``, one job each elsewhere.
 
-Each run is the ``dlrm_multiepoch.train`` component (``apps/train.py`` under
-``torchrun``) with the run's flags, submitted with TorchX's ``Runner`` to the chosen
+Each run is the ``dlrm_multiepoch.train`` component (``torchrun -m
+dlrm_multiepoch.train``, or ``--script``) with the run's flags, submitted with TorchX's ``Runner`` to the chosen
 scheduler. Finished runs are skipped; unfinished ones resume from their last
 checkpoint (every run gets ``--resume auto``) or start over in their folder; a run
 folder a live trainer holds (its lock, :mod:`dlrm_multiepoch.train.lock`: a trainer

@@ -3,8 +3,9 @@
 A strategy is how the same model is trained over several epochs: when its tables
 train (freeze schedules), which gradient paths reach them (gates), and the remedies
 (learning-rate schedules, re-initialisation, ...) as they land. Each is a set of flags
-of ``apps/train.py`` plus how many epochs it runs. Remedies register their presets
-here with :func:`register_strategy`; ``default=True`` puts one in the default sweep.
+of the training app (``python -m dlrm_multiepoch.train``) plus how many epochs it runs.
+Remedies register their presets here with :func:`register_strategy`; ``default=True``
+puts one in the default sweep.
 
 A strategy can also be given free-form, ``NAME=FLAGS``, where FLAGS is a shell-quoted
 flag string (``late='--freeze_schedule "tables=frozen@[0,2) train@[2,end)"'``).

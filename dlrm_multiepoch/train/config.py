@@ -156,7 +156,7 @@ class TrainConfig:
             raise ValueError(f"--start_from {start_from!r}: no such checkpoint folder (a run's checkpoints/step_N)")
         tables = self.freeze.pretrained_tables
         if tables and not os.path.isdir(tables):
-            raise ValueError(f"--pretrained_tables {tables!r}: no such folder (apps/pretrain.py writes one)")
+            raise ValueError(f"--pretrained_tables {tables!r}: no such folder (python -m dlrm_multiepoch.pretrain writes one)")
 
     def to_dict(self) -> Dict[str, Any]:
         """The flags as run records keep them: ``{"data": {...}, "model": {...}, "optim": {...},
@@ -194,9 +194,14 @@ def _top_fields() -> List[dataclasses.Field]:
     return [f for f in dataclasses.fields(TrainConfig) if f.name not in _SECTIONS]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """One ``--flag`` per leaf field of :class:`TrainConfig` and its sections, grouped by section."""
+def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
+    """One ``--flag`` per leaf field of :class:`TrainConfig` and its sections, grouped by section.
+
+    Args:
+        prog: the program name usage lines show (``python -m dlrm_multiepoch.train``; default: the script's).
+    """
     parser = argparse.ArgumentParser(
+        prog=prog,
         description="Train a DLRM-style model with TorchRec (torchrun/TorchX launch).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
@@ -211,15 +216,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_config(argv: Optional[Sequence[str]] = None, check_paths: bool = False) -> TrainConfig:
+def parse_config(
+    argv: Optional[Sequence[str]] = None, check_paths: bool = False, prog: Optional[str] = None
+) -> TrainConfig:
     """Parse CLI flags into a validated :class:`TrainConfig`; errors name the flag (argparse exit code 2).
 
     Args:
         argv: the flags (default: ``sys.argv[1:]``).
         check_paths: also check the files and folders the flags name (the app does;
             a launcher on another host does not).
+        prog: the program name in usage and error lines (see :func:`build_parser`).
     """
-    parser = build_parser()
+    parser = build_parser(prog)
     cfg = TrainConfig.from_flags(**vars(parser.parse_args(argv)))
     try:
         cfg.validate(world_size=int(os.environ.get("WORLD_SIZE", "1")))  # set by torchrun before the app starts

@@ -7,8 +7,9 @@ Trainer run in every other way: its run folder, checkpoints, ``--resume``, progr
 and TensorBoard scalars. Fine-tuning then loads the tables with ``--pretrained_tables``.
 """
 
+import argparse
 import os
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -23,7 +24,7 @@ from dlrm_multiepoch.part import TrainPart, WindowLog
 from dlrm_multiepoch.run_files import flat_config, path_matches
 from dlrm_multiepoch.saved_state import check_state
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
-from dlrm_multiepoch.train.config import TrainConfig
+from dlrm_multiepoch.train.config import TrainConfig, build_parser, parse_config
 from dlrm_multiepoch.train.pretrained import SUMMARY_FILE, save_tables
 from dlrm_multiepoch.train.spec import FinishedRun, TrainSpec
 
@@ -170,3 +171,37 @@ class PretrainSpec(TrainSpec):
         if trainer.env.is_main:
             write_json(os.path.join(self.output, SUMMARY_FILE), summary)
         trainer.logger.info(f"saved pre-trained tables {tables} to {self.output} after {trainer.step} steps")
+
+
+def _pretrain_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("pre-training")
+    group.add_argument("--pretrain_output", required=True, help="checkpoint folder to write the tables to")
+    group.add_argument(
+        "--pretrain_train_fraction", type=float, default=0.5,
+        help="without a 'pretrain' split in the dataset: fraction of the train split pre-trained on",
+    )  # fmt: skip
+
+
+def parse_pretrain_config(
+    argv: Sequence[str], prog: Optional[str] = None
+) -> Tuple[TrainConfig, PretrainSpec]:
+    """The pre-training app's flags: the training app's config and the pre-training spec; errors name the flag.
+
+    Example::
+
+        cfg, spec = parse_pretrain_config(["--history_length", "10", "--pretrain_output", "tables/bx-h10"])
+    """
+    full = build_parser(prog)
+    full.description = "Pre-train the embedding tables (then fine-tune with --pretrained_tables)."
+    _pretrain_flags(full)
+    full.parse_args(argv)  # --help, unknown flags and types, over both flag sets
+    own = argparse.ArgumentParser(add_help=False)
+    _pretrain_flags(own)
+    ns, rest = own.parse_known_args(argv)
+    cfg = parse_config(rest, check_paths=True, prog=prog)
+    try:
+        spec = PretrainSpec(ns.pretrain_output, ns.pretrain_train_fraction)
+        spec.check(cfg)
+    except ValueError as e:
+        full.error(str(e))
+    return cfg, spec

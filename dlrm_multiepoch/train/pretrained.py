@@ -20,7 +20,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from dlrm_multiepoch.json_io import read_json
 from dlrm_multiepoch.tables import duplicate_table_names, embedding_modules
 
-SUMMARY_FILE = "pretrain.json"  # written by apps/pretrain.py beside the tables
+SUMMARY_FILE = "pretrain.json"  # written by the pre-training app (python -m dlrm_multiepoch.pretrain) beside the tables
 
 
 def table_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
@@ -113,7 +113,7 @@ def load_pretrained_tables(
     if not os.path.isfile(os.path.join(path, ".metadata")):
         raise FileNotFoundError(
             f"--pretrained_tables {path!r}: no torch.distributed.checkpoint there (no {path}/.metadata); "
-            f"the model's tables are {sorted(tables)}. Run apps/pretrain.py --pretrain_output {path} first."
+            f"the model's tables are {sorted(tables)}. Run python -m dlrm_multiepoch.pretrain --pretrain_output {path} first."
         )
     saved = {
         name: meta

@@ -117,7 +117,7 @@ class FreezeConfig:
     )
     pretrained_tables: str = field(
         default="",
-        metadata={"help": "checkpoint folder of pre-trained tables (apps/pretrain.py) to start from; empty: fresh"},
+        metadata={"help": "checkpoint folder of pre-trained tables (python -m dlrm_multiepoch.pretrain) to start from; empty: fresh"},
     )
     schedule: Optional[FreezeSchedule] = parsed()  # --freeze_schedule; None for 'auto'
 

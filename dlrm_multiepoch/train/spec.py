@@ -63,7 +63,7 @@ class FinishedRun(Protocol):
 
 
 class TrainSpec:
-    """The supervised run of ``apps/train.py``: ``--model``'s module on the ``train`` split, every labelled split
+    """The supervised run of ``python -m dlrm_multiepoch.train``: ``--model``'s module on the ``train`` split, every labelled split
     evaluated. Subclass it and override what another kind of run changes.
 
     Example::

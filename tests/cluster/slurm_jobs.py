@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
-from tests.torchx_cli import REPO_ROOT
-
-TRAIN_SCRIPT = str(REPO_ROOT / "apps" / "train.py")  # absolute: jobs start in the test's folder
+# The training app, as the component launches it (``torchrun -m``): jobs start in the test's folder,
+# which is not the checkout, and find the app in the installed package.
+TRAIN_MODULE = "dlrm_multiepoch.train"
 
 # One run: 2399 MovieLens training rows, 10 steps per epoch at global batch 256, 2 epochs,
 # a checkpoint every 4 steps and at each epoch's end (steps 4, 8, 10, 12, 16, 20), all kept.
@@ -40,7 +40,7 @@ APP_FLAGS = [
 def train_args(tensorboard_dir: Path, run_name: str, *extra_app_flags: str) -> List[str]:
     """The ``dlrm_multiepoch.train`` component's arguments for the run, in ``tensorboard_dir/run_name``."""
     return [
-        "--script", TRAIN_SCRIPT, *DATA_PARAMS, "--epochs", str(EPOCHS), "--seed", "0",
+        *DATA_PARAMS, "--epochs", str(EPOCHS), "--seed", "0",
         "--tensorboard_dir", str(tensorboard_dir), "--run_name", run_name,
         "--", *STRATEGY_FLAGS, *APP_FLAGS, *extra_app_flags,
     ]  # fmt: skip
@@ -126,9 +126,10 @@ def kill_rank(jid: str, rank: int) -> int:
         except OSError:
             continue  # exited meanwhile
         # Workers only: not torchrun's agent nor its `bash -c` (their command lines name
-        # torchrun), nor a sweep process that passes the script on (no TORCHELASTIC_RUN_ID).
+        # torchrun), nor a sweep process that launches the app (no TORCHELASTIC_RUN_ID).
         elastic = any(e.startswith(b"TORCHELASTIC_RUN_ID=") for e in environ)
-        if TRAIN_SCRIPT.encode() in cmdline and b"torchrun" not in cmdline and elastic and wanted <= environ:
+        app = f"\0-m\0{TRAIN_MODULE}\0".encode() in cmdline
+        if app and b"torchrun" not in cmdline and elastic and wanted <= environ:
             os.kill(int(pid), signal.SIGKILL)
             return int(pid)
     raise AssertionError(f"no rank {rank} training process of job {jid} found")

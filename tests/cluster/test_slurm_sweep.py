@@ -18,7 +18,6 @@ from tests.cluster.slurm_jobs import (
     DATA_PARAMS,
     EPOCHS,
     STEPS_PER_EPOCH,
-    TRAIN_SCRIPT,
     job_id,
     job_records,
     job_state,
@@ -35,13 +34,14 @@ from tests.torchx_cli import torchx
 
 # `delayed` repeats the reference run (tests/cluster/conftest.py) flag for flag.
 SWEEP = [
-    "joint-1ep", "delayed", "--epochs", str(EPOCHS), "-s", "slurm", "-j", "1x2", "--script", TRAIN_SCRIPT,
+    "joint-1ep", "delayed", "--epochs", str(EPOCHS), "-s", "slurm", "-j", "1x2",
     "--", *DATA_PARAMS, *APP_FLAGS,
 ]  # fmt: skip
 
 
 def _sweep(exp: Path) -> str:
-    """``dlrm-multiepoch sweep EXP SWEEP...`` as a user runs it; its output (it must exit 0, no traceback)."""
+    """``dlrm-multiepoch sweep EXP SWEEP...`` as a user runs it, from the experiment's parent folder (not the
+    checkout: every job runs the app as a module); its output (it must exit 0, no traceback)."""
     proc = subprocess.run(
         [sys.executable, "-m", "dlrm_multiepoch.cli", "sweep", str(exp), *SWEEP],
         cwd=exp.parent, capture_output=True, text=True, timeout=300,
@@ -126,7 +126,7 @@ def test_the_sweep_job_restarted_by_the_scheduler_finishes_every_run(tmp_path: P
     exp = tmp_path / "exp"
     out = torchx(
         "run", "-s", "slurm", "dlrm_multiepoch.sweep", "--experiment_dir", str(exp), "--epochs", "1",
-        "--max_retries", "1", "-j", "1x1", "--script", TRAIN_SCRIPT,
+        "--max_retries", "1", "-j", "1x1",
         "--", "joint-1ep", "frozen", "--", *DATA_PARAMS, *APP_FLAGS, cwd=tmp_path,
     )  # fmt: skip
     jid = job_id(submitted_handle(out.stdout + out.stderr))

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# make test-wheel: the package as a user gets it, for each TorchRec release given (1.8, 1.9).
+#
+#   tools/wheel/run.sh PYTHON RELEASE...     (PYTHON: an interpreter with pip, to build the wheel)
+#
+# 1. builds the wheel (pip wheel --no-deps) from this checkout;
+# 2. per release: a fresh venv, docs/INSTALL.md's CPU block for that release run as written (the
+#    wheel's path in place of the package name), then pytest, the test runner, beside it;
+# 3. makes the venv's site-packages read-only: chmod -R a-w, and as root (whom file modes do not
+#    stop) a read-only bind mount in a private mount namespace;
+# 4. from a folder outside the checkout that holds only a copy of tests/ and README.md (the
+#    drop-in test reads its blocks), runs tests/wheel/ (the README's quick tour and the TorchX
+#    components) and the README's two drop-in blocks (tests/test_dropin.py);
+# 5. checks that nothing under site-packages changed (a listing of paths, sizes and times).
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+PY=$1
+shift
+BASE_PY=$("$PY" -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dlrm-multiepoch-wheel.XXXXXX")
+cleanup() { chmod -R u+w "$WORK" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+t0=$SECONDS
+# From a copy of what the wheel is built from (the Dockerfile's .dockerignore list): setuptools
+# writes build/ and *.egg-info beside the sources, never into the checkout.
+mkdir -p "$WORK/src"
+cp -r "$REPO/pyproject.toml" "$REPO/README.md" "$REPO/dlrm_multiepoch" "$WORK/src/"
+"$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$WORK/dist" "$WORK/src"
+WHEEL=$(ls "$WORK"/dist/dlrm_multiepoch-*.whl)
+echo "test-wheel: built $(basename "$WHEEL") in $((SECONDS - t0)) s"
+
+for release in "$@"; do
+    t0=$SECONDS
+    venv=$WORK/venv-$release
+    "$BASE_PY" -m venv "$venv"
+    (cd "$REPO" && "$PY" -m tests.install_docs "$release" cpu "$WHEEL") > "$WORK/install-$release.sh"
+    echo "test-wheel: TorchRec $release: docs/INSTALL.md's lines, as run:"
+    sed 's/^/    /' "$WORK/install-$release.sh"
+    # `pip` is the venv's, as in an activated environment.
+    PATH="$venv/bin:$PATH" PIP_DISABLE_PIP_VERSION_CHECK=1 bash -euo pipefail "$WORK/install-$release.sh" > "$WORK/install-$release.log" 2>&1 \
+        || { tail -n 30 "$WORK/install-$release.log"; exit 1; }
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest >> "$WORK/install-$release.log" 2>&1 \
+        || { tail -n 30 "$WORK/install-$release.log"; exit 1; }
+    echo "test-wheel: TorchRec $release: venv installed in $((SECONDS - t0)) s"
+
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    chmod -R a-w "$site"
+    listing() { find "$site" -printf '%P %s %T@\n' | LC_ALL=C sort; }
+    listing > "$WORK/site-before-$release.txt"
+
+    user=$WORK/user-$release  # the user's own folder: no checkout, no package sources
+    mkdir -p "$user"
+    cp -r "$REPO/tests" "$user/tests"
+    cp "$REPO/README.md" "$user/README.md"
+    find "$user" -name __pycache__ -prune -exec rm -rf {} +
+    run=(env PATH="$venv/bin:$PATH" DLRM_WHEEL_SITE="$site" "$venv/bin/python" -m pytest -q -p no:cacheprovider
+         --durations=12 -W ignore::pytest.PytestUnknownMarkWarning
+         tests/wheel tests/test_dropin.py -k "wheel or readme or components_on_torchrec_models")
+    if [ "$(id -u)" = 0 ]; then
+        run=(unshare -m --propagation private bash -c 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"' _ "$site" "${run[@]}")
+    fi
+    t0=$SECONDS
+    (cd "$user" && "${run[@]}")
+    echo "test-wheel: TorchRec $release: the tour from $user took $((SECONDS - t0)) s"
+
+    listing > "$WORK/site-after-$release.txt"
+    if ! diff -u "$WORK/site-before-$release.txt" "$WORK/site-after-$release.txt"; then
+        echo "test-wheel: TorchRec $release: something wrote inside the installation (above)" >&2
+        exit 1
+    fi
+    chmod -R u+w "$venv" && rm -rf "$venv"  # the 1.9 venv holds several GB
+done

@@ -8,8 +8,9 @@
 #    wheel's path in place of the package name), then pytest, the test runner, beside it;
 # 3. makes the venv's site-packages read-only: chmod -R a-w, and as root (whom file modes do not
 #    stop) a read-only bind mount in a private mount namespace;
-# 4. from a folder outside the checkout that holds only a copy of tests/ and README.md (the
-#    drop-in test reads its blocks), runs tests/wheel/ (the README's quick tour and the TorchX
+# 4. from a folder outside the checkout that holds only copies of tests/, what they import beside the
+#    package (benchmarks/tools/: the rank spawner; examples/: the DeepFM the drop-in test trains) and
+#    README.md (the drop-in test reads its blocks), runs tests/wheel/ (the README's quick tour and the TorchX
 #    components) and the README's two drop-in blocks (tests/test_dropin.py);
 # 5. checks that nothing under site-packages changed (a listing of paths, sizes and times).
 set -euo pipefail
@@ -53,6 +54,8 @@ for release in "$@"; do
     user=$WORK/user-$release  # the user's own folder: no checkout, no package sources
     mkdir -p "$user"
     cp -r "$REPO/tests" "$user/tests"
+    cp -r "$REPO/examples" "$user/examples"
+    mkdir -p "$user/benchmarks" && cp -r "$REPO/benchmarks/tools" "$user/benchmarks/tools"
     cp "$REPO/README.md" "$user/README.md"
     find "$user" -name __pycache__ -prune -exec rm -rf {} +
     run=(env PATH="$venv/bin:$PATH" DLRM_WHEEL_SITE="$site" "$venv/bin/python" -m pytest -q -p no:cacheprovider

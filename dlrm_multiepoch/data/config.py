@@ -210,7 +210,7 @@ class DataConfig:
     categorical_col_list: Tuple[str, ...] = parsed()  # --categorical_cols
     dense_col_list: Tuple[str, ...] = parsed()  # --dense_cols
     multi_hot_col_list: Tuple[str, ...] = parsed()  # --multi_hot_cols
-    val_unseen_shares: Optional[UnseenShares] = parsed()  # --val_unseen_share; None: rows weigh 1
+    val_unseen_shares: UnseenShares = parsed()  # --val_unseen_share; no shares: every row weighs 1
 
     @property
     def preprocess_chunk_bytes(self) -> int:

@@ -49,12 +49,12 @@ class UnseenShares:
     shares: Tuple[Tuple[str, Optional[float]], ...] = ()
 
 
-def parse_unseen_share(value: str, flag: str = FLAG) -> Optional[UnseenShares]:
-    """``''`` -> None (every row weighs 1); ``measured`` (users and items); ``0.9`` (users);
+def parse_unseen_share(value: str, flag: str = FLAG) -> UnseenShares:
+    """``''`` -> no shares (every row weighs 1); ``measured`` (users and items); ``0.9`` (users);
     ``user:0.9,item:0.05``; ``user:measured``."""
     text = value.strip()
     if not text:
-        return None
+        return UnseenShares()
     if text == MEASURED:
         return UnseenShares(tuple((f, None) for f in FEATURES))
     shares: Dict[str, Optional[float]] = {}
@@ -78,7 +78,7 @@ def check_design(val_fraction: float, val_gap: float, weighting: Optional[Unseen
     """Raise naming the flag when the design's flags do not fit together."""
     if not (math.isfinite(val_gap) and 0.0 <= val_gap < 1.0):
         raise ValueError(f"--val_gap must be in [0, 1), got {val_gap}")
-    if (val_gap or weighting is not None) and val_fraction == 0:
+    if (val_gap or (weighting is not None and weighting.shares)) and val_fraction == 0:
         flag = "--val_gap" if val_gap else FLAG
         raise ValueError(f"{flag} designs the validation split: set --val_fraction too (e.g. 0.1)")
     if val_gap + val_fraction >= 1.0:
@@ -201,7 +201,7 @@ def val_row_weights(
         what: the dataset, for messages.
         notes: the dataset's log lines; one is added.
     """
-    if weighting is None:
+    if weighting is None or not weighting.shares:
         return {}
     features = [f for f in FEATURES if f"unseen_{f}" in slices]
     if not features:

@@ -105,7 +105,8 @@ def _ms4(values: Sequence[float]) -> str:
 
 def table(folders: Sequence[Path]) -> str:
     lines = [
-        "| sweep | task | seeds | strategies | Kendall's tau, val vs test | regret (test AUC) | validation picks | test's best |",
+        "| sweep | task | seeds | strategies | Kendall's tau, val vs test | regret (test AUC) | validation picks "
+        "| test's best |",
         "|---|---|---|---|---|---|---|---|",
     ]
     notes = []

@@ -108,7 +108,8 @@ def test_a_gap_before_validation_ranks_as_test(planted: Path, tmp_path: Path) ->
 
 
 def test_a_preprocessed_folder_keeps_its_design(planted: Path, tmp_path: Path) -> None:
-    folder = prepare_dataset(config(planted, tmp_path, val_unseen_share="0.9"), str(tmp_path / "prepped"), log=lambda l: None)
+    cfg = config(planted, tmp_path, val_unseen_share="0.9")
+    folder = prepare_dataset(cfg, str(tmp_path / "prepped"), log=lambda line: None)
     lines = []
     data = load_dataset(DataConfig(dataset="interactions", data_path=str(folder)), log=lines.append)
     codes = data.splits["val"].read(0, len(data.splits["val"])).slices
@@ -121,7 +122,8 @@ def test_the_cache_key_holds_a_design_only_when_set() -> None:
     plain = DataConfig(dataset="movielens").cache_options()
     assert "val_gap" not in plain and "val_unseen_share" not in plain  # no cached dataset is rebuilt for them
     assert DataConfig(dataset="movielens", val_fraction=0.1, val_gap=0.1).cache_options()["val_gap"] == 0.1
-    assert DataConfig(dataset="movielens", val_unseen_share="measured").cache_options()["val_unseen_share"] == "measured"
+    weighted = DataConfig(dataset="movielens", val_unseen_share="measured")
+    assert weighted.cache_options()["val_unseen_share"] == "measured"
 
 
 def test_plan_validation_orders_train_gap_and_validation_rows_in_time() -> None:

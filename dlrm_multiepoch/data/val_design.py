@@ -110,7 +110,8 @@ def plan_validation(
         return train, val, train[:0]
     if times is None:
         raise ValueError(f"{what}: --val_gap needs a time split (timestamps); this split is random")
-    keep, gap = time_split(np.asarray(times)[train], min(val_gap * len(train_rows) / len(train), 1.0), what, "--val_gap")
+    share = min(val_gap * len(train_rows) / len(train), 1.0)  # of the rows left, the gap's share
+    keep, gap = time_split(np.asarray(times)[train], share, what, "--val_gap")
     return train[keep], val, train[gap]
 
 

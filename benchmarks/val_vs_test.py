@@ -68,17 +68,22 @@ class SeedAgreement:
 
 
 def agreements(folder: Path) -> Tuple[Dict[str, List[SeedAgreement]], List[str]]:
-    """Task -> per-seed agreement, and the problems (runs left out) compare reported."""
+    """Task -> per-seed agreement over the seeds that ran every strategy of the folder, and what was left out."""
     runs, problems = read_experiment(str(folder))
     runs = as_strategies(runs)
-    seeds = sorted({r.seed for r in runs if r.seed is not None})
+    everything = {r.strategy for r in runs}
     out: Dict[str, List[SeedAgreement]] = {}
-    for seed in seeds:
+    notes = [f"left out {p.name}: {p.reason}" for p in problems]
+    for seed in sorted({r.seed for r in runs if r.seed is not None}):
+        present = {r.strategy for r in runs if r.seed == seed}
+        if present != everything:  # a seed still running, or one that failed: not comparable
+            notes.append(f"left out seed {seed}: it lacks {', '.join(sorted(everything - present))}")
+            continue
         for task in compare_runs([r for r in runs if r.seed == seed]).tasks:
             got = seed_agreement(task, seed)
             if got is not None:
                 out.setdefault(task.task, []).append(got)
-    return out, [f"{p.name}: {p.reason}" for p in problems]
+    return out, notes
 
 
 def seed_agreement(task: TaskComparison, seed: int) -> Optional[SeedAgreement]:
@@ -112,7 +117,7 @@ def table(folders: Sequence[Path]) -> str:
     notes = []
     for folder in folders:
         per_task, problems = agreements(folder)
-        notes += [f"- {folder}: left out {p}" for p in problems]
+        notes += [f"- {folder}: {p}" for p in problems]
         if not per_task:
             notes.append(f"- {folder}: no seed with runs picked on validation")
         for task, seeds in sorted(per_task.items()):

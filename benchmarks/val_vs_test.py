@@ -9,7 +9,8 @@ validation AUC). Per task and seed:
 - **Kendall's tau** (tau-b) between the validation and the test ordering of the
   strategies' deployed models (1: validation orders them as test does);
 - **regret**: the best test AUC among the strategies minus the test AUC of the one
-  validation picks (0: validation picked test's best).
+  validation picks (0: validation picked test's best); and that pick's test AUC itself
+  (a design that trains on other rows, ``--val_gap``, moves every strategy's).
 
 Printed as mean ± std over seeds, with each seed's pick and test's best. Test figures are
 only compared with, never used to pick.
@@ -65,6 +66,7 @@ class SeedAgreement:
     regret: float
     picked: str
     best: str
+    picked_auc: float  # the test AUC of what validation picks (a design that trains on other rows moves it)
 
 
 def agreements(folder: Path) -> Tuple[Dict[str, List[SeedAgreement]], List[str]]:
@@ -95,7 +97,7 @@ def seed_agreement(task: TaskComparison, seed: int) -> Optional[SeedAgreement]:
     test = {r.strategy: r.figure(TEST).mean for r in rows}
     best = max(test, key=test.get)
     return SeedAgreement(seed, len(rows), kendall_tau(val, list(test.values())), test[best] - test[task.winner],
-                         task.winner, best)  # fmt: skip
+                         task.winner, best, test[task.winner])  # fmt: skip
 
 
 def _ms(values: Sequence[float]) -> str:
@@ -110,9 +112,9 @@ def _ms4(values: Sequence[float]) -> str:
 
 def table(folders: Sequence[Path]) -> str:
     lines = [
-        "| sweep | task | seeds | strategies | Kendall's tau, val vs test | regret (test AUC) | validation picks "
-        "| test's best |",
-        "|---|---|---|---|---|---|---|---|",
+        "| sweep | task | seeds | strategies | Kendall's tau, val vs test | regret (test AUC) | test AUC of the pick "
+        "| validation picks | test's best |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
     for folder in folders:
@@ -124,6 +126,7 @@ def table(folders: Sequence[Path]) -> str:
             lines.append(
                 f"| {folder} | {task} | {len(seeds)} | {', '.join(str(s.strategies) for s in seeds)} | "
                 f"{_ms([s.tau for s in seeds])} | {_ms4([s.regret for s in seeds])} | "
+                f"{_ms4([s.picked_auc for s in seeds])} | "
                 f"{', '.join(s.picked for s in seeds)} | {', '.join(s.best for s in seeds)} |"
             )
     return "\n".join(lines + ([""] + notes if notes else []))

@@ -141,6 +141,8 @@ def test_weights_meet_two_shares_at_once_and_refuse_what_they_cannot_meet() -> N
     w = np.array([weights[c] for c in codes])
     assert w[codes & 1 == 1].sum() / w.sum() == pytest.approx(0.9, abs=1e-9)
     assert w[codes & 2 == 2].sum() / w.sum() == pytest.approx(0.05, abs=1e-9) and w.mean() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="--val_unseen_share: no weighting .* meets the shares"):
+        unseen_weights(np.array([0, 1, 3]), {"user": 0, "item": 1}, {"user": 0.0, "item": 0.5})
     with pytest.raises(ValueError, match="--val_unseen_share: 0.5 .* has no such rows"):
         unseen_weights(np.zeros(10, np.int64), {"user": 0}, {"user": 0.5})
     assert serving_shares(np.arange(6.0), {"user": np.array([1, 2, 3, 1, 4, -1])}, 2, 1, "t") == {"user": 1.0}

@@ -144,7 +144,13 @@ def unseen_weights(
             now = mass[has].sum() / mass.sum()
             weights[has] *= share / now if now > 0 else 0.0
             weights[~has] *= (1 - share) / (1 - now) if now < 1 else 0.0
-    weights *= counts.sum() / (counts * weights).sum()
+    mass = counts * weights
+    got = {f: mass[(values >> bits[f]) & 1 == 1].sum() / mass.sum() for f in targets}
+    if any(abs(got[f] - share) > 1e-6 for f, share in targets.items()):  # e.g. unseen items only with unseen users
+        raise ValueError(
+            f"{flag}: no weighting of the validation rows meets the shares {targets} together; state others"
+        )
+    weights *= counts.sum() / mass.sum()
     return {int(v): float(w) for v, w in zip(values, weights)}
 
 

@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING, Callable, Dict, List
 import numpy as np
 import pandas as pd
 
+from dlrm_multiepoch.config_section import validated
 from dlrm_multiepoch.data.config import id_fit_splits, min_counts
-from dlrm_multiepoch.data.encode import age_bucket, random_split, subsample, validation_split
+from dlrm_multiepoch.data.encode import age_bucket, random_split, subsample
 from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import Recipe, SplitPlan, Standardize, frame_chunk, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
 from dlrm_multiepoch.data.registry import Source, register_source
+from dlrm_multiepoch.data.val_design import plan_validation
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
@@ -135,7 +137,7 @@ def prepare_bookcrossing(
     def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
         explicit = np.flatnonzero(rating > 0)
         train, test = random_split(len(explicit), cfg.test_fraction, cfg.split_seed)
-        train, val = validation_split(train, cfg.val_fraction, "bookcrossing", seed=cfg.split_seed)
+        train, val, _ = plan_validation(train, cfg.val_fraction, cfg.val_gap, "bookcrossing", seed=cfg.split_seed)
         codes = np.full(len(rating), 2, dtype=np.int8)  # implicit ratings: pretrain
         codes[explicit[train]], codes[explicit[test]], codes[explicit[val]] = 0, 1, 3
         return SplitPlan(codes, ["train", "test", "pretrain"] + (["val"] if len(val) else []))
@@ -151,6 +153,7 @@ def prepare_bookcrossing(
         id_fit_splits=id_fit_splits(cfg),
         history_length=cfg.history_length,
         seed=cfg.split_seed,
+        val_weighting=validated(cfg).val_unseen_shares,
     )
     return preprocess(recipe, [chunk], output, log, notes=notes, extra_meta=extra_meta)
 

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Union
 from dlrm_multiepoch.data.workers import map_in_workers
 
 # Bump when a source changes the arrays it produces, so stale caches are not reused.
+# The validation designs (--val_gap, --val_unseen_share) enter the key as options, only when set.
 CACHE_VERSION = 5  # 4: per-table min_count, --id_maps, slice column, encoding report; 5: one timestamp format per file
 
 

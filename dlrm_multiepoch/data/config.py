@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.config_section import flag_fields, parsed, validated
+from dlrm_multiepoch.data.val_design import UnseenShares, check_design, parse_unseen_share
 from dlrm_multiepoch.names import DATASETS, POOLINGS, check_name
 from dlrm_multiepoch.table_values import TableValues
 
@@ -48,6 +49,9 @@ def parse_thresholds(value: str) -> Dict[str, float]:
             raise ValueError(f"--task_thresholds needs finite thresholds, got {part!r}")
         tasks[name] = number
     return tasks
+
+
+UNLESS_DEFAULT = "unless_default"  # a field's "cache_key" metadata: in the key only when set
 
 
 @dataclass
@@ -96,6 +100,25 @@ class DataConfig:
         metadata={
             "help": "share of the train split held out as the 'val' split (its latest rows when timestamps exist, "
             "else seeded by --split_seed); ids and dense statistics are fitted without it. 0: no val split"
+        },
+    )
+    val_gap: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of the train split's rows, just before the validation rows, that neither train nor "
+            "validate: a gap between training and validation like the one between training and serving (time "
+            "splits; needs --val_fraction). 0: none",
+            "cache_key": UNLESS_DEFAULT,
+        },
+    )
+    val_unseen_share: str = field(
+        default="",
+        metadata={
+            "help": "weight the validation rows so that those whose user (item) is unseen in train carry this share "
+            "of the weight: 'measured' (the share serving has, measured on the train period: its latest "
+            "test-sized window after a gap as long as validation's), '0.9' (users) or 'user:0.9,item:0.05'. "
+            "Empty: every row weighs 1",
+            "cache_key": UNLESS_DEFAULT,
         },
     )
     split_seed: int = field(
@@ -187,6 +210,7 @@ class DataConfig:
     categorical_col_list: Tuple[str, ...] = parsed()  # --categorical_cols
     dense_col_list: Tuple[str, ...] = parsed()  # --dense_cols
     multi_hot_col_list: Tuple[str, ...] = parsed()  # --multi_hot_cols
+    val_unseen_shares: UnseenShares = parsed()  # --val_unseen_share; no shares: every row weighs 1
 
     @property
     def preprocess_chunk_bytes(self) -> int:
@@ -211,6 +235,8 @@ class DataConfig:
             raise ValueError(f"--test_fraction must be in (0, 1), got {self.test_fraction}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"--val_fraction must be in [0, 1), got {self.val_fraction}")
+        self.val_unseen_shares = parse_unseen_share(self.val_unseen_share)
+        check_design(self.val_fraction, self.val_gap, self.val_unseen_shares)
         self.min_count_values = TableValues.parse(
             str(self.min_count), "--min_count", int, default=1, check=lambda v: v >= 1, expected="must be >= 1"
         )
@@ -245,12 +271,17 @@ class DataConfig:
                     raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {self.dataset} reads it)")
 
     def cache_options(self) -> Dict[str, Any]:
-        """The options that decide the encoded arrays (not where files live, not chunk sizes)."""
+        """The options that decide the encoded arrays (not where files live, not chunk sizes).
+
+        A flag added after datasets were cached is left out at its default (``cache_key:
+        "unless_default"``): it changes nothing there, so no cached dataset is rebuilt for it.
+        """
         skip = {"cache_dir", "data_path"}
         return {
             f.name: getattr(self, f.name)
             for f in flag_fields(self)
             if f.name not in skip and f.metadata.get("cache_key", True)
+            and not (f.metadata.get("cache_key") == UNLESS_DEFAULT and getattr(self, f.name) == f.default)
         }
 
 

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Tuple
 import numpy as np
 import pandas as pd
 
+from dlrm_multiepoch.config_section import validated
 from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.criteo_columns import CAT_FEATURE_COUNT, DENSE_FEATURES, INT_FEATURE_COUNT, SPARSE_FEATURES, TASK
-from dlrm_multiepoch.data.encode import check_fraction, last_share, nth_true, subsample
+from dlrm_multiepoch.data.encode import check_fraction, gap_share, last_share, nth_true, subsample
 from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import Chunk, CriteoLog, Recipe, SplitPlan
@@ -206,12 +207,15 @@ def criteo_recipe(cfg: "DataConfig", paths: List[Path]) -> Recipe:
                 f"{what}: {n} usable rows leave an empty split with --test_fraction {cfg.test_fraction}"
             )
         n_val = last_share(n - n_test, cfg.val_fraction, what)
+        n_gap = gap_share(n - n_test, n_val, cfg.val_gap, what)
         codes = np.full(len(bad), -1, dtype=np.int8)
         codes[kept] = 0
         test_start, val_start = nth_true(kept, n - n_test), nth_true(kept, n - n_test - n_val)
+        gap_start = nth_true(kept, n - n_test - n_val - n_gap)
         codes[test_start:][kept[test_start:]] = 1
         codes[val_start:test_start][kept[val_start:test_start]] = 2
-        return SplitPlan(codes, ["train", "test"] + (["val"] if n_val else []))
+        codes[gap_start:val_start] = -1  # the --val_gap: neither trains nor validates
+        return SplitPlan(codes, ["train", "test"] + (["val"] if n_val else []), gap_rows=n_gap)
 
     return Recipe(
         name="criteo",
@@ -224,6 +228,7 @@ def criteo_recipe(cfg: "DataConfig", paths: List[Path]) -> Recipe:
         min_count=min_counts(cfg, SPARSE_FEATURES),
         id_fit_splits=id_fit_splits(cfg),
         after_scan=lambda reports: _scan_notes(paths, reports),
+        val_weighting=validated(cfg).val_unseen_shares,
     )
 
 

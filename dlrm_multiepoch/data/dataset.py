@@ -221,6 +221,8 @@ class InteractionData:
             ``i``), e.g. ``unseen_user``: the raw user id never occurs in the train split.
         encoding: per table, what the id map did (``min_count``, ids and rows folded into
             the unknown row, each split's share of rows in it), for logs and the run summary.
+        row_weights: split -> slice code -> the weight of its rows in evaluation metrics
+            (``--val_unseen_share``); splits not named weigh every row 1.
     """
 
     name: str
@@ -231,6 +233,7 @@ class InteractionData:
     multi_hot: List[str] = field(default_factory=list)
     slices: List[str] = field(default_factory=list)
     encoding: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    row_weights: Dict[str, Dict[int, float]] = field(default_factory=dict)
 
     @property
     def feature_names(self) -> List[str]:

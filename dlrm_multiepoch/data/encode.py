@@ -109,6 +109,15 @@ def last_share(n: int, val_fraction: float, what: str) -> int:
     return held
 
 
+def gap_share(n: int, n_val: int, val_gap: float, what: str) -> int:
+    """How many of ``n`` time-ordered train rows the ``--val_gap`` leaves out, just before the
+    ``n_val`` validation rows (a share of the ``n`` rows)."""
+    n_gap = int(round(n * val_gap))
+    if n_gap and n - n_val - n_gap <= 0:
+        raise ValueError(f"{what}: --val_gap {val_gap} with {n_val} validation rows of {n} leaves no train rows")
+    return n_gap
+
+
 def nth_true(mask: np.ndarray, k: int, block: int = 1 << 22) -> int:
     """Index of the ``k``-th (0-based) True of ``mask``, or ``len(mask)`` if it has at most
     ``k``; scans in blocks, so no index array of the whole mask is made."""

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from dlrm_multiepoch.config_section import validated
 from dlrm_multiepoch.data.config import DataConfig, id_fit_splits, min_counts
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE
-from dlrm_multiepoch.data.encode import random_split, subsample, time_split, validation_split
+from dlrm_multiepoch.data.encode import random_split, subsample, time_split
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import (
     ITEM_FEATURE,
@@ -47,6 +47,7 @@ from dlrm_multiepoch.data.registry import Source, register_source
 from dlrm_multiepoch.data.scan import FileInput
 from dlrm_multiepoch.data.source_files import require_files
 from dlrm_multiepoch.data.times import MISSING_TIME, NUMBER, TimeFormat, to_float
+from dlrm_multiepoch.data.val_design import plan_validation
 from dlrm_multiepoch.data.vocab import normalize_values
 
 _SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
@@ -224,10 +225,15 @@ def interactions_recipe(cfg: "DataConfig", readers: List[TableReader]) -> Recipe
             train, test = time_split(times, cfg.test_fraction, what)
         else:
             train, test = random_split(len(usable), cfg.test_fraction, cfg.split_seed)
-        train, val = validation_split(train, cfg.val_fraction, what, times=times, seed=cfg.split_seed)
+        train, val, gap = plan_validation(train, cfg.val_fraction, cfg.val_gap, what, times=times, seed=cfg.split_seed)
         codes = np.full(n_read, -1, dtype=np.int8)
         codes[usable[train]], codes[usable[test]], codes[usable[val]] = 0, 1, 2
-        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []), notes)
+        all_times = None
+        if times is not None:  # every scanned row's: the plan's rows are the usable ones
+            all_times = np.zeros(n_read, dtype=times.dtype)
+            all_times[usable] = times
+        names = ["train", "test"] + (["val"] if len(val) else [])
+        return SplitPlan(codes, names, notes, times=all_times, gap_rows=len(gap))
 
     def binary_label(numbers: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
         return {"label": numbers["label"].astype(np.float32)}
@@ -246,6 +252,7 @@ def interactions_recipe(cfg: "DataConfig", readers: List[TableReader]) -> Recipe
         history_time="time" if cfg.timestamp_col else None,
         seed=cfg.split_seed,
         after_scan=lambda reports: _scan_notes(cfg, readers, reports),
+        val_weighting=validated(cfg).val_unseen_shares,
     )
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-from dlrm_multiepoch.config_section import validated
+from dlrm_multiepoch.config_section import flag_fields, validated
 from dlrm_multiepoch.data.cache import build_lock, cache_key, file_digests, remove_leftovers
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.dataset import InteractionData
@@ -141,6 +141,9 @@ def _check_prepared(cfg: DataConfig, folder: Path, meta: Dict[str, Any], log: Lo
             f"--data_path {folder} holds a preprocessed {meta['name']!r} dataset; pass --dataset {meta['name']}"
         )
     built = meta.get("options", {})
-    for name, value in cfg.cache_options().items():
+    options = cfg.cache_options()
+    for name, value in options.items():
         if name in built and built[name] != value:
             log(f"--{name} {value!r} is ignored: {folder} was preprocessed with --{name} {built[name]!r}")
+    for name in set(built) & {f.name for f in flag_fields(cfg)} - set(options):  # set there, default here
+        log(f"{folder} was preprocessed with --{name} {built[name]!r}: its splits are used as they are")

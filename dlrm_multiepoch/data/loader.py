@@ -88,6 +88,12 @@ class BatchLoader:
         self.start_step = 0
         self._features = data.feature_names
         self._multi_hot = set(data.multi_hot)
+        # A weight per slice code (--val_unseen_share), or None: every row weighs 1.
+        self._weight_of = None
+        if data.row_weights.get(split):
+            self._weight_of = np.ones(256, np.float32)
+            for code, weight in data.row_weights[split].items():
+                self._weight_of[code] = weight
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
         """The next iteration yields epoch ``epoch``'s batches from step ``start_step`` on
@@ -136,7 +142,8 @@ class BatchLoader:
 
     def _make_batch(self, part: Split, size: int) -> Batch:
         pad = size - len(part)
-        weights = np.concatenate([np.ones(len(part), np.float32), np.zeros(pad, np.float32)])
+        real = np.ones(len(part), np.float32) if self._weight_of is None else self._weight_of[part.slices]
+        weights = np.concatenate([real, np.zeros(pad, np.float32)])
 
         def padded(a: np.ndarray, fill: float) -> np.ndarray:
             if pad == 0:

@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Callable, Dict, List
 import numpy as np
 import pandas as pd
 
+from dlrm_multiepoch.config_section import validated
 from dlrm_multiepoch.data.config import id_fit_splits, min_counts
-from dlrm_multiepoch.data.encode import age_bucket, subsample, time_split, validation_split
+from dlrm_multiepoch.data.encode import age_bucket, subsample, time_split
 from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import Recipe, SplitPlan, Standardize, frame_chunk, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
 from dlrm_multiepoch.data.registry import Source, register_source
+from dlrm_multiepoch.data.val_design import plan_validation
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.config import DataConfig
@@ -102,10 +104,10 @@ def prepare_movielens(
 
     def plan(load: Callable[[str], np.ndarray], bad: np.ndarray) -> SplitPlan:
         train, test = time_split(times, cfg.test_fraction, "movielens")
-        train, val = validation_split(train, cfg.val_fraction, "movielens", times=times)
+        train, val, gap = plan_validation(train, cfg.val_fraction, cfg.val_gap, "movielens", times=times)
         codes = np.zeros(len(times), dtype=np.int8)
-        codes[test], codes[val] = 1, 2
-        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []))
+        codes[test], codes[val], codes[gap] = 1, 2, -1
+        return SplitPlan(codes, ["train", "test"] + (["val"] if len(val) else []), times=times, gap_rows=len(gap))
 
     recipe = Recipe(
         name="movielens",
@@ -118,6 +120,7 @@ def prepare_movielens(
         id_fit_splits=id_fit_splits(cfg),
         history_length=cfg.history_length,
         history_time="time",
+        val_weighting=validated(cfg).val_unseen_shares,
     )
     return preprocess(recipe, [chunk], output, log, notes=notes, extra_meta=extra_meta)
 

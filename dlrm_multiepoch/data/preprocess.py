@@ -38,6 +38,7 @@ from dlrm_multiepoch.data.npy import SpillColumn
 from dlrm_multiepoch.data.recipe import ITEM_FEATURE, USER_FEATURE, Blocks, Chunk, Recipe, SplitPlan
 from dlrm_multiepoch.data.store_writer import DatasetWriter, commit
 from dlrm_multiepoch.data.scan import FileInput, ScanSpec, ScanView, scan_chunks, scan_files
+from dlrm_multiepoch.data.val_design import val_row_weights
 from dlrm_multiepoch.data.vocab import IdCounter, frequency_ids, hashed_ids, values_digest, write_vocab
 
 BLOCK_ROWS = 1 << 17  # rows per block of the passes over scratch files
@@ -81,7 +82,7 @@ def preprocess(
         job.scan(inputs, workers, notes)
         job.plan_splits(notes)
         job.fit()
-        job.write(notes, extra_meta or {})
+        job.write(notes, {**(extra_meta or {}), "row_weights": job.row_weights(notes)})
         shutil.rmtree(tmp / "scratch")
         commit(tmp, output)
     finally:
@@ -193,6 +194,14 @@ class _Job:
             self._fit_table(f, counters[f])
         self.r.dense.fit(self._number_blocks(self.r.dense.inputs), train)
         self.log(f"preprocess {self.r.name}: fitted id maps and dense statistics in {_since(start)}")
+
+    def row_weights(self, notes: List[str]) -> Dict[str, Dict[str, float]]:
+        """Split -> slice code -> weight of its rows, by ``--val_unseen_share`` (:mod:`val_design`)."""
+        return val_row_weights(
+            self.r.val_weighting, self.plan.codes, self.plan.names,
+            lambda f: self._global(f, self.scratch.read_all(f"id:{f}")),
+            self.in_train, self.slices, self.plan.times, self.plan.gap_rows, self.r.name, notes,
+        )  # fmt: skip
 
     def _fit_table(self, f: str, counter: IdCounter) -> None:
         name = f"t_{f}"

@@ -11,6 +11,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Prot
 import numpy as np
 import pyarrow as pa
 
+from dlrm_multiepoch.data.val_design import UnseenShares
+
 STAT_BLOCK = 1 << 22  # values per exactly-combined block of dense statistics
 USER_FEATURE = "user"
 ITEM_FEATURE = "item"
@@ -61,11 +63,16 @@ class SplitPlan:
         codes: ``int8 [rows]``: index into ``names``, or -1 for a row not kept.
         names: split names; must include ``"train"``.
         notes: log lines about the split (dropped rows, ...).
+        times: every row's time on a time split (what orders them; None: a random split),
+            for ``--val_unseen_share measured``.
+        gap_rows: rows of the ``--val_gap`` (not kept: between the train and validation rows).
     """
 
     codes: np.ndarray
     names: List[str]
     notes: List[str] = field(default_factory=list)
+    times: Optional[np.ndarray] = None
+    gap_rows: int = 0
 
 
 # blocks() of the fit pass: yields (numbers of a block, the block's split codes).
@@ -219,6 +226,7 @@ class Recipe:
         seed: seed of that order.
         after_scan: the input files' scan reports (in file order) -> notes; raises when
             the files disagree (one format per dataset).
+        val_weighting: ``--val_unseen_share`` parsed (None: every validation row weighs 1).
     """
 
     name: str
@@ -235,6 +243,7 @@ class Recipe:
     history_time: Optional[str] = None
     seed: int = 0
     after_scan: Callable[[List[Dict[str, Any]]], List[str]] = field(default=lambda reports: [])
+    val_weighting: Optional[UnseenShares] = None
 
     def min_count_of(self, feature: str) -> int:
         return self.min_count.get(feature, 1) if isinstance(self.min_count, dict) else self.min_count

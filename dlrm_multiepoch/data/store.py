@@ -178,6 +178,7 @@ def open_dataset(folder: Path) -> Tuple[InteractionData, Dict[str, Any]]:
         multi_hot=list(meta["multi_hot"]),
         slices=list(meta.get("slices", [])),
         encoding=meta.get("encoding", {}),
+        row_weights={s: {int(c): float(w) for c, w in t.items()} for s, t in meta.get("row_weights", {}).items()},
     )
     for split, layout in meta["splits"].items():
         data.splits[split] = StoredSplit(

@@ -73,7 +73,7 @@ class BinaryMetrics:
         self.slices = list(slices)
         self.bits = bits
         self.device = device
-        self._hist: Optional[torch.Tensor] = None  # [groups, tasks, 2 labels, 2**bits] int64
+        self._hist: Optional[torch.Tensor] = None  # [groups, tasks, 2 labels, 2**bits] float64 weights
         self._sums: Optional[torch.Tensor] = None  # [groups, tasks, _SUMS] float64
 
     @property
@@ -112,7 +112,7 @@ class BinaryMetrics:
                 self._sums[g, t, 0] += (bce[:, t] * w).sum()
                 self._sums[g, t, 1] += w.sum()
                 self._sums[g, t, 2] += (labels[:, t] * w).sum()
-                self._hist[g, t].view(-1).index_add_(0, bins[:, t] + offsets[:, t], w.round().long())
+                self._hist[g, t].view(-1).index_add_(0, bins[:, t] + offsets[:, t], w)
 
     def _checked(
         self, logits: torch.Tensor, labels: torch.Tensor, weights: Optional[torch.Tensor]
@@ -146,7 +146,8 @@ class BinaryMetrics:
     def _allocate(self, device: torch.device) -> None:
         if self._hist is None:
             shape = (self.groups, len(self.tasks))
-            self._hist = torch.zeros(shape + (2, 1 << self.bits), dtype=torch.int64, device=device)
+            # Weighted counts (validation rows may weigh other than 1: --val_unseen_share); integers stay exact.
+            self._hist = torch.zeros(shape + (2, 1 << self.bits), dtype=torch.float64, device=device)
             self._sums = torch.zeros(shape + (_SUMS,), dtype=torch.float64, device=device)
 
     def _reduced(self) -> List[torch.Tensor]:

@@ -98,7 +98,7 @@ STACKS = [(release, device) for release in TORCH_OF_RELEASE for device in ("cpu"
 def _make_stack(release: str, device: str) -> List[List[str]]:
     """``make stack``: the pip arguments of each install step, in order."""
     out = subprocess.run(
-        ["make", "-s", "-C", str(REPO), "stack", f"TORCHREC={release}", f"DEVICE={device}"],
+        ["make", "-s", "--no-print-directory", "-C", str(REPO), "stack", f"TORCHREC={release}", f"DEVICE={device}"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return [shlex.split(line) for line in out.splitlines()]

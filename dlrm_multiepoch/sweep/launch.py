@@ -25,15 +25,16 @@ from typing import Dict, List, Optional, TextIO
 
 from torchx.runner import Runner, get_runner
 from torchx.schedulers.local_scheduler import SignalException
-from torchx.specs import AppDef, AppState
+from torchx.specs import AppDef, AppState, parse_app_handle
 
 from dlrm_multiepoch import components
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.run_files import LOGS_DIR, live_holder, read_manifest
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, failure_reason, holder_is_job, job_state
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, data_failed, failure_reason, holder_is_job, job_state
 from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
 from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan, run_state
+from dlrm_multiepoch.train.lock import RunFolderBusy
 
 _POLL_S = 2.0
 _MAX_TURNS = 5  # per run: trainers waited for (another sweep's) before its own launch
@@ -90,19 +91,33 @@ class SweepLauncher:
     def _run_local(self, runner: Runner) -> List[str]:
         # Each run's `bash -c torchrun ...` finds torchrun beside this interpreter.
         os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-        total = len(self.plan.runs)
-        return [
-            run.name for i, run in enumerate(self.plan.runs, 1) if not self._run_one(runner, run, f"[{i}/{total}] {run.name}")
-        ]
+        total, failed, data_failure, spared = len(self.plan.runs), [], None, []
+        for i, run in enumerate(self.plan.runs, 1):
+            if data_failure is not None and _same_data(data_failure, run):
+                failed.append(run.name)
+                spared.append(run.name)
+                continue
+            result = self._run_one(runner, run, f"[{i}/{total}] {run.name}")
+            if result != "done":
+                failed.append(run.name)
+            if result == "data":
+                data_failure = run
+        if data_failure is not None and spared:
+            self._print(
+                f"sweep: {data_failure.name}'s data failed to load, and {len(spared)} other run(s) read the same data "
+                f"(the same data flags): not launched ({', '.join(spared)}). Fix the data, then rerun the same command"
+            )
+        return failed
 
-    def _run_one(self, runner: Runner, run: RunSpec, tag: str) -> bool:
+    def _run_one(self, runner: Runner, run: RunSpec, tag: str) -> str:
+        """``done``, ``failed``, or ``data`` (it failed loading its data)."""
         waited = False
         for _ in range(_MAX_TURNS):
             state = run_state(self.plan.experiment_dir, run)
             if state.status == "finished":
                 by = "by the trainer it waited for" if waited else "earlier"
                 self._print(f"{tag}: finished {by} ({_epochs(state.epochs_done)}), skipped")
-                return True
+                return "done"
             if state.status == "running":
                 self._print(f"{tag}: a trainer already runs in its folder ({state.detail}); following it until it ends")
                 self._follow(run)
@@ -112,10 +127,10 @@ class SweepLauncher:
             self._print(f"{tag}: {how.get(state.status, 'training')}, {_epochs(run.epochs)}, {self.options.j} ranks under TorchX {LOCAL}")
             result = self._launch_and_wait(runner, run, tag)
             if result != "busy":
-                return result == "done"
+                return result
             waited = True  # another sweep's trainer took the folder first: follow it, then look again
         self._print(f"{tag}: FAILED: other trainers kept taking its folder; rerun the same command")
-        return False
+        return "failed"
 
     def _follow(self, run: RunSpec) -> None:
         """Print the evaluations of the trainer that holds ``run``'s folder until it lets go."""
@@ -130,7 +145,8 @@ class SweepLauncher:
         follower.poll()
 
     def _launch_and_wait(self, runner: Runner, run: RunSpec, tag: str) -> str:
-        """``done``, ``failed``, or ``busy`` (its trainer found another live one in the folder)."""
+        """``done``, ``failed``, ``data`` (it failed loading its data), or ``busy`` (its trainer found another
+        live one in the folder, or lost the race for it to one that has finished since)."""
         start = time.perf_counter()
         cfg = self.scheduler_cfg(run)
         handle = runner.schedule(runner.dryrun(self.app(run), LOCAL, cfg=cfg))
@@ -151,19 +167,20 @@ class SweepLauncher:
         if status is not None and status.state == AppState.SUCCEEDED:
             self._print(f"    done in {seconds:.0f} s")
             return "done"
-        holder = live_holder(os.path.join(self.plan.experiment_dir, run.name))
-        if holder is not None:
-            self._print(f"{tag}: another trainer took its folder first ({holder.describe()}); following it")
-            return "busy"
-        log = _combined_log(str(cfg["log_dir"]))
-        state = status.state.name if status is not None else "LOST"
+        log = _combined_log(_launch_log_dir(str(cfg["log_dir"]), handle))  # this launch's, not another sweep's
         reason = failure_reason(log)
+        holder = live_holder(os.path.join(self.plan.experiment_dir, run.name))
+        if holder is not None or (reason or "").startswith(f"{RunFolderBusy.__name__}:"):
+            who = f" ({holder.describe()})" if holder is not None else ""
+            self._print(f"{tag}: another trainer took its folder first{who}; following it")
+            return "busy"  # the loop looks again: follows it while it runs, skips the run once it finished
+        state = status.state.name if status is not None else "LOST"
         self._print(f"{tag}: FAILED ({state}) after {seconds:.0f} s: {reason or 'see its log'}\n    its log: {log}")
         if reason is None and log and os.path.isfile(log):
             with open(log, errors="replace") as f:
                 tail = f.readlines()[-25:]
             self._print("    " + "    ".join(tail).rstrip())
-        return "failed"
+        return "data" if data_failed(log) else "failed"
 
     # -- clusters: one job per run ------------------------------------------------------
 
@@ -220,6 +237,19 @@ def _signal_name(e: BaseException) -> str:
 
 def _epochs(n: int) -> str:
     return f"{n} epoch{'' if n == 1 else 's'}"
+
+
+def _launch_log_dir(log_dir: str, handle: str) -> str:
+    """Where the local scheduler wrote one launch's logs: ``<log_dir>/<session>/<app id>``."""
+    _, session, app_id = parse_app_handle(handle)
+    return os.path.join(log_dir, session, app_id)
+
+
+def _same_data(a: RunSpec, b: RunSpec) -> bool:
+    """Whether two runs read the same data (their app flags give the same data section)."""
+    from dlrm_multiepoch.train.config import parse_config  # the sweep planned its runs with it: loaded
+
+    return parse_config(list(a.flags)).data == parse_config(list(b.flags)).data
 
 
 def _combined_log(log_dir: str) -> Optional[str]:

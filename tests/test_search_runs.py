@@ -72,7 +72,8 @@ def test_ctrl_c_stops_the_trainer_in_one_line_and_the_rerun_keeps_its_cost(searc
     cost = record["seeds"]["0"]["cost"]
     assert cost["launches"] == 1 and cost["wall_s"] > 0 and record["seeds"]["0"]["branches"]["joint"]["launches"][0]["wall_s"] > 0
     after = json.loads((exp / "search.json").read_text())["seeds"]["0"]["cost"]
-    assert after["launches"] == 1 + 3 and after["wall_s"] > cost["wall_s"]  # the rerun's 3 launches, and the first
+    # The rerun's 3 segments (one training job trains them), and the first.
+    assert (after["segments"], after["launches"]) == (1 + 3, 1 + 1) and after["wall_s"] > cost["wall_s"]
 
 
 def _summary(exp, run):

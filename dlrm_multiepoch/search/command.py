@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a branch is first judged (against its cohort: tables as young) this fraction of an epoch after the "
         "tables it deploys start; 1: after a whole epoch, with every branch",
     )  # fmt: skip
+    parser.add_argument(
+        "--jobs", choices=("shared", "per_segment"), default="shared",
+        help="-s local_cwd: 'shared' trains every branch segment in one training job (torchrun, imports, process "
+        "group and data paid once); 'per_segment' launches a job per segment, as other schedulers do",
+    )  # fmt: skip
     add_launch_args(parser, "branch", "as for dlrm-multiepoch sweep")
     return parser
 
@@ -138,8 +143,9 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
     from dlrm_multiepoch.search.driver import ScheduleSearch
 
     return ScheduleSearch(
-        args.experiment_dir, tree, seeds, args.epochs, common, options, settings, earlier=loaded.record.get("seeds")
-    )
+        args.experiment_dir, tree, seeds, args.epochs, common, options, settings, earlier=loaded.record.get("seeds"),
+        shared_job=args.jobs == "shared",
+    )  # fmt: skip
 
 
 def _app_config(flags: List[str]) -> "TrainConfig":

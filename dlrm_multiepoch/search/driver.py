@@ -54,6 +54,7 @@ class ScheduleSearch:
         earlier: the intact per-seed entries of ``search.json`` (:func:`~.record_file.read_record`):
             other seeds' searches are kept, this seed's launches and wall time carried on.
         launcher: how branches are trained (default: TorchX launches, :class:`BranchLauncher`).
+        shared_job: on ``local_cwd``, one training job trains every segment (False: one launch each).
     """
 
     def __init__(
@@ -68,6 +69,7 @@ class ScheduleSearch:
         out: Optional[TextIO] = None,
         earlier: Optional[Dict[str, Any]] = None,
         launcher: Optional[BranchLauncher] = None,
+        shared_job: bool = True,
     ) -> None:
         self.dir = experiment_dir
         self.tree = list(tree)
@@ -87,7 +89,7 @@ class ScheduleSearch:
             "seeds": dict(self.earlier),  # other seeds' searches stay
         }  # fmt: skip
         self.launcher = launcher or BranchLauncher(
-            experiment_dir, self.tree, budget, self.common, options, len(self.rungs), out
+            experiment_dir, self.tree, budget, self.common, options, len(self.rungs), out, shared=shared_job
         )
         self.undecided: Dict[int, str] = {}  # seeds with no decision, and why
 

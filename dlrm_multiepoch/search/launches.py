@@ -1,11 +1,14 @@
 """How the search trains a branch up to a point: its flags, the checkpoint it starts from, its launch.
 
 Every launch goes through the sweep's :class:`~dlrm_multiepoch.sweep.launch.SweepLauncher`
-(so a branch is a sweep run: the same lock, follow, resume and failure handling): one
-after another on ``local_cwd``, stopping at the first that fails; one job per branch
-elsewhere, a wave of jobs the search waits for. Each launch is recorded on its branch
-(``to_epoch``, ``started_at``, ``wall_s``) and the record is saved before and after it,
-so an interrupted or killed search keeps what its launches cost.
+(so a branch is a sweep run: the same lock, follow, resume and failure handling): on
+``local_cwd`` one segment after another, stopping at the first that fails, each trained by
+the search's one training job (:mod:`~dlrm_multiepoch.search.segments`: torchrun, imports,
+process group and data paid once; ``shared=False``: one job per segment); elsewhere one job
+per branch, a wave of jobs the search waits for. Each segment is recorded on its branch
+(``to_epoch``, ``started_at``, ``wall_s``, ``before_first_step_s``, ``new_job``: whether it
+started a job) and the record is saved before and after it, so an interrupted or killed
+search keeps what its launches cost.
 
 Example::
 
@@ -16,7 +19,7 @@ Example::
 import os
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchx.runner import Runner, get_runner
 
@@ -24,6 +27,7 @@ from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, rea
 from dlrm_multiepoch.run_files import read_summary, state_path
 from dlrm_multiepoch.search.candidates import Candidate
 from dlrm_multiepoch.search.record import BranchRecord, SearchError, run_name
+from dlrm_multiepoch.search.segments import SegmentLauncher, SegmentWorker, worker_launches
 from dlrm_multiepoch.sweep.jobs import job_state
 from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
 from dlrm_multiepoch.sweep.manifest import recorded_handle
@@ -44,6 +48,7 @@ class BranchLauncher:
         options: how runs are launched (the sweep's).
         rungs: how many rungs the search has: a branch keeps a checkpoint of each whole epoch and each rung.
         out: console (default stdout).
+        shared: on ``local_cwd``, train the segments in one job (False: one job each, as on clusters).
     """
 
     def __init__(
@@ -55,6 +60,7 @@ class BranchLauncher:
         options: LaunchOptions,
         rungs: int,
         out: Optional[TextIO] = None,
+        shared: bool = True,
     ) -> None:
         self.dir = experiment_dir
         self.by_name = {c.name: c for c in tree}
@@ -63,13 +69,19 @@ class BranchLauncher:
         self.options = options
         self.rungs = rungs
         self.out = out
+        self.shared = shared and worker_launches(options.scheduler, options.dryrun)
         self.runner: Optional[Runner] = None
+        self.worker: Optional[SegmentWorker] = None
 
     def __enter__(self) -> "BranchLauncher":
         self.runner = get_runner()
+        self.worker = SegmentWorker(self.dir, self.options) if self.shared else None
         return self
 
     def __exit__(self, *_: object) -> None:
+        if self.worker is not None:
+            self.worker.__exit__()
+            self.worker = None
         if self.runner is not None:
             self.runner.close()
             self.runner = None
@@ -118,6 +130,7 @@ class BranchLauncher:
         if self.options.scheduler == LOCAL or self.options.dryrun:
             for (c, stop), strategy in zip(items, strategies):
                 failed = self._timed([branches[c.name]], stop, save, lambda: self._launcher([strategy], seed).run())
+                self._first_step(branches[c.name].launches[-1], os.path.join(self.dir, run_name(c.name, seed)))
                 if failed:
                     return failed
             return []
@@ -140,22 +153,35 @@ class BranchLauncher:
         """Run ``run`` with a launch entry on each record, saved before (``wall_s`` None) and after."""
         entries = []
         for record, to in zip(records, stops or [stop]):
-            entry = {"to_epoch": to, "wall_s": None, "started_at": round(time.time(), 1)}
+            entry: Dict[str, Any] = {"to_epoch": to, "wall_s": None, "started_at": round(time.time(), 3)}
             if stops is not None:
                 entry["parallel"] = True
             record.launches.append(entry)
             entries.append(entry)
         save()
-        start = time.perf_counter()
+        start, jobs = time.perf_counter(), self.worker.starts if self.worker is not None else None
         try:
             return run()
         finally:
             for entry in entries:
                 entry["wall_s"] = round(time.perf_counter() - start, 1)
+                entry["new_job"] = jobs is None or self.worker is None or self.worker.starts > jobs
             save()
+
+    @staticmethod
+    def _first_step(entry: Dict[str, Any], run_dir: str) -> None:
+        """The seconds from the segment's launch to its training's start (its trainer records when it began)."""
+        try:
+            began = read_summary(run_dir).get("train_started_at")
+        except ValueError:
+            return
+        if isinstance(began, (int, float)) and began >= entry["started_at"]:
+            entry["before_first_step_s"] = round(began - entry["started_at"], 2)
 
     def _launcher(self, strategies: List[Strategy], seed: int) -> SweepLauncher:
         plan = build_plan(self.dir, strategies, [seed], self.budget, self.common)
+        if self.worker is not None:
+            return SegmentLauncher(plan, self.options, self.worker, out=self.out, runner=self.runner)
         return SweepLauncher(plan, self.options, out=self.out, runner=self.runner)
 
     def _wait(self, names: List[str]) -> List[str]:

@@ -74,13 +74,16 @@ def killed_wall_s(launches: List[Dict[str, Any]]) -> float:
 
 
 def cost(entry: SeedEntry, steps_per_epoch: int, sweep_epochs: int) -> Dict[str, Any]:
-    """Trained steps against a sweep of the same candidates, launches and wall time (every invocation's)."""
-    launches = [launch for b in entry.branches.values() for launch in b.launches]
+    """Trained steps against a sweep of the same candidates, segments, launches (training jobs started),
+    seconds before their first steps and wall time (every invocation's)."""
+    segments = [launch for b in entry.branches.values() for launch in b.launches]
     wall = entry.previous_wall_s + time.perf_counter() - entry.started
     return {
         "trained_steps": sum(b.trained_steps for b in entry.branches.values()),
         "sweep_steps": sweep_epochs * steps_per_epoch, "steps_per_epoch": steps_per_epoch, "wall_s": round(wall, 1),
-        "launch_wall_s": round(sum(launch["wall_s"] or 0.0 for launch in launches), 1), "launches": len(launches),
+        "launch_wall_s": round(sum(launch["wall_s"] or 0.0 for launch in segments), 1), "segments": len(segments),
+        "launches": sum(1 for launch in segments if launch.get("new_job", True)),
+        "before_first_step_s": round(sum(launch.get("before_first_step_s") or 0.0 for launch in segments), 1),
     }  # fmt: skip
 
 
@@ -104,7 +107,8 @@ def summary_lines(entry: SeedEntry, costs: Mapping[str, Any], metric: str, seed:
     share = costs["trained_steps"] / costs["sweep_steps"] if costs["sweep_steps"] else float("nan")
     lines.append(
         f"  cost: {costs['trained_steps']} trained steps ({share:.0%} of the {costs['sweep_steps']} a sweep of the same "
-        f"candidates trains), {costs['launches']} launches, {costs['wall_s']:.0f} s"
+        f"candidates trains), {costs['segments']} segments in {costs['launches']} launch(es), "
+        f"{costs['before_first_step_s']:.0f} s before their first steps, {costs['wall_s']:.0f} s in all"
     )
     deploy = entry.deploy
     if deploy is not None:

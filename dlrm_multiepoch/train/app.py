@@ -5,10 +5,19 @@ import logging
 
 import torch.distributed as dist
 
-from dlrm_multiepoch.distributed import init_distributed
+from dlrm_multiepoch.distributed import DistEnv, init_distributed
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
 from dlrm_multiepoch.train.trainer import Trainer
+
+
+def console_logging(env: DistEnv) -> None:
+    """The console's logging for a training process: our transitions on rank 0, no library noise."""
+    # Our modules log transitions (e.g. freeze-schedule windows) at INFO, on rank 0 only.
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("dlrm_multiepoch").setLevel(logging.INFO if env.is_main else logging.WARNING)
+    # TorchRec's pipeline traces the model: torch.fx warns about an API it uses, once per rank, nothing for users.
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 
 
 def run_trainer(cfg: TrainConfig, spec: TrainSpec = TRAIN) -> None:
@@ -19,11 +28,7 @@ def run_trainer(cfg: TrainConfig, spec: TrainSpec = TRAIN) -> None:
         run_trainer(parse_config(check_paths=True))     # apps/train.py under torchrun / TorchX
     """
     env = init_distributed()
-    # Our modules log transitions (e.g. freeze-schedule windows) at INFO, on rank 0 only.
-    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("dlrm_multiepoch").setLevel(logging.INFO if env.is_main else logging.WARNING)
-    # TorchRec's pipeline traces the model: torch.fx warns about an API it uses, once per rank, nothing for users.
-    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    console_logging(env)
     try:
         Trainer(cfg, env, spec=spec).train()
         dist.barrier()  # no rank tears the group down while a peer's collective is in flight

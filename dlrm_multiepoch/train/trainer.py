@@ -148,6 +148,8 @@ class Trainer:
         """Train what is left of ``cfg.epochs`` (up to ``--stop_at_epoch``, a pause), evaluating and checkpointing
         as configured; return the summary."""
         self._train_start = time.perf_counter()
+        # When this launch's training began: its launcher (a search) tells the seconds before its first step.
+        self.logger.record("train_started_at", round(time.time(), 3))
         if self.progress.epoch >= self.cfg.epochs:
             self.logger.info(f"nothing left to train: {self.progress.epoch} of {self.cfg.epochs} epochs are done")
         while not self._halted():

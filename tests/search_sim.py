@@ -122,10 +122,12 @@ def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str
         summary["wall_time_s"] = 1.0
     if stops_itself:
         best = AUTO_BEST / SPE
-        summary["best"] = {"epoch": best, "step": AUTO_BEST, "val": metrics(name, best, one_class), "test": metrics(name, best)}
+        summary["best"] = {"epoch": best, "step": AUTO_BEST, "val": metrics(name, best, one_class),
+                           "test": metrics(name, best)}  # fmt: skip
         for split in ("val", "test"):
             for task, values in summary["best"][split].items():
-                writer.add_scalar(f"best/{split}/{task}/auc", float("nan") if values["auc"] is None else values["auc"], target)
+                value = float("nan") if values["auc"] is None else values["auc"]
+                writer.add_scalar(f"best/{split}/{task}/auc", value, target)
         os.makedirs(os.path.join(checkpoints_dir(run_dir), f"best_step_{AUTO_BEST}"), exist_ok=True)
     writer.close()
     _write(os.path.join(run_dir, "summary.json"), json.loads(json.dumps(summary).replace("NaN", "null")))

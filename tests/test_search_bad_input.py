@@ -44,7 +44,7 @@ _OPTIONS = st.lists(
     st.one_of(
         st.tuples(st.just("--epochs"), st.sampled_from(["1", "2", "3", "0", "-1", "x"])),
         st.tuples(st.just("--seeds"), st.sampled_from(["0", "0,1", "a", "", "1,1", "-1"])),
-        st.tuples(st.just("--candidates"), st.sampled_from(["joint,early", "early", "nosuch", "", "joint,window@2", "auto"])),
+        st.tuples(st.just("--candidates"), st.sampled_from(["joint,early", "early", "nosuch", "", "window@2", "auto"])),
         st.tuples(st.just("--eta"), st.sampled_from(["1", "2", "3", "x", "-2"])),
         st.tuples(st.just("--rung_fraction"), st.sampled_from(["0", "0.3", "1", "1.5", "nan", "x", "-0.1"])),
         st.tuples(st.just("-j"), st.sampled_from(["1x2", "abc", "1x0"])),
@@ -117,8 +117,10 @@ _RECORD_EDITS = {
     "wall": lambda r: r["seeds"]["0"]["cost"].update(wall_s="abc"), "budget": lambda r: r.update(budget=5),
     "budget_text": lambda r: r.update(budget="3"), "eta": lambda r: r.update(eta=2),
     "candidates": lambda r: r.update(candidates=["joint"]), "common": lambda r: r.update(common_flags=["--x", "1"]),
-    "deploy": lambda r: r["seeds"]["0"].update(deploy="x"), "curve": lambda r: r["seeds"]["0"]["branches"]["auto"].update(curve=[]),
-    "rungs": lambda r: r["seeds"]["0"].update(rungs={}), "status": lambda r: r["seeds"]["0"]["branches"]["auto"].update(status=1),
+    "deploy": lambda r: r["seeds"]["0"].update(deploy="x"),
+    "curve": lambda r: r["seeds"]["0"]["branches"]["auto"].update(curve=[]),
+    "rungs": lambda r: r["seeds"]["0"].update(rungs={}),
+    "status": lambda r: r["seeds"]["0"]["branches"]["auto"].update(status=1),
 }  # fmt: skip
 _SUMMARY_EDITS = {
     "epochs": lambda s: s["config"].update(epochs=7), "data_path": lambda s: s["config"]["data"].update(data_path="/else"),
@@ -161,7 +163,7 @@ def _checkpointed(exp: Path):
     """Run -> its newest checkpoint step (what a rerun must not train again)."""
     found = {}
     for run in _BRANCHES:
-        steps = [int(p.name.split("_")[1]) for p in (exp / run / "checkpoints").glob("step_*")] if (exp / run).is_dir() else []
+        steps = [int(p.name.split("_")[1]) for p in (exp / run / "checkpoints").glob("step_*")]
         found[run] = max(steps, default=0)
     return found
 
@@ -192,6 +194,7 @@ def test_damaged_search_folders_are_refused_named_or_searched_again_to_the_same_
         assert code == 0, (damages, out)
         event("searched again")
         deploy = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
-        assert (deploy["branch"], deploy["epoch"], deploy["val_metric"]) == tuple(searched[1][k] for k in ("branch", "epoch", "val_metric"))
+        keys = ("branch", "epoch", "val_metric")
+        assert tuple(deploy[k] for k in keys) == tuple(searched[1][k] for k in keys), (damages, out)
     assert no_step_twice(sim.trained), (damages, sim.trained)
     assert all(a >= saved[run] for run, a, _ in sim.trained), (damages, sim.trained, saved)  # nothing trained again

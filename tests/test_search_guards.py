@@ -115,7 +115,8 @@ def test_an_undefined_objective_never_wins_and_the_search_says_why(tmp_path):
         "no decision: validation cal_ne is undefined for task(s) love in every branch compared after epoch 1.3 "
         "(labels of one class, or no rows, in the validation split): nothing to decide on. Give such a task weight 0"
     )
-    assert f"search seed 0: {reason}" in out and out.rstrip().endswith("(the reason is above and in " + str(exp) + "/search.json)")
+    assert f"search seed 0: {reason}" in out
+    assert out.rstrip().endswith(f"(the reason is above and in {exp}/search.json)")
     seed = _record(exp)["seeds"]["0"]
     assert seed["deploy"] is None and seed["no_decision"].startswith(reason[len("no decision: ") :])
     trained = len(sim.trained)

@@ -234,7 +234,8 @@ def search_markdown(view: SearchView) -> str:
     verdicts = []
     for branch, seeds in by_branch.items():
         figures = ", ".join(
-            f"seed {s}: after epoch {view.deployed[s][1]:g}, validation {view.metric} {view.deployed[s][2]:.4f}" for s in seeds
+            f"seed {s}: after epoch {view.deployed[s][1]:g}, validation {view.metric} {view.deployed[s][2]:.4f}"
+            for s in seeds
         )
         verdicts.append(f"**The search deployed {branch}** in seed(s) {', '.join(map(str, seeds))} ({figures})")
     verdicts += [f"Seed {s}: no decision: {why}" for s, why in sorted(view.undecided.items())]

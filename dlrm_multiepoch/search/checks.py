@@ -87,7 +87,8 @@ def check_record_flags(
     path = search_record_path(experiment_dir)
     own = {
         "budget": ("--epochs", budget), "eta": ("--eta", settings.eta),
-        "rung_fraction": ("--rung_fraction", settings.rung_fraction), "candidates": ("--candidates", [c.name for c in tree]),
+        "rung_fraction": ("--rung_fraction", settings.rung_fraction),
+        "candidates": ("--candidates", [c.name for c in tree]),
     }  # fmt: skip
     for key, (flag, now) in own.items():
         if key in record and record[key] != now:
@@ -147,5 +148,7 @@ def _summary(run_dir: str) -> Mapping[str, Any]:
 
 def _at_step(summary: Mapping[str, Any], step: int) -> Any:
     evaluations = summary.get("evaluations")
-    found = [e for e in evaluations if isinstance(e, dict) and e.get("step") == step] if isinstance(evaluations, list) else []
+    if not isinstance(evaluations, list):
+        return None
+    found = [e for e in evaluations if isinstance(e, dict) and e.get("step") == step]
     return found[-1] if found else None

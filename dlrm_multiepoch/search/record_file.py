@@ -131,7 +131,8 @@ def check_record(record: Any) -> Tuple[Dict[str, Any], List[Tuple[str, str]]]:
             intact[name] = record[name]
     seeds = record.get("seeds")
     if not isinstance(seeds, dict):
-        damaged.append(("seeds", f"seeds is {_show(seeds)}, expected an object" if "seeds" in record else "seeds is missing"))
+        found = f"seeds is {_show(seeds)}, expected an object" if "seeds" in record else "seeds is missing"
+        damaged.append(("seeds", found))
         seeds = {}
     intact["seeds"] = {}
     for key, entry in seeds.items():

@@ -26,11 +26,11 @@ from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs import AppDef
 
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
-from dlrm_multiepoch.run_files import LOGS_DIR, live_holder, process_start
+from dlrm_multiepoch.run_files import LOGS_DIR, process_start
 from dlrm_multiepoch.search.worker import DRIVER_ENV, STOP_FILE, request_path, write_atomic
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, data_failed, failure_reason, job_state
-from dlrm_multiepoch.sweep.launch import SweepLauncher, _combined_log, _launch_log_dir, _signal_name
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, job_state, launch_log_dir, signal_name
+from dlrm_multiepoch.sweep.launch import SweepLauncher
 from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan
 
 WORKER_MODULE = "dlrm_multiepoch.search.worker"
@@ -91,7 +91,7 @@ class SegmentWorker:
 
     def log(self) -> Optional[str]:
         """The job's combined log (every segment it trained)."""
-        return _combined_log(_launch_log_dir(str(self._cfg()["log_dir"]), self.handle)) if self.handle else None
+        return combined_log(launch_log_dir(str(self._cfg()["log_dir"]), self.handle)) if self.handle else None
 
     def cancel(self) -> None:
         """Stop the job now (an interrupted search: the segment in progress resumes from its checkpoint)."""
@@ -153,7 +153,7 @@ class SegmentLauncher(SweepLauncher):
                 time.sleep(0 if ended else _POLL_S)
         except (KeyboardInterrupt, SignalException, SweepInterrupted) as e:
             self.worker.cancel()
-            name = e.signal_name if isinstance(e, SweepInterrupted) else _signal_name(e)
+            name = e.signal_name if isinstance(e, SweepInterrupted) else signal_name(e)
             raise SweepInterrupted(name, run.name) from None
         follower.poll()
         seconds = time.perf_counter() - start
@@ -162,15 +162,7 @@ class SegmentLauncher(SweepLauncher):
             return "done"
         log = self.worker.log()
         self.worker.handle = None  # the job ended with this segment: the next one starts another
-        reason = failure_reason(log)
-        if live_holder(os.path.join(self.plan.experiment_dir, run.name)) is not None or (reason or "").startswith(
-            "RunFolderBusy:"
-        ):
-            self._print(f"{tag}: another trainer took its folder first; following it")
-            return "busy"
-        self._print(f"{tag}: FAILED (the search's training job ended) after {seconds:.0f} s: {reason or 'see its log'}")
-        self._print(f"    its log: {log}")
-        return "data" if data_failed(log) else "failed"
+        return self._failed(run, tag, log, f"(its search's training job ended) after {seconds:.0f} s")
 
 
 def _this_process() -> str:

@@ -75,6 +75,26 @@ def failure_reason(log_file: Optional[str]) -> Optional[str]:
     return reason
 
 
+def signal_name(e: BaseException) -> str:
+    """The signal behind TorchX's ``SignalException`` (Ctrl-C's ``KeyboardInterrupt``: SIGINT)."""
+    return getattr(getattr(e, "sigval", None), "name", None) or "SIGINT"
+
+
+def launch_log_dir(log_dir: str, handle: str) -> str:
+    """Where the local scheduler wrote one launch's logs: ``<log_dir>/<session>/<app id>``."""
+    _, session, app_id = parse_app_handle(handle)
+    return os.path.join(log_dir, session, app_id)
+
+
+def combined_log(log_dir: str) -> Optional[str]:
+    """The first replica's combined stdout/stderr under a local scheduler's ``log_dir`` (the newest)."""
+    found = []
+    for root, _, files in os.walk(log_dir):
+        if "combined.log" in files:
+            found.append(os.path.join(root, "combined.log"))
+    return max(found, key=os.path.getmtime) if found else None
+
+
 def data_failed(log_file: Optional[str]) -> bool:
     """Whether a failed run's log says its data failed to load (the trainer's ``DATA_ERROR_MARK`` line):
     every run of the same data flags would fail the same way."""

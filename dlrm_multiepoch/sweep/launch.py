@@ -25,13 +25,14 @@ from typing import Dict, List, Optional, TextIO
 
 from torchx.runner import Runner, get_runner
 from torchx.schedulers.local_scheduler import SignalException
-from torchx.specs import AppDef, AppState, parse_app_handle
+from torchx.specs import AppDef, AppState
 
 from dlrm_multiepoch import components
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.run_files import LOGS_DIR, live_holder, read_manifest
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, data_failed, failure_reason, holder_is_job, job_state
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, data_failed, failure_reason, holder_is_job
+from dlrm_multiepoch.sweep.jobs import job_state, launch_log_dir, signal_name
 from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
 from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan, run_state
 from dlrm_multiepoch.train.lock import RunFolderBusy
@@ -141,7 +142,7 @@ class SweepLauncher:
                 follower.poll()
                 time.sleep(_POLL_S)
         except (KeyboardInterrupt, SignalException) as e:
-            raise SweepInterrupted(_signal_name(e)) from None  # not ours to stop: that trainer keeps running
+            raise SweepInterrupted(signal_name(e)) from None  # not ours to stop: that trainer keeps running
         follower.poll()
 
     def _launch_and_wait(self, runner: Runner, run: RunSpec, tag: str) -> str:
@@ -160,22 +161,27 @@ class SweepLauncher:
                 time.sleep(_POLL_S)
         except (KeyboardInterrupt, SignalException, SweepInterrupted) as e:
             runner.cancel(handle)
-            name = e.signal_name if isinstance(e, SweepInterrupted) else _signal_name(e)
+            name = e.signal_name if isinstance(e, SweepInterrupted) else signal_name(e)
             raise SweepInterrupted(name, run.name) from None
         follower.poll()
         seconds = time.perf_counter() - start
         if status is not None and status.state == AppState.SUCCEEDED:
             self._print(f"    done in {seconds:.0f} s")
             return "done"
-        log = _combined_log(_launch_log_dir(str(cfg["log_dir"]), handle))  # this launch's, not another sweep's
+        log = combined_log(launch_log_dir(str(cfg["log_dir"]), handle))  # this launch's, not another sweep's
+        state = status.state.name if status is not None else "LOST"
+        return self._failed(run, tag, log, f"({state}) after {seconds:.0f} s")
+
+    def _failed(self, run: RunSpec, tag: str, log: Optional[str], how: str) -> str:
+        """A launch of ``run`` that did not succeed, from its log: ``busy`` (another trainer holds or held its
+        folder: the caller looks again), ``data`` (its data failed to load) or ``failed``, with one line."""
         reason = failure_reason(log)
         holder = live_holder(os.path.join(self.plan.experiment_dir, run.name))
         if holder is not None or (reason or "").startswith(f"{RunFolderBusy.__name__}:"):
             who = f" ({holder.describe()})" if holder is not None else ""
             self._print(f"{tag}: another trainer took its folder first{who}; following it")
             return "busy"  # the loop looks again: follows it while it runs, skips the run once it finished
-        state = status.state.name if status is not None else "LOST"
-        self._print(f"{tag}: FAILED ({state}) after {seconds:.0f} s: {reason or 'see its log'}\n    its log: {log}")
+        self._print(f"{tag}: FAILED {how}: {reason or 'see its log'}\n    its log: {log}")
         if reason is None and log and os.path.isfile(log):
             with open(log, errors="replace") as f:
                 tail = f.readlines()[-25:]
@@ -231,18 +237,8 @@ class SweepLauncher:
         print(line, file=self.out or sys.stdout, flush=True)
 
 
-def _signal_name(e: BaseException) -> str:
-    return getattr(getattr(e, "sigval", None), "name", None) or "SIGINT"
-
-
 def _epochs(n: int) -> str:
     return f"{n} epoch{'' if n == 1 else 's'}"
-
-
-def _launch_log_dir(log_dir: str, handle: str) -> str:
-    """Where the local scheduler wrote one launch's logs: ``<log_dir>/<session>/<app id>``."""
-    _, session, app_id = parse_app_handle(handle)
-    return os.path.join(log_dir, session, app_id)
 
 
 def _same_data(a: RunSpec, b: RunSpec) -> bool:
@@ -251,11 +247,3 @@ def _same_data(a: RunSpec, b: RunSpec) -> bool:
 
     return parse_config(list(a.flags)).data == parse_config(list(b.flags)).data
 
-
-def _combined_log(log_dir: str) -> Optional[str]:
-    """The first replica's combined stdout/stderr under a local scheduler's ``log_dir``."""
-    found = []
-    for root, _, files in os.walk(log_dir):
-        if "combined.log" in files:
-            found.append(os.path.join(root, "combined.log"))
-    return max(found, key=os.path.getmtime) if found else None

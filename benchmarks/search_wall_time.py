@@ -1,8 +1,9 @@
 """Wall time of the schedule search against a sweep of the same candidates, side by side in one run.
 
-For each setup, on the same machine one after the other: ``dlrm-multiepoch sweep`` of the
-search's candidates (joint over E + 1 epochs, delayed, auto, early, reinit, window@W: each
-from scratch to its end, one TorchX launch each) and ``dlrm-multiepoch search`` of them
+For each setup and seed, on the same machine one after the other (seed by seed, so that a
+drifting load weighs alike on each): ``dlrm-multiepoch sweep`` of the search's candidates
+(joint over E + 1 epochs, delayed, auto, early, reinit, window@W: each from scratch to its
+end, one TorchX launch each) and ``dlrm-multiepoch search`` of them
 (``--jobs shared``: one training job trains every branch segment), both ``-j 1x2`` on
 ``local_cwd``, the same seeds. Prints per setup: wall time of each command, launches
 (training jobs started) per seed, seconds from a launch to its training's first step
@@ -44,6 +45,7 @@ SETUPS = {
     "ml-time": ["--dataset", "movielens", *COMMON],  # MovieLens-100k, time split
     "bx-random": ["--dataset", "bookcrossing", *COMMON],  # Book-Crossing, random split
 }
+PER_SEGMENT = "search, a launch per segment"
 LAUNCHED: Dict[str, float] = {}  # the sweep's run -> when its launch was scheduled (this benchmark's probe)
 
 
@@ -135,24 +137,31 @@ def main() -> None:
         tree = candidate_tree(args.epochs)
         windows = [c.name.split("@")[1] for c in tree if c.name.startswith("window@")]
         presets = [c.name for c in tree if not c.name.startswith("window@")]
-        own = ["--epochs", str(args.epochs), "--seeds", args.seeds, "-j", args.j]
-        sweep_dir, search_dir = out / setup / "sweep", out / setup / "search"
-        sweep_s = _run(sweep_main, [str(sweep_dir), *presets, "--windows", ",".join(windows), *own, "--", *flags],
-                       out / f"{setup}-sweep.log")  # fmt: skip
-        search_s = _run(search_main, [str(search_dir), *own, "--", *flags], out / f"{setup}-search.log")
-        rows = [("sweep", sweep_s, sweep_figures(sweep_dir, seeds)),
-                ("search", search_s, search_figures(search_dir, seeds))]  # fmt: skip
-        check = setup in args.check_per_segment.split(",")
-        if check:
-            per = out / setup / "search-per-segment"
-            per_s = _run(search_main, [str(per), "--jobs", "per_segment", *own, "--", *flags], out / f"{setup}-per.log")
-            rows.append(("search, a launch per segment", per_s, search_figures(per, seeds)))
-        for name, seconds, (launches, before, steps) in rows:
-            share = f"{seconds / sweep_s:.0%}" if name != "sweep" else ""
-            print(f"| {setup} | {name} | {seconds:.0f} | {launches:.1f} | {before:.1f} | {steps} | {share} |", flush=True)
-        if check:
-            diffs = same_decisions(search_dir, out / setup / "search-per-segment", seeds)
-            print(f"\n{setup}: the shared job and a launch per segment deploy the same checkpoints, bitwise the same "
+        dirs = {"sweep": out / setup / "sweep", "search": out / setup / "search"}
+        if setup in args.check_per_segment.split(","):
+            dirs[PER_SEGMENT] = out / setup / "search-per-segment"
+        walls = {name: 0.0 for name in dirs}
+        loads = []
+        for seed in seeds:  # seed by seed, the commands in turn: the machine's load drifts alike for each
+            own = ["--epochs", str(args.epochs), "--seeds", str(seed), "-j", args.j]
+            loads.append(os.getloadavg()[0])
+            for name, folder in dirs.items():
+                log = out / f"{setup}-s{seed}-{folder.name}.log"
+                if name == "sweep":
+                    argv = [str(folder), *presets, "--windows", ",".join(windows), *own, "--", *flags]
+                    walls[name] += _run(sweep_main, argv, log)
+                else:
+                    jobs = ["--jobs", "per_segment"] if name == PER_SEGMENT else []
+                    walls[name] += _run(search_main, [str(folder), *jobs, *own, "--", *flags], log)
+        for name, folder in dirs.items():
+            launches, before, steps = sweep_figures(folder, seeds) if name == "sweep" else search_figures(folder, seeds)
+            share = f"{walls[name] / walls['sweep']:.0%}" if name != "sweep" else ""
+            print(f"| {setup} | {name} | {walls[name]:.0f} | {launches:.1f} | {before:.1f} | {steps} | {share} |",
+                  flush=True)  # fmt: skip
+        print(f"\n{setup}: load average at each seed's start: {', '.join(f'{x:.1f}' for x in loads)}")
+        if len(dirs) > 2:
+            diffs = same_decisions(dirs["search"], dirs[PER_SEGMENT], seeds)
+            print(f"{setup}: the shared job and a launch per segment deploy the same checkpoints, bitwise the same "
                   f"validation figures and curves: {'yes' if not diffs else 'NO: ' + '; '.join(diffs)}\n")  # fmt: skip
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 

@@ -34,7 +34,7 @@ from dlrm_multiepoch.sweep.launch import SweepLauncher
 from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan
 
 WORKER_MODULE = "dlrm_multiepoch.search.worker"
-_POLL_S = 0.5
+_POLL_S = 0.1  # a segment can take a second: its end is noticed at once
 _STOP_WAIT_S = 60.0
 
 

@@ -47,6 +47,8 @@ COMPARE_DIR = "compare"  # compare's report files in an experiment folder
 LOGS_DIR = "logs"  # the local sweep's per-run logs, <experiment>/logs/<run>
 OWN_FOLDERS = (COMPARE_DIR, LOGS_DIR)  # what sweep and compare write into an experiment besides run folders
 FORMAT_VERSION = 2  # of trainer_state.json
+# Starts the line a trainer prints when its data fail to load: every run of the same data flags would fail alike.
+DATA_ERROR_MARK = "dlrm-multiepoch: the data failed to load:"
 STALE_AFTER_S = 300.0  # a lock from another host without a heartbeat for this long is taken over
 _STEP_FOLDER = re.compile(r"^step_(\d+)$")
 BEST_FOLDER = re.compile(r"^best_step_(\d+)(\.tmp)?$")

@@ -262,6 +262,22 @@ def test_the_winner_is_picked_on_validation_by_what_each_run_deploys(tmp_path):
     assert [p.name for p in problems] == ["auto-s3"]
 
 
+def test_per_epoch_cells_with_fewer_seeds_say_so(tmp_path):
+    """Issue 29, row 16: auto stopped itself after 2 epochs in one of its 3 seeds; its epoch-3 mean is of 2."""
+    for seed in (0, 1, 2):
+        write_run(tmp_path / f"joint-s{seed}", [0.74, 0.73, 0.72], val_auc=[0.70, 0.71, 0.70], seed=seed)
+    write_run(tmp_path / "auto-s0", [0.70, 0.74, 0.75], val_auc=[0.6, 0.7, 0.7], planned=3, best=(2.6, 0.75, 0.70), seed=0)
+    write_run(tmp_path / "auto-s1", [0.70, 0.74, 0.76], val_auc=[0.6, 0.7, 0.7], planned=3, best=(2.6, 0.75, 0.70), seed=1)
+    write_run(tmp_path / "auto-s2", [0.70, 0.74], val_auc=[0.6, 0.7], planned=3, best=(1.6, 0.74, 0.70), seed=2)
+    comparison = compare_experiment(str(tmp_path))
+    (task,) = comparison.tasks
+    assert task.row("auto").seeds == 3 and task.row("auto").curve[3].n == 2
+    text = to_markdown(comparison)
+    assert f" | {mean32(0.75, 0.76):.4f} ± 0.0071 (2 of 3 seeds) |" in text  # test AUC after epoch 3
+    assert "| joint | 0.7400 ± 0.0000 | 0.7300 ± 0.0000 | 0.7200 ± 0.0000 |" in text  # every seed: unmarked
+    assert "A cell marked (n of N seeds) is the mean of the seeds that reached that epoch only." in text
+
+
 def test_a_folder_of_runs_without_manifest_is_grouped_by_name(tmp_path):
     write_run(tmp_path / "joint-s0", [0.74, 0.72], seed=0)
     write_run(tmp_path / "joint-s1", [0.75, 0.73], seed=1)

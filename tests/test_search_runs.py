@@ -1,5 +1,6 @@
 """End to end on real runs: ``dlrm-multiepoch search`` over joint and its ``early`` branch, launched through
-TorchX (``local_cwd``, 2 gloo ranks, a MovieLens subset of 4 steps per epoch), then rerun.
+TorchX (``local_cwd``, 2 gloo ranks, a MovieLens subset of 4 steps per epoch), interrupted by Ctrl-C during
+its first launch, rerun to its end, then rerun with the same and with other flags, and compared.
 
 With ``--rung_fraction 0.5`` both are first compared after 1.5 epochs (step 6, a pause
 inside epoch 2: same cohort, tables trained from step 0), where halving keeps one."""
@@ -7,12 +8,19 @@ inside epoch 2: same cohort, tables trained from step 0), where halving keeps on
 import io
 import json
 import os
-from contextlib import redirect_stdout
+import re
+import shutil
+import signal
+import threading
+from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 
+from dlrm_multiepoch.report import compare_experiment
+from dlrm_multiepoch.run_files import live_holder
 from dlrm_multiepoch.search.command import main as search_main
 from dlrm_multiepoch.search.pruning import objective
+from dlrm_multiepoch.train.trainer import pause_step
 
 pytestmark = pytest.mark.launch  # every test here reads real runs the module's fixture launches
 
@@ -24,18 +32,49 @@ SEARCH = [
 ]  # fmt: skip
 
 
-def _search(exp) -> str:
+def _search(exp, *extra: str) -> str:
     out = io.StringIO()
     with redirect_stdout(out):
-        code = search_main([str(exp), *SEARCH])
+        code = search_main([str(exp), *extra, *SEARCH])
     assert code == 0, out.getvalue()
     return out.getvalue()
 
 
+class _CtrlC(io.StringIO):
+    """Captures the console and sends this process SIGINT once a branch's trainer is launched."""
+
+    def write(self, text: str) -> int:
+        if ": training, " in text and not getattr(self, "fired", False):
+            self.fired = True
+            threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        return super().write(text)
+
+
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
+    """The search, Ctrl-C'd during its first launch (its console and record then), then rerun to its end."""
     exp = tmp_path_factory.mktemp("search") / "exp"
-    return exp, _search(exp)
+    out = _CtrlC()
+    with redirect_stdout(out):
+        code = search_main([str(exp), *SEARCH])
+    interrupted = (code, out.getvalue(), json.loads((exp / "search.json").read_text()))
+    return exp, _search(exp), interrupted
+
+
+def test_ctrl_c_stops_the_trainer_in_one_line_and_the_rerun_keeps_its_cost(searched):
+    exp, _, (code, text, record) = searched
+    assert code == 130 and "Traceback" not in text and "SignalException" not in text
+    assert text.rstrip().splitlines()[-1] == (
+        "search: interrupted (SIGINT); stopped branch joint-s0, which resumes from its last checkpoint. "
+        "Rerun the same command to continue."
+    )
+    assert live_holder(str(exp / "joint-s0")) is None  # its trainer stopped
+    cost = record["seeds"]["0"]["cost"]
+    assert cost["launches"] == 1 and cost["wall_s"] > 0
+    assert record["seeds"]["0"]["branches"]["joint"]["launches"][0]["wall_s"] > 0
+    after = json.loads((exp / "search.json").read_text())["seeds"]["0"]["cost"]
+    # The rerun's 3 segments (one training job trains them), and the first.
+    assert (after["segments"], after["launches"]) == (1 + 3, 1 + 1) and after["wall_s"] > cost["wall_s"]
 
 
 def _summary(exp, run):
@@ -43,7 +82,7 @@ def _summary(exp, run):
 
 
 def test_the_branch_starts_from_its_parent_and_the_record_holds_every_curve(searched):
-    exp, output = searched
+    exp, output, _ = searched
     record = json.loads((exp / "search.json").read_text())
     seed = record["seeds"]["0"]
     joint, early = _summary(exp, "joint-s0"), _summary(exp, "early-s0")
@@ -79,14 +118,16 @@ def test_the_branch_starts_from_its_parent_and_the_record_holds_every_curve(sear
         points[("early", 2.0)] = -seed["branches"]["early"]["curve"]["2"]
     (best_branch, best_epoch), best = max(points.items(), key=lambda kv: kv[1])
     deploy = seed["deploy"]
-    assert (deploy["branch"], deploy["epoch"], deploy["val_objective"]) == (best_branch, best_epoch, best)
+    # val_metric is the metric as measured (cal_ne: lower is better), the console's and the curves' figure.
+    assert (deploy["branch"], deploy["epoch"], deploy["val_metric"]) == (best_branch, best_epoch, -best)
+    assert deploy["metric"] == "cal_ne" and f"validation cal_ne {-best:.4f};" in output
     assert deploy["checkpoint"] == str(exp / f"{best_branch}-s0" / "checkpoints" / f"step_{int(best_epoch) * STEPS}")
     assert os.path.isfile(os.path.join(deploy["checkpoint"], "trainer_state.json"))
     assert f"deploy: {deploy['checkpoint']}" in output
 
 
 def test_rerunning_the_same_search_trains_nothing_and_decides_the_same(searched):
-    exp, _ = searched
+    exp = searched[0]
     before = json.loads((exp / "search.json").read_text())["seeds"]["0"]
     again = _search(exp)
     assert "training" not in again and "resuming" not in again
@@ -95,3 +136,58 @@ def test_rerunning_the_same_search_trains_nothing_and_decides_the_same(searched)
     assert {n: b["curve"] for n, b in after["branches"].items()} == {
         n: b["curve"] for n, b in before["branches"].items()
     }
+    # Another --epochs, or other data: refused naming the flag, before anything runs (issue 29, rows 1, 2).
+    for argv, expected in [
+        ([str(exp), "--epochs", "3", *SEARCH[2:]], "search.json records a search with --epochs 2, this one has 3"),
+        ([str(exp), *SEARCH, "--data_path", "other.csv"], "--data_path (not set) -> other.csv"),
+    ]:
+        err = io.StringIO()
+        with pytest.raises(SystemExit), redirect_stdout(io.StringIO()), redirect_stderr(err):
+            search_main(argv)
+        assert expected in err.getvalue()
+
+
+def test_compare_names_what_the_search_deployed(searched):
+    exp = searched[0]
+    deploy = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
+    comparison = compare_experiment(str(exp))  # issue 29, row 6
+    assert comparison.search.deployed == {0: (deploy["branch"], deploy["epoch"], deploy["val_metric"])}
+    cut = {row.candidate for row in comparison.search.rows if row.status[0].startswith("cut")}
+    assert [p.name for p in comparison.cut] == [f"{c}-s0" for c in cut] and comparison.problems == []
+    if "early" not in cut:  # a branch's first epoch is its parent's: read from its summary.json
+        early = next(r for r in comparison.runs if r.name == "early-s0")
+        assert early.shared_epochs == [1] and early.curve("val", "like", "auc")[1] == _summary(exp, "joint-s0")[
+            "evaluations"][0]["val"]["like"]["auc"]  # fmt: skip
+
+
+def test_a_damaged_record_is_rebuilt_and_a_deleted_deploy_checkpoint_is_named(searched, tmp_path):
+    exp = tmp_path / "exp"
+    shutil.copytree(searched[0], exp)
+    deploy = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
+    (exp / "search.json").write_text('{"seeds": {"0": [1]}}')  # issue 29, row 12
+    again = _search(exp)
+    assert f"search: {exp}/search.json: budget is missing (and 7 more damaged field(s)): rebuilt" in again
+    assert "training" not in again and "resuming" not in again
+    rebuilt = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
+    keys = ("branch", "epoch", "val_metric")
+    assert tuple(rebuilt[k] for k in keys) == tuple(deploy[k] for k in keys)
+    shutil.rmtree(rebuilt["checkpoint"])  # issue 29, row 11
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert search_main([str(exp), *SEARCH]) == 1
+    assert re.search(r"^search: the checkpoint to deploy \(.+\), .+, is missing \(deleted\?\)", out.getvalue(), re.M)
+
+
+def test_too_few_steps_per_epoch_for_a_rung_are_refused_before_training(tmp_path):
+    """Issue 29, row 5: with 1 step per epoch, a pause at 1.5 epochs rounds to the end of epoch 2."""
+    assert pause_step(1.5, 4) == 6 and pause_step(2, 1) == 2 and pause_step(0, 1) == 0
+    with pytest.raises(ValueError, match=r"--stop_at_epoch 1.3 pauses inside epoch 2, but with 1 step\(s\) per epoch"):
+        pause_step(1.3, 1)
+    one_step = [t if t != str(STEPS) else "1" for t in SEARCH]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = search_main([str(tmp_path / "exp"), *one_step])
+    text = out.getvalue()
+    assert code == 1 and text.count(": training, ") == 1, text  # one launch, stopped before its first step
+    assert "ValueError: --stop_at_epoch 1.5 pauses inside epoch 2" in text and "--rung_fraction 1" in text
+    assert not list((tmp_path / "exp").glob("joint-s0/checkpoints/step_*"))

@@ -246,3 +246,56 @@ def test_a_launch_that_lost_the_race_for_its_folder_follows_the_winner(tmp_path)
     assert lines[0] == "[1/1] j-s0: training, 1 epoch, 1x2 ranks under TorchX local_cwd"
     assert lines[1] == f"[1/1] j-s0: another trainer took its folder first ({winner[0].holder.describe()}); following it"
     assert lines[-1] == "[1/1] j-s0: finished by the trainer it waited for (0 epochs), skipped"
+
+
+def test_a_launch_that_lost_the_race_to_a_trainer_that_has_ended_reads_its_own_log(tmp_path):
+    """Two sweeps into one experiment (issue 29, row 9): the other sweep's trainer took the folder and finished
+    before this launch's trainer failed on its lock; the run is done (exit 0), and its own log is read, not the
+    other launch's (same log folder, newer, successful)."""
+    exp = tmp_path / "exp"
+    plan = build_plan(str(exp), [parse_strategy("j=--learning_rate 0.01")], [0], 1, ["--dataset", "movielens"])
+    (run,) = plan.runs
+    config = json.loads(json.dumps(parse_config(list(run.flags)).to_dict()))
+    logs = exp / "logs" / "j-s0" / "torchx"
+
+    def other_sweep_trains_it():
+        (exp / run.name).mkdir(parents=True)
+        (exp / run.name / "summary.json").write_text(json.dumps({"config": config, "evaluations": [], "wall_time_s": 1.0}))
+        own = logs / "lost-race" / "train" / "0"
+        own.mkdir(parents=True)
+        (own / "combined.log").write_text(f"[0]:dlrm_multiepoch.train.lock.RunFolderBusy: run folder {exp / run.name} is busy\n")
+        winner = logs / "winner" / "train" / "0"
+        winner.mkdir(parents=True)
+        (winner / "combined.log").write_text("[0]:eval after epoch 1 (step 4): ...\n")
+
+    runner = _FakeLocal({"local_cwd://torchx/lost-race": AppState.FAILED}, other_sweep_trains_it)
+    out = io.StringIO()
+    failed = SweepLauncher(plan, LaunchOptions(), out=out, runner=runner).run()
+    lines = out.getvalue().splitlines()
+    assert failed == [] and len(runner.scheduled) == 1, out.getvalue()
+    assert lines[1:] == [
+        "[1/1] j-s0: another trainer took its folder first; following it",
+        "[1/1] j-s0: finished by the trainer it waited for (0 epochs), skipped",
+    ]
+
+
+@pytest.mark.launch
+def test_a_data_error_every_run_would_hit_stops_the_sweep_after_the_first_run(tmp_path):
+    """Issue 29, row 14: an empty CSV (a header, no rows) in a sweep of 2 strategies x 2 seeds: one launch fails
+    loading the data, the 3 other runs read the same data and are not launched."""
+    data = tmp_path / "empty.csv"
+    data.write_text("user,item,clicked\n")
+    exp = tmp_path / "exp"
+    app = ["--dataset", "interactions", "--data_path", str(data), "--user_col", "user", "--item_col", "item",
+           "--label_col", "clicked", "--no-progress_bar"]  # fmt: skip
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = sweep_main([str(exp), "j=--freeze_schedule joint", "k=--learning_rate 0.01", "--epochs", "1",
+                           "--seeds", "0,1", "-j", "1x1", "--", *app])  # fmt: skip
+    text = out.getvalue()
+    assert code == 1 and len(list((exp / "logs").iterdir())) == 1, text
+    assert "[1/4] j-s0: FAILED (FAILED) after" in text and ": ValueError: " in text and "no usable rows" in text
+    assert (
+        "sweep: j-s0's data failed to load, and 3 other run(s) read the same data (the same data flags): not "
+        "launched (k-s0, j-s1, k-s1). Fix the data, then rerun the same command"
+    ) in text

@@ -40,7 +40,8 @@ from typing import Dict, List, Mapping, Sequence
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree  # noqa: E402
-from dlrm_multiepoch.search.record import read_record, run_name  # noqa: E402
+from dlrm_multiepoch.search.record import run_name  # noqa: E402
+from dlrm_multiepoch.search.record_file import read_record  # noqa: E402
 
 LEVERS = ("first judgements free", "delayed cut early", "auto shares delayed's frozen epochs")
 
@@ -100,7 +101,10 @@ def main() -> None:
     args = parser.parse_args()
     rows: List[str] = []
     for folder in args.folders:
-        record = read_record(folder)
+        loaded = read_record(folder)
+        if loaded.damage:
+            print(f"{loaded.damage}: its intact part only", file=sys.stderr)
+        record = loaded.record
         tree = [c for c in candidate_tree(int(record["budget"])) if c.name in record["candidates"]]
         fraction = float(record["rung_fraction"])
         setup = os.path.basename(os.path.normpath(folder))

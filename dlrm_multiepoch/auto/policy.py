@@ -49,6 +49,7 @@ from dlrm_multiepoch.auto.config import (
     AutoScheduleConfig,
     parse_task_weights,
 )
+from dlrm_multiepoch.auto.objective import weighted_objective
 from dlrm_multiepoch.saved_state import StateMismatch, check_state
 
 FROZEN, JOINT, DENSE, DONE = "frozen", "joint", "dense", "done"
@@ -150,16 +151,9 @@ class AutoSchedulePolicy:
     # ----- the objective -----
 
     def objective(self, metrics: TaskMetrics) -> float:
-        """Weighted mean of the tasks' metric, signed so that higher is better (NaN if any is)."""
-        name, sign = self.config.auto_metric, METRIC_SIGN[self.config.auto_metric]
-        total = sum(self.weights.values())
-        value = 0.0
-        for task, weight in self.weights.items():
-            if task not in metrics or name not in metrics[task]:
-                raise KeyError(f"validation metrics lack {task!r}/{name!r}; got {sorted(metrics)}")
-            if weight:
-                value += weight * float(metrics[task][name])
-        return sign * value / total
+        """Weighted mean of the tasks' metric, signed so that higher is better; NaN when a task of positive
+        weight is undefined (tasks of weight 0 are not read): :func:`~dlrm_multiepoch.auto.objective.weighted_objective`."""
+        return weighted_objective(metrics, self.config.auto_metric, self.weights)
 
     def _gap(self, val: float, train: float) -> float:
         """Relative train/validation gap of two objectives (positive: train looks better)."""

@@ -36,6 +36,7 @@ import numpy as np
 from dlrm_multiepoch.names import TEST, TRAIN_SAMPLE, VAL
 from dlrm_multiepoch.report.groups import ConfigGroup, config_groups
 from dlrm_multiepoch.report.runs import RunProblem, RunRecord, read_experiment
+from dlrm_multiepoch.report.search_view import SearchView, search_view
 from dlrm_multiepoch.report.stats import Stat, is_defined, stat_of
 from dlrm_multiepoch.report.windows import WindowFit, window_fit, window_of
 
@@ -112,6 +113,7 @@ class TaskComparison:
     runner_up: Optional[str] = None
     margin: Optional[float] = None  # winner minus runner-up, mean AUC on decided_on
     spread: Optional[float] = None  # the larger seed std of the two (None with one seed)
+    search_metric: Optional[str] = None  # a search's folder: it decides on this objective, over the tasks
 
     @property
     def margin_exceeds_spread(self) -> Optional[bool]:
@@ -133,12 +135,33 @@ class Comparison:
     problems: List[RunProblem]
     runs: List[RunRecord] = field(default_factory=list)
     groups: List[ConfigGroup] = field(default_factory=list)
+    search: Optional[SearchView] = None  # a schedule search's folder: what it deployed
+    cut: List[RunProblem] = field(default_factory=list)  # the branches it cut (not partial runs)
 
 
 def compare_experiment(experiment_dir: str) -> Comparison:
-    """Read an experiment folder and compare its runs (problem runs are named and left out)."""
+    """Read an experiment folder and compare its runs (problem runs are named and left out).
+
+    A schedule search's folder (``search.json``) is compared as the search decided: its view
+    (:mod:`~dlrm_multiepoch.report.search_view`) names what it deployed, the branches it cut
+    are listed as cut (with the rung), and the per-task tables name no winner of their own.
+    """
     runs, problems = read_experiment(experiment_dir)
-    return compare_runs(runs, problems, experiment_dir)
+    view = search_view(experiment_dir)
+    if view is None:
+        return compare_runs(runs, problems, experiment_dir)
+    cut = [p for p in problems if view.branch_status(p.name) is not None]
+    cut = [RunProblem(p.name, p.path, _cut_reason(*view.branch_status(p.name))) for p in cut]  # type: ignore[misc]
+    comparison = compare_runs(runs, [p for p in problems if view.branch_status(p.name) is None], experiment_dir)
+    comparison.search, comparison.cut = view, cut
+    for task in comparison.tasks:
+        task.winner = task.runner_up = task.margin = task.spread = None
+        task.search_metric = view.metric
+    return comparison
+
+
+def _cut_reason(rung: float, reason: str) -> str:
+    return f"cut by the search after epoch {rung:g}" + (f": {reason}" if reason else "")
 
 
 def compare_runs(runs: Sequence[RunRecord], problems: Sequence[RunProblem] = (), experiment_dir: str = "") -> Comparison:

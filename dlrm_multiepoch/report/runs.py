@@ -82,6 +82,8 @@ class RunRecord:
         recorded_metrics: the metrics ``summary.json`` records at whole epochs (the event files must hold each).
         restores_best: ``summary.json`` records restored best-validation weights (``best``).
         strategy_flags: names of the flags its strategy sets (from the manifest; None: unknown).
+        shared_epochs: a branch's whole epochs up to the checkpoint it started from (``--start_from``): its
+            parent's, read from its ``summary.json`` (its event files begin after them).
     """
 
     name: str
@@ -102,6 +104,7 @@ class RunRecord:
     recorded_metrics: List[MetricKey] = field(default_factory=list)
     restores_best: bool = False
     strategy_flags: Optional[Tuple[str, ...]] = None
+    shared_epochs: List[int] = field(default_factory=list)
 
     def curve(self, split: str, task: str, metric: str) -> Dict[int, float]:
         return self.evals.get((split, task, metric), {})
@@ -213,6 +216,7 @@ def read_run(
         whole = {epochs[s]: v for s, v in values.items() if s in epochs} if key is not None else {}
         if whole:
             evals[key] = dict(sorted(whole.items()))  # type: ignore[index]
+    shared = _shared_epochs(summary, evals)  # a branch's first epochs are its parent's
     if not evals and not deployed:
         raise RunError("no whole-epoch evaluation and no restored best-validation evaluation in its event files")
     if strategy is None:
@@ -238,12 +242,32 @@ def read_run(
         deployed=deployed,
         deployed_epoch=(summary.get("best") or {}).get("epoch"),
         config=config,
-        logged_epochs=sorted(set(epochs.values())),
+        logged_epochs=sorted(set(epochs.values()) | set(shared)),
         recorded_epochs=recorded if summary else None,
         recorded_metrics=sorted(_metric_keys(whole_evaluations)),
         restores_best=bool(summary.get("best")),
         strategy_flags=tuple(strategy_flags) if strategy_flags is not None else None,
+        shared_epochs=shared,
     )
+
+
+def _shared_epochs(summary: Dict[str, Any], evals: Dict[MetricKey, Dict[int, float]]) -> List[int]:
+    """A branch's whole epochs up to its start (its parent's, which ``summary.json`` records and its event files
+    do not): added to ``evals``; their numbers returned."""
+    started = summary.get("started_from")
+    step = started.get("step") if isinstance(started, dict) else None
+    if not isinstance(step, int):
+        return []
+    shared = [e for e in whole_epoch_evaluations(summary) if isinstance(e.get("step"), int) and e["step"] <= step]
+    for entry in shared:
+        epoch = int(entry["epoch"])
+        for split, task, metric in _metric_keys([entry]):
+            value = entry[split][task][metric]
+            number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+            evals.setdefault((split, task, metric), {})[epoch] = number
+    for key in evals:
+        evals[key] = dict(sorted(evals[key].items()))
+    return sorted(int(e["epoch"]) for e in shared)
 
 
 def read_experiment(experiment_dir: str) -> Tuple[List[RunRecord], List[RunProblem]]:

@@ -13,6 +13,7 @@ import csv
 from typing import Any, Dict, List, Optional
 
 from dlrm_multiepoch.report.compare import TEST, VAL, Comparison, StrategyRow, TaskComparison
+from dlrm_multiepoch.report.search_view import SearchView
 from dlrm_multiepoch.report.stats import Stat
 from dlrm_multiepoch.report.windows import WindowFit
 
@@ -29,6 +30,11 @@ def fmt_delta(delta: Optional[float], base: Optional[float]) -> str:
     if delta is None or base is None:
         return "n/a"
     return f"{100 * delta:+.2f} pt ({100 * delta / base:+.2f}%)"
+
+
+def table_start(title: str, header: List[str]) -> List[str]:
+    """A Markdown table's heading, header row and rule."""
+    return [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
 
 def _deployed(row: StrategyRow) -> str:
@@ -67,12 +73,7 @@ def task_markdown(task: TaskComparison) -> str:
     header = ["strategy", "seeds", "epochs", "deployed"] + (["val AUC"] if with_val else [])
     header += ["test AUC", "test logloss", best, "test AUC at best ep", "Δ test vs joint-1ep"]
     header += [f"Δ test vs {_joint_best_label(task)}", "train−test AUC", "wall time", "samples/s", "notes"]
-    lines = [
-        f"### {task.task}: {what} (mean ± std over {'/'.join(map(str, seeds))} seed(s))",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
-    ]
+    lines = table_start(f"{task.task}: {what} (mean ± std over {'/'.join(map(str, seeds))} seed(s))", header)
     for r in task.rows:
         cells = [r.strategy, str(r.seeds), str(r.epochs), _deployed(r)] + ([fmt(r.val_auc)] if with_val else [])
         cells += [fmt(r.test_auc), fmt(r.test_logloss), str(r.best_epoch) if r.best_epoch is not None else "n/a"]
@@ -88,14 +89,23 @@ def task_markdown(task: TaskComparison) -> str:
 
 def curve_markdown(task: TaskComparison, split: str = TEST) -> str:
     """AUC on ``split`` after each whole epoch, per strategy (mean ± std over seeds)."""
-    curves = {r.strategy: r.curve if split == TEST else r.val_curve for r in task.rows}
-    epochs = sorted({e for c in curves.values() for e in c})
+    curves = {r.strategy: (r.curve if split == TEST else r.val_curve, r.seeds) for r in task.rows}
+    epochs = sorted({e for c, _ in curves.values() for e in c})
     lines = [
         f"| {task.task}: {SPLIT_NAME[split]} AUC after epoch | " + " | ".join(str(e) for e in epochs) + " |",
         "|" + "---|" * (len(epochs) + 1),
     ]
-    for name, curve in curves.items():
-        lines.append(f"| {name} | " + " | ".join(fmt(curve[e]) if e in curve else "" for e in epochs) + " |")
+    fewer = False
+    for name, (curve, seeds) in curves.items():
+        cells = []
+        for e in epochs:
+            stat = curve.get(e)
+            short = stat is not None and stat.n < seeds  # only some seeds reached (or recorded) this epoch
+            fewer |= short
+            cells.append("" if e not in curve else fmt(stat) + (f" ({stat.n} of {seeds} seeds)" if short else ""))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if fewer:
+        lines.append("\nA cell marked (n of N seeds) is the mean of the seeds that reached that epoch only.")
     return "\n".join(lines)
 
 
@@ -120,6 +130,11 @@ def decision_note(task: TaskComparison) -> str:
 def verdict(task: TaskComparison) -> str:
     """The winner in words: its margin over the runner-up against the seed spread, its test AUC, against joint-best."""
     on = SPLIT_NAME[task.decided_on]
+    if task.search_metric is not None:
+        return (
+            f"{task.task}: no winner per task here: the schedule search decides on validation {task.search_metric} "
+            "over the tasks, among what each candidate deploys (the search's table above names what it deployed)."
+        )
     if task.winner is None:
         if not task.rows:
             return f"{task.task}: no strategy to compare."
@@ -174,6 +189,8 @@ def window_markdown(fit: WindowFit) -> str:
 def to_markdown(comparison: Comparison) -> str:
     """The whole report: per configuration group, one section per task and the update-window fit; then the runs left out."""
     parts = [f"## Strategy comparison: {comparison.experiment_dir}"]
+    if comparison.search is not None:
+        parts += [search_markdown(comparison.search), "## Every branch trained to its end, per task"]
     groups = comparison.groups
     if len(groups) > 1:
         differ = sorted({f for g in groups for f in g.differs})
@@ -192,9 +209,43 @@ def to_markdown(comparison: Comparison) -> str:
         if fits:
             parts.append("## Update-window sweep")
             parts += [window_markdown(f) for f in fits]
+    if comparison.cut:
+        parts.append("Branches the search cut:\n" + "\n".join(f"- {p.name}: {p.reason} ({p.path})" for p in comparison.cut))
     if comparison.problems:
         parts.append("Runs left out:\n" + "\n".join(f"- {p.name}: {p.reason} ({p.path})" for p in comparison.problems))
     return "\n\n".join(parts) + "\n"
+
+
+def search_markdown(view: SearchView) -> str:
+    """The search's decision: each candidate's state per seed, the model it deploys and its validation figure."""
+    tasks = sorted({t for row in view.rows for t in row.test_auc})
+    header = ["candidate", *[f"seed {s}" for s in view.seeds], "deploys (epoch)", f"val {view.metric}"]
+    header += [f"test AUC {t}" for t in tasks]
+    title = f"The schedule search: what each candidate deploys, on validation {view.metric} (mean ± std over seeds)"
+    lines = table_start(title, header)
+    for row in view.rows:
+        status = [f"**{row.status[s]}**" if row.status.get(s) == "deployed" else row.status.get(s, "") for s in view.seeds]
+        deploys = ", ".join("—" if row.epochs.get(s) is None else f"{row.epochs[s]:g}" for s in view.seeds)
+        cells = [row.candidate, *status, deploys, fmt(row.val), *[fmt(row.test_auc.get(t)) for t in tasks]]
+        lines.append("| " + " | ".join(cells) + " |")
+    by_branch: Dict[str, List[int]] = {}
+    for seed, (branch, _, _) in sorted(view.deployed.items()):
+        by_branch.setdefault(branch, []).append(seed)
+    verdicts = []
+    for branch, seeds in by_branch.items():
+        figures = ", ".join(
+            f"seed {s}: after epoch {view.deployed[s][1]:g}, validation {view.metric} {view.deployed[s][2]:.4f}"
+            for s in seeds
+        )
+        verdicts.append(f"**The search deployed {branch}** in seed(s) {', '.join(map(str, seeds))} ({figures})")
+    verdicts += [f"Seed {s}: no decision: {why}" for s, why in sorted(view.undecided.items())]
+    note = (
+        "It decides on this validation objective over the tasks (--auto_metric, --auto_task_weights), among what "
+        "each candidate deploys as a preset (joint at its best validation epoch, auto its best weights, the others "
+        "their last epoch); test AUC is reported, never used."
+    )
+    damage = [f"Its search.json is damaged ({view.damage}): rerun the search to rebuild it."] if view.damage else []
+    return "\n".join(lines + ["", ". ".join(verdicts) + ". " + note, *damage])
 
 
 CSV_COLUMNS = [

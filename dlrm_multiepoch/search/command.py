@@ -15,19 +15,33 @@ objective (``--auto_metric``, ``--auto_task_weights`` of the runs; the ``auto`` 
 follows the same), first among branches whose tables are equally young a fraction of an
 epoch after the tables they deploy start (``--rung_fraction``), then at whole epochs; the record of
 every branch goes to the console and ``EXPERIMENT_DIR/search.json`` with the checkpoint
-to deploy. Rerun the same command after an interruption: it continues.
+to deploy. Rerun the same command after an interruption: it continues; a rerun is checked
+against ``search.json`` and each branch's run folder (``--epochs``, every app flag) and
+refused, naming the flag, if it would change what was searched.
 """
 
 import argparse
+import contextlib
+import io
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.search.candidates import candidate_tree, select
+from dlrm_multiepoch.search.checks import check_search
 from dlrm_multiepoch.search.pruning import DEFAULT_ETA, DEFAULT_RUNG_FRACTION
+from dlrm_multiepoch.search.record import SearchError
+from dlrm_multiepoch.search.record_file import keep_damaged, read_record
+from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
 from dlrm_multiepoch.sweep.strategies import flag_names
-from dlrm_multiepoch.train.config import parse_config
+from dlrm_multiepoch.train.config import TrainConfig, parse_config
+
+if TYPE_CHECKING:
+    from torchx.runner import Runner
+
+    from dlrm_multiepoch.search.driver import ScheduleSearch
 
 # App flags the search sets per branch: its schedule, its launch horizon and checkpoints.
 BRANCH_FLAGS = (
@@ -60,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a branch is first judged (against its cohort: tables as young) this fraction of an epoch after the "
         "tables it deploys start; 1: after a whole epoch, with every branch",
     )  # fmt: skip
+    parser.add_argument(
+        "--jobs", choices=("shared", "per_segment"), default="shared",
+        help="-s local_cwd: 'shared' trains every branch segment in one training job (torchrun, imports, process "
+        "group and data paid once); 'per_segment' launches a job per segment, as other schedulers do",
+    )  # fmt: skip
     add_launch_args(parser, "branch", "as for dlrm-multiepoch sweep")
     return parser
 
@@ -68,19 +87,40 @@ def main(argv: Optional[List[str]] = None) -> int:
     own, common = split_at_dashes(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(own)
+    from torchx.runner import get_runner
+    from torchx.schedulers.local_scheduler import SignalException
+
+    runner = get_runner()
+    try:
+        try:
+            search = _prepare(args, common, runner)
+        except ValueError as e:
+            parser.error(str(e))
+        return _run(search, args)
+    except (KeyboardInterrupt, SignalException):  # before or between launches: nothing to stop
+        print("\nsearch: interrupted (no branch was training). Rerun the same command to continue.", flush=True)
+        return 130
+    finally:
+        runner.close()
+
+
+def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "ScheduleSearch":
+    """The search, every check done before its first launch (ValueError names the flag, file or field)."""
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
-        parser.error(f"--seeds expects comma-separated integers, got {args.seeds!r}")
+        raise ValueError(f"--seeds expects comma-separated integers, got {args.seeds!r}") from None
     if not seeds:
-        parser.error("--seeds must name at least one seed")
+        raise ValueError("--seeds must name at least one seed")
+    if len(set(seeds)) < len(seeds):
+        raise ValueError(f"--seeds {args.seeds!r} names a seed twice")
     if args.eta < 2:
-        parser.error(f"--eta must be at least 2, got {args.eta}")
-    if not 0 < args.rung_fraction <= 1:
-        parser.error(f"--rung_fraction must be in (0, 1], got {args.rung_fraction:g}")
+        raise ValueError(f"--eta must be at least 2, got {args.eta}")
+    if not 0 < args.rung_fraction <= 1:  # NaN too
+        raise ValueError(f"--rung_fraction must be in (0, 1], got {args.rung_fraction:g}")
     taken = sorted(set(flag_names(tuple(common))) & set(BRANCH_FLAGS))
     if taken:
-        parser.error(
+        raise ValueError(
             f"the app flags set {['--' + n for n in taken]}, which the search sets per branch (the schedule is "
             "what it searches; checkpoints are how branches share prefixes)"
         )
@@ -90,33 +130,57 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}",
             flush=True,
         )
-    cfg = parse_config([*common, "--epochs", str(args.epochs)])  # a bad app flag exits here, naming it
-    try:
-        names = [n.strip() for n in args.candidates.split(",") if n.strip()]
-        tree = select(candidate_tree(args.epochs, cfg.auto.auto_frozen_cap), names)
-        weights = _weights(cfg.auto.auto_task_weights)
-    except ValueError as e:
-        parser.error(str(e))
+    cfg = _app_config([*common, "--epochs", str(args.epochs)])
+    names = [n.strip() for n in args.candidates.split(",") if n.strip()]
+    tree = select(candidate_tree(args.epochs, cfg.auto.auto_frozen_cap), names)
+    settings = SearchSettings(cfg.auto.auto_metric, _weights(cfg.auto.auto_task_weights), args.eta, args.rung_fraction)
+    options = launch_options(args, runner)
+    loaded = read_record(args.experiment_dir)
+    check_search(args.experiment_dir, tree, seeds, args.epochs, common, settings, loaded.record, options, runner)
+    if loaded.damage:  # every decision follows from the run folders: the record is rebuilt from them
+        kept = "" if args.dryrun else f"; the damaged file is kept as {keep_damaged(args.experiment_dir)}"
+        print(f"search: {loaded.damage}: rebuilt from the run folders{kept}", flush=True)
+    from dlrm_multiepoch.search.driver import ScheduleSearch
 
-    from torchx.runner import get_runner
+    return ScheduleSearch(
+        args.experiment_dir, tree, seeds, args.epochs, common, options, settings, earlier=loaded.record.get("seeds"),
+        shared_job=args.jobs == "shared",
+    )  # fmt: skip
 
-    from dlrm_multiepoch.search.driver import ScheduleSearch, SearchSettings
 
-    runner = get_runner()
+def _app_config(flags: List[str]) -> TrainConfig:
+    """The branches' app config (the training app's parser; its refusal, naming the flag, as a ValueError)."""
+    err = io.StringIO()
     try:
-        options = launch_options(args, runner)
-    except ValueError as e:
-        parser.error(str(e))
-    finally:
-        runner.close()
-    settings = SearchSettings(cfg.auto.auto_metric, weights, args.eta, args.rung_fraction)
+        with contextlib.redirect_stderr(err):
+            return parse_config(flags)
+    except SystemExit:
+        lines = err.getvalue().strip().splitlines()
+        raise ValueError(lines[-1].split("error: ", 1)[-1] if lines else "invalid app flags") from None
+
+
+def _run(search: "ScheduleSearch", args: argparse.Namespace) -> int:
+    """Search; Ctrl-C, SIGTERM and SIGHUP print one line (exit 130), a problem found on the way one line (exit 1)."""
+    from torchx.schedulers.local_scheduler import SignalException
+
     try:
-        search = ScheduleSearch(args.experiment_dir, tree, seeds, args.epochs, common, options, settings)
-        failed = search.run()
-    except ValueError as e:
-        parser.error(str(e))
+        with hangup_stops_the_sweep():
+            failed = search.run()
+    except (SweepInterrupted, KeyboardInterrupt, SignalException) as e:  # the record is saved; nothing is lost
+        name = e.signal_name if isinstance(e, SweepInterrupted) else getattr(getattr(e, "sigval", None), "name", "SIGINT")
+        run = e.run if isinstance(e, SweepInterrupted) else None
+        stopped = f"; stopped branch {run}, which resumes from its last checkpoint" if run else ""
+        print(f"\nsearch: interrupted ({name}){stopped}. Rerun the same command to continue.", flush=True)
+        return 130
+    except SearchError as e:
+        print(f"search: {e}", flush=True)
+        return 1
     if failed:
         print(f"search: {len(failed)} launch(es) failed: {', '.join(failed)}; rerun the same command to continue")
+        return 1
+    if search.undecided:
+        seeds = ", ".join(map(str, search.undecided))
+        print(f"search: no decision for seed(s) {seeds} (the reason is above and in {args.experiment_dir}/search.json)")
         return 1
     if not args.dryrun:
         print(

@@ -7,7 +7,9 @@ the tables it deploys started from their initial values and its own suffix start
 E - 1 + f; ``auto`` at its first whole epoch after 1 + f, see 2). A branch is trained to
 a rung only if the rule could cut something there. The objective is the one ``auto``
 follows: ``--auto_metric`` averaged over tasks with ``--auto_task_weights``, signed so
-that higher is better.
+that higher is better, with one rule for tasks of weight 0 (not read) and undefined
+metrics (the objective is undefined: NaN, ranked below every defined value, never
+deployed): :mod:`dlrm_multiepoch.auto.objective`.
 
 1. **Not judged yet.** Before its first judgement a branch is not cut: its tables are
    at their initial values (or it is still its parent), or, for ``reinit``, they are
@@ -53,34 +55,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dlrm_multiepoch.auto.config import METRIC_SIGN
+from dlrm_multiepoch.auto.objective import weighted_objective as objective  # the one objective, auto's and ours
 from dlrm_multiepoch.search.candidates import Candidate
 
 DEFAULT_ETA = 3
 DEFAULT_RUNG_FRACTION = 0.3
-
-
-def objective(metrics: Mapping[str, Mapping[str, Optional[float]]], metric: str, weights: Mapping[str, float]) -> float:
-    """Weighted mean over tasks of one split's ``metric``, signed so that higher is better (NaN if undefined).
-
-    Args:
-        metrics: ``{task: {"auc": ..., "logloss": ...}}`` of the val split (``None`` = undefined).
-        metric: ``auc``, ``logloss`` or ``ne``.
-        weights: task -> weight (``--auto_task_weights``); empty: every task of ``metrics`` weighs 1.
-
-    Example::
-
-        objective({"like": {"auc": 0.7}, "love": {"auc": 0.8}}, "auc", {"like": 1, "love": 1})   # 0.75
-    """
-    weights = weights or {task: 1.0 for task in metrics}
-    total = sum(weights.values())
-    value = 0.0
-    for task, weight in weights.items():
-        raw = metrics.get(task, {}).get(metric)
-        if raw is None or not math.isfinite(float(raw)):
-            return math.nan
-        value += weight * float(raw)
-    return METRIC_SIGN[metric] * value / total
 
 
 @dataclass
@@ -169,7 +148,7 @@ def _halve(
     keep = math.ceil(len(ranked) / eta)
     return {
         c.name: f"halving{among}: rank {rank} of {len(ranked)} after epoch {point:g} (validation "
-        f"{shown[c.name]:.4f}); the top {keep} go on"
+        f"{shown_value(shown[c.name])}); the top {keep} go on"
         for rank, c in enumerate(ranked[keep:], keep + 1)
         if c.judged_at(point, fraction)  # a reference is ranked, never cut
     }
@@ -213,14 +192,13 @@ def prune_rung(
     for c in compared:
         if c.adaptive or not c.judged_at(point, fraction):
             continue
-        earlier = [
-            (curves[c.name].values[e], e) for e in _earlier_whole(c, point, fraction) if e in curves[c.name].values
-        ]
+        curve = curves[c.name].values
+        earlier = [(curve[e], e) for e in _earlier_whole(c, point, fraction) if e in curve and not math.isnan(curve[e])]
         if earlier:
             peak, at = max(earlier)
             if _better(peak, values[c.name]):
                 cuts[c.name] = (
-                    f"past its peak: validation {shown[c.name]:.4f} after epoch {point:g} is worse than "
+                    f"past its peak: validation {shown_value(shown[c.name])} after epoch {point:g} is worse than "
                     f"{sign * peak:.4f} after epoch {at} (its best epoch stays a deployable checkpoint)"
                 )
     return cuts | _halve([c for c in compared if c.name not in cuts], values, shown, point, eta, fraction)
@@ -228,6 +206,11 @@ def prune_rung(
 
 def _sort_key(value: float) -> float:
     return -math.inf if math.isnan(value) else value
+
+
+def shown_value(value: float) -> str:
+    """A metric for the console and the reasons: 4 decimals, ``n/a`` when undefined."""
+    return "n/a" if value is None or math.isnan(value) else f"{value:.4f}"
 
 
 @dataclass(frozen=True)
@@ -243,7 +226,7 @@ def choose(tree: Sequence[Candidate], curves: Mapping[str, Curve]) -> Optional[C
     """The best validation objective over the candidates' deployables (see the module docstring).
 
     A branch's epochs up to its fork are its parent's checkpoints: they count for the
-    parent. None when nothing deployable was evaluated.
+    parent. An undefined objective is never chosen. None when no deployable has a defined one.
     """
     best: Optional[Choice] = None
     for c in tree:
@@ -257,6 +240,6 @@ def choose(tree: Sequence[Candidate], curves: Mapping[str, Curve]) -> Optional[C
         else:
             points = [(c.epochs, curve.values[c.epochs])] if c.epochs in curve.values else []
         for epoch, value in points:
-            if best is None or _better(value, best.objective):
+            if not math.isnan(value) and (best is None or value > best.objective):
                 best = Choice(c.name, epoch, value)
     return best

@@ -1,4 +1,4 @@
-"""What a search knows about its branches, read from their run folders, and its record ``search.json``.
+"""What a search knows about its branches, read from their run folders (``search.json``: :mod:`.record_file`).
 
 A branch's run folder is ``<experiment>/<candidate>-s<seed>`` (the sweep's layout, so
 ``dlrm-multiepoch compare`` reads a search folder too). Its ``summary.json`` holds every
@@ -10,26 +10,24 @@ against a sweep of the same candidates.
 
 Example::
 
-    curve, evals = read_branch("runs/search/delayed-s0", "auc", {"like": 1.0, "love": 1.0})
-    write_record("runs/search", record)
+    curve, facts = read_branch("runs/search/delayed-s0", "auc", {"like": 1.0, "love": 1.0})
 """
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from dlrm_multiepoch.auto.objective import undefined_tasks
 from dlrm_multiepoch.names import TEST, VAL
 from dlrm_multiepoch.run_files import (
     best_checkpoint_name,
     checkpoint_name,
     checkpoints_dir,
-    read_search_record,
     read_summary,
     run_folder_name,
-    search_record_path,
     summary_finished,
+    summary_path,
 )
 from dlrm_multiepoch.search.candidates import Candidate
 from dlrm_multiepoch.search.pruning import Choice, Curve, objective
@@ -50,7 +48,8 @@ class BranchRecord:
         curve: validation metric (``--auto_metric``, as measured) after each whole epoch and rung (its prefix's included).
         test_auc: test AUC per task after each whole epoch (reported, never used to decide).
         trained_steps: optimizer steps it trained itself (not its prefix).
-        launches: ``{"to_epoch": E, "wall_s": S}`` per launch that trained it.
+        launches: per launch that trained it, ``{"to_epoch": E, "wall_s": S, "started_at": T}`` (``wall_s``
+            None while it runs; a launch of an invocation killed with it: estimated from its files, ``"estimated"``).
     """
 
     name: str
@@ -64,11 +63,15 @@ class BranchRecord:
     curve: Dict[str, float] = field(default_factory=dict)
     test_auc: Dict[str, Dict[str, Optional[float]]] = field(default_factory=dict)
     trained_steps: int = 0
-    launches: List[Dict[str, float]] = field(default_factory=list)
+    launches: List[Dict[str, Any]] = field(default_factory=list)
 
     @staticmethod
     def of(c: Candidate) -> "BranchRecord":
         return BranchRecord(c.name, c.parent, c.fork, list(c.flags), c.epochs)
+
+
+class SearchError(ValueError):
+    """Something the search found in its folder or its runs that stops it; one line naming the file or field."""
 
 
 def run_name(candidate: str, seed: int) -> str:
@@ -79,7 +82,8 @@ def run_name(candidate: str, seed: int) -> str:
 def read_branch(
     run_dir: str, metric: str, weights: Mapping[str, float], rungs: Sequence[float] = ()
 ) -> Tuple[Curve, Dict[str, Any]]:
-    """A branch's validation curve and facts from its ``summary.json`` (empty when it has none yet).
+    """A branch's validation curve and facts from its ``summary.json`` (empty when it has none yet, or when it
+    cannot be read: ``facts["unreadable"]``, and the branch's next launch rewrites it from its checkpoint).
 
     Args:
         rungs: the search's fractional rungs: an evaluation within half a step of one (its
@@ -87,39 +91,78 @@ def read_branch(
             other mid-epoch evaluations (auto's, ``--eval_every_n_steps``) are not in the curve.
 
     Returns:
-        ``(curve, facts)``: facts hold ``test_auc`` (epoch -> task -> AUC), ``steps``
+        ``(curve, facts)``: facts hold ``test_auc`` (epoch -> task -> AUC), ``undefined`` (point -> the tasks
+        whose undefined metric leaves the objective undefined there), ``steps``
         (epoch -> step), ``start_step`` (its fork step, 0 for a root), ``last_step`` (of its
         last evaluation), ``finished`` (the run recorded its end), ``best`` (``auto``'s restored best, with its metrics).
+
+    Raises:
+        SearchError: a ``summary.json`` that is JSON but not as the training app writes it, naming the field.
     """
-    summary = read_summary(run_dir)
+    try:
+        summary = read_summary(run_dir)
+    except ValueError:
+        summary = {"unreadable": True}
     curve = Curve()
     facts: Dict[str, Any] = {"test_auc": {}, "steps": {}, "start_step": 0, "finished": summary_finished(summary)}
-    facts["last_step"] = max((int(e["step"]) for e in summary.get("evaluations", [])), default=0)
-    for e in summary.get("evaluations", []):
-        point = _point(float(e["epoch"]), int(e["step"]), rungs)
+    facts["unreadable"], facts["undefined"] = "unreadable" in summary, {}
+    evaluations = [_evaluation(e, i, run_dir) for i, e in enumerate(_field(summary, "evaluations", list, run_dir, []))]
+    facts["last_step"] = max((step for _, step, _ in evaluations), default=0)
+    for epoch, step, e in evaluations:
+        point = _point(epoch, step, rungs)
         if point is None or VAL not in e:
             continue
         curve.values[point] = objective(e[VAL], metric, weights)
+        facts["undefined"][point] = undefined_tasks(e[VAL], metric, weights)
         if not float(point).is_integer():
             continue  # a rung inside an epoch is judged, not deployed
-        epoch = int(point)
-        facts["steps"][epoch] = int(e["step"])
-        facts["test_auc"][epoch] = {task: m.get("auc") for task, m in e.get(TEST, {}).items()}
-    started = summary.get("started_from")
+        facts["steps"][int(point)] = step
+        facts["test_auc"][int(point)] = _aucs(e)
+    started = _field(summary, "started_from", dict, run_dir, None)
     if started:
-        facts["start_step"] = int(started["step"])
-    best = summary.get("best")
+        facts["start_step"] = _evaluation({"epoch": 0, **started}, "started_from", run_dir, "started_from")[1]
+    best = _field(summary, "best", dict, run_dir, None)
     if best and VAL in best:
-        curve.best = (float(best["epoch"]), objective(best[VAL], metric, weights))
-        test = {task: m.get("auc") for task, m in best.get(TEST, {}).items()}
-        facts["best"] = {"step": best["step"], "epoch": best["epoch"], "test_auc": test}
+        epoch, step, _ = _evaluation(best, "best", run_dir, "best")
+        curve.best = (epoch, objective(best[VAL], metric, weights))
+        facts["best"] = {"step": step, "epoch": epoch, "test_auc": _aucs(best)}
     return curve, facts
+
+
+def _field(summary: Mapping[str, Any], name: str, kind: type, run_dir: str, default: Any) -> Any:
+    value = summary.get(name, default)
+    if value is not default and not isinstance(value, kind):
+        raise SearchError(f"{summary_path(run_dir)}: {name} is not a {kind.__name__} (damaged); move the file aside: "
+                          "the branch's next launch rewrites it from its newest checkpoint")  # fmt: skip
+    return value
+
+
+def _evaluation(e: Any, i: Any, run_dir: str, where: str = "evaluations") -> Tuple[float, int, Dict[str, Any]]:
+    """``(epoch, step, entry)`` of one recorded evaluation, or SearchError naming the damaged field."""
+    epoch, step = (e.get("epoch"), e.get("step")) if isinstance(e, dict) else (None, None)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (epoch, step))
+    if not numbers or not math.isfinite(epoch) or epoch < 0 or step < 0 or step != int(step):  # type: ignore[operator]
+        field_name = f"evaluations.{i}" if where == "evaluations" else where
+        raise SearchError(
+            f"{summary_path(run_dir)}: {field_name} has no epoch and step (damaged); move the file aside: the "
+            "branch's next launch rewrites it from its newest checkpoint"
+        )
+    return float(epoch), int(step), e  # type: ignore[arg-type]
+
+
+def _aucs(e: Mapping[str, Any]) -> Dict[str, Optional[float]]:
+    test = e.get(TEST)
+    if not isinstance(test, dict):
+        return {}
+    return {task: m.get("auc") if isinstance(m, dict) else None for task, m in test.items()}
 
 
 def _point(epoch: float, step: int, rungs: Sequence[float]) -> Optional[float]:
     """The whole epoch or rung an evaluation stands for (None: another mid-epoch evaluation)."""
     if epoch.is_integer():
         return int(epoch)
+    if step <= 0:
+        return None
     half_step = 0.5 * epoch / step  # half a step, in epochs
     return next((r for r in rungs if abs(epoch - r) <= half_step + 1e-9), None)
 
@@ -127,21 +170,6 @@ def _point(epoch: float, step: int, rungs: Sequence[float]) -> Optional[float]:
 def json_number(value: float) -> Optional[float]:
     """A float for strict JSON: NaN (an undefined metric) becomes null."""
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
-
-
-def write_record(experiment_dir: str, record: Mapping[str, Any]) -> str:
-    """Write ``search.json`` atomically; returns its path."""
-    os.makedirs(experiment_dir, exist_ok=True)
-    path = search_record_path(experiment_dir)
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=2, allow_nan=False)
-    os.replace(path + ".tmp", path)
-    return path
-
-
-def read_record(experiment_dir: str) -> Dict[str, Any]:
-    """``search.json`` of an experiment folder (empty when there is none)."""
-    return read_search_record(experiment_dir)
 
 
 def branch_dict(b: BranchRecord) -> Dict[str, Any]:
@@ -156,11 +184,16 @@ def format_curve(curve: Mapping[str, Optional[float]]) -> str:
     return "  ".join(f"{e}: {'n/a' if v is None else f'{v:.4f}'}" for e, v in curve.items()) or "(not trained)"
 
 
-def deployable(run_dir: str, choice: Choice, metric: str, weights: Mapping[str, float]) -> Dict[str, Any]:
+def deployable(
+    run_dir: str, choice: Choice, metric: str, weights: Mapping[str, float], sign: float
+) -> Dict[str, Any]:
     """The checkpoint folder of ``choice`` (a whole-epoch ``step_N``, or ``auto``'s ``best_step_N``) and its figures.
 
+    ``val_metric`` is the validation metric as measured (``--auto_metric``: the console's and
+    the curves' figure; the objective the rule compares is ``sign * val_metric``).
+
     Raises:
-        FileNotFoundError: the checkpoint is gone (pruned or deleted), naming it.
+        SearchError: the checkpoint is gone (deleted), naming it.
     """
     _, facts = read_branch(run_dir, metric, weights)
     if "best" in facts:  # the adaptive schedule ends on its best-validation weights
@@ -169,8 +202,11 @@ def deployable(run_dir: str, choice: Choice, metric: str, weights: Mapping[str, 
         name, test = checkpoint_name(facts["steps"][int(choice.epoch)]), facts["test_auc"][int(choice.epoch)]
     path = os.path.join(checkpoints_dir(run_dir), name)
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"the checkpoint to deploy, {path}, is missing (pruned or deleted?)")
+        raise SearchError(
+            f"the checkpoint to deploy ({choice.branch} after epoch {choice.epoch:g}), {path}, is missing (deleted?): "
+            f"nothing to deploy; move {run_dir} aside and rerun the same command to train that branch again"
+        )
     return {
-        "branch": choice.branch, "epoch": choice.epoch, "checkpoint": path,
-        "val_objective": json_number(choice.objective), "test_auc": test,
+        "branch": choice.branch, "epoch": choice.epoch, "checkpoint": path, "metric": metric,
+        "val_metric": json_number(sign * choice.objective), "test_auc": test,
     }  # fmt: skip

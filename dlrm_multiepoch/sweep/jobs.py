@@ -1,5 +1,6 @@
 """A sweep's view of its jobs and run folders: a job's state that never raises, the trainer
-already in a run folder, a failed run's own error line, and an interrupted sweep.
+already in a run folder, a failed run's own error line (and whether its data failed to load),
+and an interrupted sweep.
 
 Example::
 
@@ -17,7 +18,7 @@ from typing import Iterator, Optional, Tuple
 from torchx.runner import Runner
 from torchx.specs import AppState, AppStatus, parse_app_handle
 
-from dlrm_multiepoch.run_files import LockHolder
+from dlrm_multiepoch.run_files import DATA_ERROR_MARK, LockHolder
 
 _ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Busy)): (.+)$")
 # torchrun's and TorchX's own wrappers around a worker's error: never the reason.
@@ -74,15 +75,48 @@ def failure_reason(log_file: Optional[str]) -> Optional[str]:
     return reason
 
 
+def signal_name(e: BaseException) -> str:
+    """The signal behind TorchX's ``SignalException`` (Ctrl-C's ``KeyboardInterrupt``: SIGINT)."""
+    return getattr(getattr(e, "sigval", None), "name", None) or "SIGINT"
+
+
+def launch_log_dir(log_dir: str, handle: str) -> str:
+    """Where the local scheduler wrote one launch's logs: ``<log_dir>/<session>/<app id>``."""
+    _, session, app_id = parse_app_handle(handle)
+    return os.path.join(log_dir, session, app_id)
+
+
+def combined_log(log_dir: str) -> Optional[str]:
+    """The first replica's combined stdout/stderr under a local scheduler's ``log_dir`` (the newest)."""
+    found = []
+    for root, _, files in os.walk(log_dir):
+        if "combined.log" in files:
+            found.append(os.path.join(root, "combined.log"))
+    return max(found, key=os.path.getmtime) if found else None
+
+
+def data_failed(log_file: Optional[str]) -> bool:
+    """Whether a failed run's log says its data failed to load (the trainer's ``DATA_ERROR_MARK`` line):
+    every run of the same data flags would fail the same way."""
+    if not log_file or not os.path.isfile(log_file):
+        return False
+    with open(log_file, errors="replace") as f:
+        return any(DATA_ERROR_MARK in line for line in f)
+
+
 @contextlib.contextmanager
 def hangup_stops_the_sweep() -> Iterator[None]:
-    """A closed terminal (SIGHUP) stops the sweep the way Ctrl-C does (its current run is cancelled)."""
+    """A closed terminal (SIGHUP) stops the sweep the way Ctrl-C does (its current run is cancelled); so does
+    SIGTERM where nothing else handles it (TorchX's local scheduler does, raising its ``SignalException``)."""
 
     def stop(signum: int, _frame: object) -> None:
         raise SweepInterrupted(signal.Signals(signum).name)
 
-    before = signal.signal(signal.SIGHUP, stop)
+    before = {signal.SIGHUP: signal.signal(signal.SIGHUP, stop)}
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        before[signal.SIGTERM] = signal.signal(signal.SIGTERM, stop)
     try:
         yield
     finally:
-        signal.signal(signal.SIGHUP, before)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)

@@ -31,9 +31,11 @@ from dlrm_multiepoch import components
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.run_files import LOGS_DIR, live_holder, read_manifest
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, failure_reason, holder_is_job, job_state
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, data_failed, failure_reason, holder_is_job
+from dlrm_multiepoch.sweep.jobs import job_state, launch_log_dir, signal_name
 from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
 from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan, run_state
+from dlrm_multiepoch.train.lock import RunFolderBusy
 
 _POLL_S = 2.0
 _MAX_TURNS = 5  # per run: trainers waited for (another sweep's) before its own launch
@@ -90,19 +92,33 @@ class SweepLauncher:
     def _run_local(self, runner: Runner) -> List[str]:
         # Each run's `bash -c torchrun ...` finds torchrun beside this interpreter.
         os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-        total = len(self.plan.runs)
-        return [
-            run.name for i, run in enumerate(self.plan.runs, 1) if not self._run_one(runner, run, f"[{i}/{total}] {run.name}")
-        ]
+        total, failed, data_failure, spared = len(self.plan.runs), [], None, []
+        for i, run in enumerate(self.plan.runs, 1):
+            if data_failure is not None and _same_data(data_failure, run):
+                failed.append(run.name)
+                spared.append(run.name)
+                continue
+            result = self._run_one(runner, run, f"[{i}/{total}] {run.name}")
+            if result != "done":
+                failed.append(run.name)
+            if result == "data":
+                data_failure = run
+        if data_failure is not None and spared:
+            self._print(
+                f"sweep: {data_failure.name}'s data failed to load, and {len(spared)} other run(s) read the same data "
+                f"(the same data flags): not launched ({', '.join(spared)}). Fix the data, then rerun the same command"
+            )
+        return failed
 
-    def _run_one(self, runner: Runner, run: RunSpec, tag: str) -> bool:
+    def _run_one(self, runner: Runner, run: RunSpec, tag: str) -> str:
+        """``done``, ``failed``, or ``data`` (it failed loading its data)."""
         waited = False
         for _ in range(_MAX_TURNS):
             state = run_state(self.plan.experiment_dir, run)
             if state.status == "finished":
                 by = "by the trainer it waited for" if waited else "earlier"
                 self._print(f"{tag}: finished {by} ({_epochs(state.epochs_done)}), skipped")
-                return True
+                return "done"
             if state.status == "running":
                 self._print(f"{tag}: a trainer already runs in its folder ({state.detail}); following it until it ends")
                 self._follow(run)
@@ -112,10 +128,10 @@ class SweepLauncher:
             self._print(f"{tag}: {how.get(state.status, 'training')}, {_epochs(run.epochs)}, {self.options.j} ranks under TorchX {LOCAL}")
             result = self._launch_and_wait(runner, run, tag)
             if result != "busy":
-                return result == "done"
+                return result
             waited = True  # another sweep's trainer took the folder first: follow it, then look again
         self._print(f"{tag}: FAILED: other trainers kept taking its folder; rerun the same command")
-        return False
+        return "failed"
 
     def _follow(self, run: RunSpec) -> None:
         """Print the evaluations of the trainer that holds ``run``'s folder until it lets go."""
@@ -126,11 +142,12 @@ class SweepLauncher:
                 follower.poll()
                 time.sleep(_POLL_S)
         except (KeyboardInterrupt, SignalException) as e:
-            raise SweepInterrupted(_signal_name(e)) from None  # not ours to stop: that trainer keeps running
+            raise SweepInterrupted(signal_name(e)) from None  # not ours to stop: that trainer keeps running
         follower.poll()
 
     def _launch_and_wait(self, runner: Runner, run: RunSpec, tag: str) -> str:
-        """``done``, ``failed``, or ``busy`` (its trainer found another live one in the folder)."""
+        """``done``, ``failed``, ``data`` (it failed loading its data), or ``busy`` (its trainer found another
+        live one in the folder, or lost the race for it to one that has finished since)."""
         start = time.perf_counter()
         cfg = self.scheduler_cfg(run)
         handle = runner.schedule(runner.dryrun(self.app(run), LOCAL, cfg=cfg))
@@ -144,26 +161,32 @@ class SweepLauncher:
                 time.sleep(_POLL_S)
         except (KeyboardInterrupt, SignalException, SweepInterrupted) as e:
             runner.cancel(handle)
-            name = e.signal_name if isinstance(e, SweepInterrupted) else _signal_name(e)
+            name = e.signal_name if isinstance(e, SweepInterrupted) else signal_name(e)
             raise SweepInterrupted(name, run.name) from None
         follower.poll()
         seconds = time.perf_counter() - start
         if status is not None and status.state == AppState.SUCCEEDED:
             self._print(f"    done in {seconds:.0f} s")
             return "done"
-        holder = live_holder(os.path.join(self.plan.experiment_dir, run.name))
-        if holder is not None:
-            self._print(f"{tag}: another trainer took its folder first ({holder.describe()}); following it")
-            return "busy"
-        log = _combined_log(str(cfg["log_dir"]))
+        log = combined_log(launch_log_dir(str(cfg["log_dir"]), handle))  # this launch's, not another sweep's
         state = status.state.name if status is not None else "LOST"
+        return self._failed(run, tag, log, f"({state}) after {seconds:.0f} s")
+
+    def _failed(self, run: RunSpec, tag: str, log: Optional[str], how: str) -> str:
+        """A launch of ``run`` that did not succeed, from its log: ``busy`` (another trainer holds or held its
+        folder: the caller looks again), ``data`` (its data failed to load) or ``failed``, with one line."""
         reason = failure_reason(log)
-        self._print(f"{tag}: FAILED ({state}) after {seconds:.0f} s: {reason or 'see its log'}\n    its log: {log}")
+        holder = live_holder(os.path.join(self.plan.experiment_dir, run.name))
+        if holder is not None or (reason or "").startswith(f"{RunFolderBusy.__name__}:"):
+            who = f" ({holder.describe()})" if holder is not None else ""
+            self._print(f"{tag}: another trainer took its folder first{who}; following it")
+            return "busy"  # the loop looks again: follows it while it runs, skips the run once it finished
+        self._print(f"{tag}: FAILED {how}: {reason or 'see its log'}\n    its log: {log}")
         if reason is None and log and os.path.isfile(log):
             with open(log, errors="replace") as f:
                 tail = f.readlines()[-25:]
             self._print("    " + "    ".join(tail).rstrip())
-        return "failed"
+        return "data" if data_failed(log) else "failed"
 
     # -- clusters: one job per run ------------------------------------------------------
 
@@ -214,18 +237,13 @@ class SweepLauncher:
         print(line, file=self.out or sys.stdout, flush=True)
 
 
-def _signal_name(e: BaseException) -> str:
-    return getattr(getattr(e, "sigval", None), "name", None) or "SIGINT"
-
-
 def _epochs(n: int) -> str:
     return f"{n} epoch{'' if n == 1 else 's'}"
 
 
-def _combined_log(log_dir: str) -> Optional[str]:
-    """The first replica's combined stdout/stderr under a local scheduler's ``log_dir``."""
-    found = []
-    for root, _, files in os.walk(log_dir):
-        if "combined.log" in files:
-            found.append(os.path.join(root, "combined.log"))
-    return max(found, key=os.path.getmtime) if found else None
+def _same_data(a: RunSpec, b: RunSpec) -> bool:
+    """Whether two runs read the same data (their app flags give the same data section)."""
+    from dlrm_multiepoch.train.config import parse_config  # the sweep planned its runs with it: loaded
+
+    return parse_config(list(a.flags)).data == parse_config(list(b.flags)).data
+

@@ -58,8 +58,12 @@ def flag_changes(before: Sequence[str], now: Sequence[str], ignore: Sequence[str
     ]
 
 
-def check_experiment(plan: SweepPlan) -> None:
+def check_experiment(plan: SweepPlan, ignore: Sequence[str] = PLACE_FLAGS, instead: str = "") -> None:
     """Refuse a sweep that would change what an existing run or group of ``plan.experiment_dir`` is.
+
+    Args:
+        ignore: flags that do not define a run (where it writes, how a launch starts or pauses).
+        instead: what to do instead of changing a run's flags (default: the sweep's ``--group NAME``).
 
     Raises:
         ValueError: other common flags than the group's earlier sweeps, another flag
@@ -82,12 +86,12 @@ def check_experiment(plan: SweepPlan) -> None:
     for run in plan.runs:
         entry = manifest.get("runs", {}).get(run.name)
         before = entry.get("flags") if isinstance(entry, dict) else None
-        changes = flag_changes(before, run.flags) if is_flag_list(before) else []
+        changes = flag_changes(before, run.flags, ignore) if is_flag_list(before) else []
         source = MANIFEST_FILE
         if not changes:
-            changes, source = _folder_changes(plan.experiment_dir, run)
+            changes, source = _folder_changes(plan.experiment_dir, run, ignore)
         if changes:
-            raise ValueError(_redefined(plan, run, changes, source))
+            raise ValueError(_redefined(plan, run, changes, source, instead))
 
 
 def is_flag_list(value: Any) -> bool:
@@ -95,18 +99,18 @@ def is_flag_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(token, str) for token in value)
 
 
-def _redefined(plan: SweepPlan, run: RunSpec, changes: List[str], source: str) -> str:
+def _redefined(plan: SweepPlan, run: RunSpec, changes: List[str], source: str, instead: str = "") -> str:
     why = ""
     if any(c.startswith("--epochs ") for c in changes):
         why = " (a schedule is laid out over the whole --epochs budget, so a run never continues under another one)"
+    instead = instead or "sweep the new configuration as its own group with --group NAME, or use a new experiment folder"
     return (
         f"run {run.name} in {plan.experiment_dir} was trained with other flags ({source}): {'; '.join(changes)}{why}. "
-        f"Keep its flags, or sweep the new configuration as its own group with --group NAME, or use a new "
-        f"experiment folder"
+        f"Keep its flags, or {instead}"
     )
 
 
-def _folder_changes(experiment_dir: str, run: RunSpec) -> Tuple[List[str], str]:
+def _folder_changes(experiment_dir: str, run: RunSpec, ignore: Sequence[str] = PLACE_FLAGS) -> Tuple[List[str], str]:
     """How ``run``'s flags differ from the config its folder recorded, and which file recorded it."""
     run_dir = os.path.join(experiment_dir, run.name)
     if not os.path.isdir(run_dir):
@@ -121,20 +125,22 @@ def _folder_changes(experiment_dir: str, run: RunSpec) -> Tuple[List[str], str]:
         ) from None
     if config is None:
         return [], ""
-    return _config_changes(config, _config_of(run)), os.path.relpath(source, experiment_dir)
+    return _config_changes(config, _config_of(run), ignore), os.path.relpath(source, experiment_dir)
 
 
 def _config_of(run: RunSpec) -> Dict[str, Any]:
     return json.loads(json.dumps(json_safe(parse_config(list(run.flags)).to_dict())))
 
 
-def _config_changes(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> List[str]:
+def _config_changes(
+    recorded: Mapping[str, Any], now: Mapping[str, Any], ignore: Sequence[str] = PLACE_FLAGS
+) -> List[str]:
     """``--field before -> now`` for every config field both record with different values."""
     a, b = flat_config(recorded), flat_config(now)
     return [
         f"--{key.split('.')[-1]} {a[key]} -> {b[key]}"
         for key in a
-        if key in b and key.split(".")[-1] not in PLACE_FLAGS and a[key] != b[key]
+        if key in b and key.split(".")[-1] not in ignore and a[key] != b[key]
     ]
 
 

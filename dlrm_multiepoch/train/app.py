@@ -18,13 +18,22 @@ from typing import Optional, Sequence
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from dlrm_multiepoch.distributed import init_distributed
+from dlrm_multiepoch.distributed import DistEnv, init_distributed
+from dlrm_multiepoch.launch_options import TRAIN_MODULE
 from dlrm_multiepoch.train.config import TrainConfig, parse_config
 from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
 from dlrm_multiepoch.train.trainer import Trainer
 
-TRAIN_MODULE = "dlrm_multiepoch.train"
 PRETRAIN_MODULE = "dlrm_multiepoch.pretrain"
+
+
+def console_logging(env: DistEnv) -> None:
+    """The console's logging for a training process: our transitions on rank 0, no library noise."""
+    # Our modules log transitions (e.g. freeze-schedule windows) at INFO, on rank 0 only.
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("dlrm_multiepoch").setLevel(logging.INFO if env.is_main else logging.WARNING)
+    # TorchRec's pipeline traces the model: torch.fx warns about an API it uses, once per rank, nothing for users.
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 
 
 def run_trainer(cfg: TrainConfig, spec: TrainSpec = TRAIN) -> None:
@@ -35,11 +44,7 @@ def run_trainer(cfg: TrainConfig, spec: TrainSpec = TRAIN) -> None:
         run_trainer(parse_config(check_paths=True))     # python -m dlrm_multiepoch.train under torchrun / TorchX
     """
     env = init_distributed()
-    # Our modules log transitions (e.g. freeze-schedule windows) at INFO, on rank 0 only.
-    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("dlrm_multiepoch").setLevel(logging.INFO if env.is_main else logging.WARNING)
-    # TorchRec's pipeline traces the model: torch.fx warns about an API it uses, once per rank, nothing for users.
-    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    console_logging(env)
     try:
         Trainer(cfg, env, spec=spec).train()
         dist.barrier()  # no rank tears the group down while a peer's collective is in flight

@@ -2,6 +2,7 @@
 
 import itertools
 import math
+import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -19,6 +20,7 @@ from dlrm_multiepoch.part import TrainPart, TrainParts
 from dlrm_multiepoch.train.build import build_loaders, build_nonfinite, build_pipeline, build_remedies
 from dlrm_multiepoch.train.build import build_schedule, build_sharded_model, build_validator
 from dlrm_multiepoch.train.build import describe_run, prepare_data
+from dlrm_multiepoch.run_files import DATA_ERROR_MARK
 from dlrm_multiepoch.train.checkpoint import Checkpointer, check_compatible, table_sharding
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, train_scalars
@@ -27,6 +29,24 @@ from dlrm_multiepoch.train.run_folder import RunFolder
 from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
 from dlrm_multiepoch.train.start_point import open_checked_run, resume_run, start_branch
 from dlrm_multiepoch.train.validator import Validator
+
+
+def pause_step(stop_at_epoch: float, steps_per_epoch: int) -> int:
+    """The step ``--stop_at_epoch`` pauses at, ``round(stop_at_epoch * steps_per_epoch)`` (0: no pause).
+
+    Raises:
+        ValueError: a pause inside an epoch that rounds to an epoch's end (too few steps per epoch), naming
+            the flag and what to change.
+    """
+    step = math.floor(stop_at_epoch * steps_per_epoch + 0.5)
+    if stop_at_epoch and not float(stop_at_epoch).is_integer() and steps_per_epoch and step % steps_per_epoch == 0:
+        raise ValueError(
+            f"--stop_at_epoch {stop_at_epoch:g} pauses inside epoch {math.ceil(stop_at_epoch)}, but with "
+            f"{steps_per_epoch} step(s) per epoch it rounds to step {step}, an epoch's end: too few steps per epoch to "
+            "pause inside one. Pause at a whole epoch, or take more steps per epoch (a smaller --batch_size); a "
+            "schedule search judges inside epochs unless given --rung_fraction 1"
+        )
+    return step
 
 
 class Trainer:
@@ -74,13 +94,18 @@ class Trainer:
         log = print if env.is_main else lambda _: None
         self.run, self.resume_from, self.start_from = open_checked_run(cfg, env.world_size, spec, log)
         torch.manual_seed(cfg.seed)
-        self.data, train_split = prepare_data(cfg, env, data, spec)
+        try:
+            self.data, train_split = prepare_data(cfg, env, data, spec)
+        except (ValueError, OSError) as e:  # every run of these data flags fails here the same way: say so
+            if env.is_main:
+                print(f"{DATA_ERROR_MARK} {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            raise
         loaded = self.start_from or self.resume_from
         flag = {"flag": "--start_from"} if self.start_from is not None else {}
         changes = check_compatible(loaded, spec.config_record(cfg), self.data.tables, **flag) if loaded else []
         self.train_loader, self.eval_loaders = build_loaders(cfg, self.data, env, train_split, spec)
         self.steps_per_epoch = min(len(self.train_loader), cfg.loader.limit_train_batches or len(self.train_loader))
-        self._pause_step = math.floor(cfg.checkpoint.stop_at_epoch * self.steps_per_epoch + 0.5)  # 0: no pause
+        self._pause_step = pause_step(cfg.checkpoint.stop_at_epoch, self.steps_per_epoch)  # 0: no pause
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         self.logger = MetricsLogger(self.run.path, enabled=env.is_main, purge_step=self.run.purge_step)
         model, optimizer, base_lrs = build_sharded_model(cfg, self.data, env, loaded is None, self.logger.info, spec)
@@ -123,6 +148,8 @@ class Trainer:
         """Train what is left of ``cfg.epochs`` (up to ``--stop_at_epoch``, a pause), evaluating and checkpointing
         as configured; return the summary."""
         self._train_start = time.perf_counter()
+        # When this launch's training began: its launcher (a search) tells the seconds before its first step.
+        self.logger.record("train_started_at", round(time.time(), 3))
         if self.progress.epoch >= self.cfg.epochs:
             self.logger.info(f"nothing left to train: {self.progress.epoch} of {self.cfg.epochs} epochs are done")
         while not self._halted():

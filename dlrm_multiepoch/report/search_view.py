@@ -1,0 +1,145 @@
+"""A schedule search's folder as ``compare`` shows it: what each candidate deploys, and what the search deployed.
+
+The search decides on one validation objective (``--auto_metric`` over the tasks with
+``--auto_task_weights``) among what each candidate deploys as a preset: ``joint`` at its
+best validation epoch, ``auto`` its restored best weights, any other schedule its last
+epoch (a branch cut before its end deploys nothing). This view applies the search's own
+functions (:func:`~dlrm_multiepoch.search.pruning.choose`, the run folders read by
+:func:`~dlrm_multiepoch.search.record.read_branch`) to the run folders, so its winner is
+what the search deployed, seed by seed; ``search.json`` adds which rung cut which branch
+and why. Torch-free.
+
+Example::
+
+    view = search_view("runs/search")
+    view.deployed        # {0: ("auto", 2.76, 0.8774), ...}
+"""
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from dlrm_multiepoch.auto.config import METRIC_SIGN
+from dlrm_multiepoch.report.stats import Stat, stat_of
+from dlrm_multiepoch.run_files import search_record_path
+from dlrm_multiepoch.search.candidates import Candidate, candidate_tree, select
+from dlrm_multiepoch.search.pruning import Curve, choose, rung_points
+from dlrm_multiepoch.search.record import SearchError, read_branch, run_name
+from dlrm_multiepoch.search.record_file import read_record
+
+
+@dataclass
+class SearchRow:
+    """One candidate over the seeds: where it ended and what it deploys.
+
+    Args:
+        candidate: its name.
+        status: per seed, ``deployed``, ``finished``, ``cut at R`` or ``not trained``.
+        cut_reasons: per seed cut, the rung's reason.
+        epochs: per seed, the epoch of the model it deploys (None: nothing to deploy).
+        val: the validation metric (as measured) of those models, over the seeds that have one.
+        test_auc: per task, their test AUC (reported, never used to decide).
+    """
+
+    candidate: str
+    status: Dict[int, str] = field(default_factory=dict)
+    cut_reasons: Dict[int, str] = field(default_factory=dict)
+    epochs: Dict[int, Optional[float]] = field(default_factory=dict)
+    val: Optional[Stat] = None
+    test_auc: Dict[str, Optional[Stat]] = field(default_factory=dict)
+
+
+@dataclass
+class SearchView:
+    """The search's candidates, and per seed what it deployed (``(branch, epoch, validation metric)``) or why not."""
+
+    metric: str
+    rows: List[SearchRow]
+    deployed: Dict[int, Tuple[str, float, float]]
+    undecided: Dict[int, str]
+    seeds: List[int]
+    damage: Optional[str] = None
+
+    def branch_status(self, name: str) -> Optional[Tuple[float, str]]:
+        """``(rung, reason)`` when the search cut run folder ``name`` (``<candidate>-s<seed>``), else None."""
+        for row in self.rows:
+            for seed, status in row.status.items():
+                if run_name(row.candidate, seed) == name and status.startswith("cut"):
+                    return float(status.split()[-1]), row.cut_reasons.get(seed, "")
+        return None
+
+
+def search_view(experiment_dir: str) -> Optional[SearchView]:
+    """The view of a search folder; None when ``experiment_dir`` holds no ``search.json`` (or none intact enough).
+
+    Raises:
+        ValueError: a branch's ``summary.json`` that is not as the training app writes it, naming the field.
+    """
+    if not os.path.isfile(search_record_path(experiment_dir)):
+        return None
+    loaded = read_record(experiment_dir)
+    record = loaded.record
+    if not {"budget", "metric", "task_weights", "rung_fraction", "candidates"} <= set(record):
+        return None
+    try:
+        tree = select(candidate_tree(record["budget"]), list(record["candidates"]))
+    except ValueError:
+        return None  # candidates of another version of the search
+    seeds = sorted(int(s) for s in record["seeds"])
+    rows = {c.name: SearchRow(c.name) for c in tree}
+    vals: Dict[str, List[float]] = {c.name: [] for c in tree}
+    tests: Dict[str, Dict[str, List[Optional[float]]]] = {c.name: {} for c in tree}
+    deployed, undecided = {}, {}
+    rungs = rung_points(tree, record["rung_fraction"])
+    sign = METRIC_SIGN.get(record["metric"], 1.0)
+    for seed in seeds:
+        entry = record["seeds"][str(seed)]
+        curves, points = _curves(experiment_dir, tree, seed, record, rungs)
+        choice = choose(tree, curves) if entry["deploy"] is not None else None  # the search's own choice
+        if choice is not None:
+            deployed[seed] = (choice.branch, choice.epoch, sign * choice.objective)
+        else:
+            undecided[seed] = entry.get("no_decision") or "the search has not decided yet (interrupted?)"
+        for c in tree:
+            row, branch = rows[c.name], entry["branches"].get(c.name, {})
+            point = points.get(c.name)
+            status = branch.get("status", "live")
+            if status == "cut":
+                row.status[seed] = f"cut at {branch.get('cut_at', 0):g}"
+                row.cut_reasons[seed] = branch.get("reason", "")
+            else:
+                row.status[seed] = {"finished": "finished", "live": "not trained to its end"}.get(status, status)
+            if choice is not None and choice.branch == c.name:
+                row.status[seed] = "deployed"
+            row.epochs[seed] = point[0] if point else None
+            if point:
+                vals[c.name].append(sign * point[1])
+                for task, auc in point[2].items():
+                    tests[c.name].setdefault(task, []).append(auc)
+    for c in tree:
+        rows[c.name].val = stat_of(vals[c.name]) if vals[c.name] else None
+        rows[c.name].test_auc = {t: stat_of(aucs) for t, aucs in tests[c.name].items()}
+    return SearchView(record["metric"], list(rows.values()), deployed, undecided, seeds, loaded.damage)
+
+
+def _curves(
+    experiment_dir: str, tree: List[Candidate], seed: int, record: Dict, rungs: List[float]
+) -> Tuple[Dict[str, Curve], Dict[str, Tuple[float, float, Dict[str, Optional[float]]]]]:
+    """Each branch's curve, and its deployable: ``(epoch, objective, test AUC per task)`` (absent: none)."""
+    curves: Dict[str, Curve] = {}
+    points: Dict[str, Tuple[float, float, Dict[str, Optional[float]]]] = {}
+    for c in tree:
+        run_dir = os.path.join(experiment_dir, run_name(c.name, seed))
+        try:
+            curve, facts = read_branch(run_dir, record["metric"], record["task_weights"], rungs)
+        except SearchError as e:
+            raise ValueError(str(e)) from None
+        curves[c.name] = curve
+        best = choose([c], {c.name: curve})
+        if best is None:
+            continue
+        test = facts["best"]["test_auc"] if c.adaptive and "best" in facts else facts["test_auc"].get(int(best.epoch), {})
+        if not math.isnan(best.objective):
+            points[c.name] = (best.epoch, best.objective, test)
+    return curves, points

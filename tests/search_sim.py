@@ -1,0 +1,225 @@
+"""A search's launches, simulated: run folders written as the training app writes them, from fixed curves.
+
+Unit tests of the search's decisions, records and refusals use :class:`SimulatedLauncher`
+in place of TorchX launches (the real path: ``tests/test_search_runs.py``). It is the
+search's own :class:`~dlrm_multiepoch.search.launches.BranchLauncher` (flags, fork
+checkpoint, launch records) whose sweep launch is replaced by :func:`train`: the run
+folder a trainer leaves after ``--stop_at_epoch``: ``summary.json`` (config, every
+evaluation, ``started_from``, the end's wall time and ``auto``'s ``best``), ``sweep.json``,
+and a checkpoint after each whole epoch and pause whose ``trainer_state.json`` holds the
+progress and the evaluations so far. Like the trainer it resumes from its newest
+checkpoint (or its parent's, ``--start_from``), skips a finished run, rewrites an
+unreadable ``summary.json`` from its checkpoint, and records every step range it trains
+(``trained``): nothing may be trained twice.
+
+Validation AUC of candidate ``c`` after ``p`` epochs: :data:`AUC` per whole epoch, linear
+in between (a branch's own values start after its fork: before, it is its parent); cal_ne
+is ``1 - AUC``; ``love`` is 0.02 below ``like``. ``auto`` stops itself at 2.5 epochs with its
+best weights from 2.2.
+"""
+
+import io
+import json
+import os
+import signal
+from contextlib import redirect_stdout
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from torch.utils.tensorboard import SummaryWriter
+from torchx.runner import get_runner
+
+from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, run_folder_name
+from dlrm_multiepoch.search.launches import BranchLauncher
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted
+from dlrm_multiepoch.sweep.manifest import update_manifest
+from dlrm_multiepoch.launch_options import split_at_dashes
+from dlrm_multiepoch.sweep.plan import RunSpec, build_plan, run_state
+from dlrm_multiepoch.sweep.strategies import Strategy
+from dlrm_multiepoch.train.config import parse_config
+
+SPE = 10  # steps per epoch
+AUC = {
+    "joint": {0: 0.5, 1: 0.610, 2: 0.598, 3: 0.590, 4: 0.585},
+    "delayed": {0: 0.5, 1: 0.540, 2: 0.552, 3: 0.640},
+    "auto": {0: 0.5, 1: 0.545, 2: 0.600, 3: 0.605},
+    "early": {1: 0.610, 2: 0.604, 3: 0.601},
+    "reinit": {1: 0.610, 2: 0.625, 3: 0.636},
+    "window@1": {1: 0.540, 2: 0.630, 3: 0.632},
+}
+AUTO_STOP, AUTO_BEST = 25, 22  # steps
+COMMON = ["--dataset", "movielens", "--val_fraction", "0.1"]
+
+
+def auc(name: str, point: float) -> float:
+    curve = AUC[name]
+    low = max(e for e in curve if e <= point)
+    high = min((e for e in curve if e >= point), default=low)
+    if high == low:
+        return curve[low]
+    return curve[low] + (curve[high] - curve[low]) * (point - low) / (high - low)
+
+
+def metrics(name: str, point: float, one_class: Sequence[str] = ()) -> Dict[str, Any]:
+    out = {}
+    for task, shift in (("like", 0.0), ("love", -0.02)):
+        a = auc(name, point) + shift
+        defined = task not in one_class
+        out[task] = {"auc": a if defined else None, "cal_ne": 1 - a if defined else None, "logloss": 0.6}
+    return out
+
+
+def _write(path: str, value: Any) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(value, f)
+
+
+def _state(run_dir: str) -> Optional[Dict[str, Any]]:
+    saved = complete_checkpoints(checkpoints_dir(run_dir))
+    if not saved:
+        return None
+    with open(os.path.join(saved[-1][1], "trainer_state.json")) as f:
+        return json.load(f)
+
+
+def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str, int, int]], one_class=()) -> None:
+    """What the training app leaves in ``run_dir`` for ``flags`` (see the module docstring)."""
+    cfg = parse_config(list(flags))
+    config = json.loads(json.dumps(cfg.to_dict()))
+    start_from = cfg.checkpoint.start_from
+    state, started = _state(run_dir), None
+    if state is None and start_from:
+        with open(os.path.join(start_from, "trainer_state.json")) as f:
+            state = json.load(f)
+        started = {"path": start_from, "step": state["step"]}
+    step = state["step"] if state else 0
+    evaluations = list(state["parts"]["metrics"]["evaluations"]) if state else []
+    started = started or (state["parts"]["metrics"].get("started_from") if state else None)
+    stop = cfg.checkpoint.stop_at_epoch
+    target = round(stop * SPE) if stop else cfg.epochs * SPE
+    stops_itself = name == "auto" and target >= AUTO_STOP
+    target = min(target, AUTO_STOP) if name == "auto" else target
+    if target > step:
+        trained.append((run_folder_name(name, cfg.seed), step, target))
+    writer = SummaryWriter(run_dir)  # the event files compare reads: this launch's own evaluations
+    for s in range(step + 1, target + 1):
+        if s % SPE and s != target:
+            continue
+        evaluations.append({"epoch": s / SPE, "step": s, "val": metrics(name, s / SPE, one_class),
+                            "test": metrics(name, s / SPE)})  # fmt: skip
+        writer.add_scalar("eval/epoch", s / SPE, s)
+        for split in ("val", "test"):
+            for task, values in evaluations[-1][split].items():
+                for metric, value in values.items():
+                    writer.add_scalar(f"{split}/{task}/{metric}", float("nan") if value is None else value, s)
+        parts = {"progress": {"step": s, "epoch": s // SPE, "batch_in_epoch": s % SPE},
+                 "metrics": {"evaluations": list(evaluations), "started_from": started}}  # fmt: skip
+        state_file = os.path.join(checkpoints_dir(run_dir), f"step_{s}", "trainer_state.json")
+        _write(state_file, {"format": 2, "step": s, "config": config, "parts": parts})
+    summary: Dict[str, Any] = {"config": config, "evaluations": evaluations}
+    if started:
+        summary["started_from"] = started
+    if stops_itself or target >= cfg.epochs * SPE:
+        summary["wall_time_s"] = 1.0
+    if stops_itself:
+        best = AUTO_BEST / SPE
+        summary["best"] = {"epoch": best, "step": AUTO_BEST, "val": metrics(name, best, one_class),
+                           "test": metrics(name, best)}  # fmt: skip
+        for split in ("val", "test"):
+            for task, values in summary["best"][split].items():
+                value = float("nan") if values["auc"] is None else values["auc"]
+                writer.add_scalar(f"best/{split}/{task}/auc", value, target)
+        os.makedirs(os.path.join(checkpoints_dir(run_dir), f"best_step_{AUTO_BEST}"), exist_ok=True)
+    writer.close()
+    _write(os.path.join(run_dir, "summary.json"), json.loads(json.dumps(summary).replace("NaN", "null")))
+
+
+class _SimulatedSweep:
+    def __init__(self, launcher: "SimulatedLauncher", strategies: List[Strategy], seed: int):
+        self.launcher, self.seed = launcher, seed
+        self.plan = build_plan(launcher.dir, strategies, [seed], launcher.budget, launcher.common)
+
+    def run(self) -> List[str]:
+        update_manifest(self.plan)
+        for run in self.plan.runs:
+            self.launcher.launch_count += 1
+            if self.launcher.on_launch is not None:
+                self.launcher.on_launch(self.launcher.launch_count, run)
+            if run_state(self.plan.experiment_dir, run).status == "finished":
+                continue
+            run_dir = os.path.join(self.plan.experiment_dir, run.name)
+            train(run_dir, run.strategy, run.flags, self.launcher.trained, self.launcher.one_class)
+        return []
+
+
+class SimulatedLauncher(BranchLauncher):
+    """The search's launcher with :func:`train` in place of each TorchX launch.
+
+    Args:
+        on_launch: called with the launch's number (from 1) and its run before it trains (to interrupt it).
+        one_class: tasks whose validation labels are of one class (their AUC and cal_ne are undefined).
+    """
+
+    def __init__(self, *args: Any, on_launch: Optional[Callable[[int, RunSpec], None]] = None, one_class=(), **kw: Any):
+        super().__init__(*args, **kw)
+        self.trained: List[Tuple[str, int, int]] = []
+        self.launch_count = 0
+        self.on_launch = on_launch
+        self.one_class = tuple(one_class)
+
+    def __enter__(self) -> "SimulatedLauncher":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def _launcher(self, strategies: List[Strategy], seed: int) -> Any:
+        return _SimulatedSweep(self, strategies, seed)
+
+
+def interrupt_at(number: int, how: str = "SIGINT") -> Callable[[int, RunSpec], None]:
+    """An ``on_launch`` that stops the search at launch ``number``: Ctrl-C as the sweep's launcher reports it, or
+    a real signal to this process (``SIGHUP``, ``SIGTERM``)."""
+
+    def hook(n: int, run: RunSpec) -> None:
+        if n != number:
+            return
+        if how == "SIGINT":
+            raise SweepInterrupted("SIGINT", run.name)
+        os.kill(os.getpid(), getattr(signal, how))
+
+    return hook
+
+
+def no_step_twice(trained: List[Tuple[str, int, int]]) -> bool:
+    """Whether every branch's trained step ranges are disjoint."""
+    by_run: Dict[str, List[Tuple[int, int]]] = {}
+    for run, a, b in trained:
+        by_run.setdefault(run, []).append((a, b))
+    return all(
+        all(r1[1] <= r2[0] for r1, r2 in zip(sorted(ranges), sorted(ranges)[1:])) for ranges in by_run.values()
+    )
+
+
+def run_search(argv: Sequence[str], **launcher: Any) -> Tuple[int, str, Optional[SimulatedLauncher]]:
+    """``dlrm-multiepoch search ARGV`` with a :class:`SimulatedLauncher` (``launcher``: its options):
+    ``(exit code, console, launcher)``; a refusal before any launch is exit code 2 with its message."""
+    from dlrm_multiepoch.search import command
+
+    own, common = split_at_dashes(list(argv))
+    args = command.build_parser().parse_args(own)
+    runner = get_runner()
+    out = io.StringIO()
+    try:
+        with redirect_stdout(out):
+            try:
+                search = command._prepare(args, common, runner)
+            except ValueError as e:
+                return 2, out.getvalue() + str(e), None
+            sim = SimulatedLauncher(
+                search.dir, search.tree, search.budget, search.common, search.options, len(search.rungs), **launcher
+            )
+            search.launcher = sim
+            return command._run(search, args), out.getvalue(), sim
+    finally:
+        runner.close()

@@ -49,7 +49,7 @@ from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model  # noqa: E402
 
 
-BOOKCROSSING_TABLES = {  # the app's Book-Crossing tables (docs/RESULTS.md), for --data synthetic
+BOOKCROSSING_TABLES = {  # the app's Book-Crossing tables (docs/RESULTS_HISTORY.md), for --data synthetic
     "user": 68463, "item": 158613, "author": 54449, "publisher": 10408, "year": 91, "country": 269, "age": 8,
 }
 MODES = ("bare", "joint", "frozen")

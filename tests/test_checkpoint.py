@@ -40,6 +40,7 @@ from dlrm_multiepoch.train.checkpoint import (
     STATE_FILE,
     Checkpointer,
     CheckpointError,
+    StartPoint,
     CheckpointInfo,
     check_compatible,
     check_sharding,
@@ -90,7 +91,7 @@ def _two_rank_checks(rank: int, world_size: int, tmp: str, ref: str) -> None:
     dist.barrier()
 
     b2 = Trainer(resume_config(tmp, "b", resume="auto"), env)
-    assert b2.resume_from is not None and b2.resume_from.path == f"{tmp}/b/checkpoints/step_4"
+    assert b2.start is not None and b2.start.checkpoint.path == f"{tmp}/b/checkpoints/step_4"
     assert (b2.progress.epoch, b2.progress.batch_in_epoch, b2.step, b2.freeze.global_step) == (0, 4, 4, 4)
     summary_b = b2.train()
 
@@ -341,6 +342,16 @@ def test_checkpointer_saves_json_parts_in_the_state_file_and_tensor_parts_in_dcp
     parts["late"] = _JsonPart()  # registered after the save: the checkpoint cannot restore it
     with pytest.raises(ValueError, match=r"holds no state for \['late'\]"):
         ckpt.load(info)
+    # A start point from another run's checkpoint (a branch) leaves out what it excludes; the run's own wins whole.
+    assert StartPoint.choose(info, info, ("late",)) == StartPoint(info, "--resume", ())
+    branch = StartPoint.choose(None, info, ("late", "schedule"))
+    assert branch == StartPoint(info, "--start_from", ("late", "schedule")) and branch.is_branch
+    parts["schedule"].value, parts["late"].value = {"own": 1}, {"own": 2}
+    with torch.no_grad():
+        model.weight.zero_()
+    assert ckpt.restore(branch) == []  # same world size, and an unsharded model has no plan to compare
+    assert torch.equal(model.weight, weight) and (parts["schedule"].value, parts["late"].value) == ({"own": 1}, {"own": 2})
+    assert StartPoint.choose(None, None) is None
 
 
 def test_config_mismatch_names_the_field(tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
 from dlrm_multiepoch.train.config import OptimConfig, TrainConfig, parse_config
-from dlrm_multiepoch.train.start_point import check_branch
+from dlrm_multiepoch.freeze.scheduler import FixedSchedule
+from dlrm_multiepoch.train.start_point import OWN_PARTS, check_branch, check_same_schedule
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.resume_helpers import STEPS_PER_EPOCH, assert_bitwise_equal, resume_config
 
@@ -50,11 +51,12 @@ def _branches(rank: int, world_size: int, tmp: str) -> None:
     parent = f"{tmp}/p/checkpoints/step_{STEPS_PER_EPOCH}"
 
     b1 = Trainer(resume_config(tmp, "b", start_from=parent, resume="auto"), env)
-    assert b1.start_from is not None and (b1.step, b1.progress.epoch, b1.freeze.global_step) == (10, 1, 10)
+    assert (b1.start.checkpoint.path, b1.start.flag, b1.start.exclude_from_loading) == (parent, "--start_from", OWN_PARTS)
+    assert (b1.step, b1.progress.epoch, b1.freeze.global_step) == (10, 1, 10)
     b1.train_epoch(1)  # saves step_12 and step_16, trains to 20, then "dies" before the epoch's evaluation
     b1.logger.close()
     b2 = Trainer(resume_config(tmp, "b", start_from=parent, resume="auto"), env)
-    assert b2.start_from is None and b2.resume_from.path == f"{tmp}/b/checkpoints/step_16"
+    assert (b2.start.checkpoint.path, b2.start.flag, b2.start.exclude_from_loading) == (f"{tmp}/b/checkpoints/step_16", "--resume", ())
     summary_b = b2.train()
     _same(a, b2, "branch with the same schedule, resumed")
     assert summary_b["evaluations"] == summary_a["evaluations"]  # the parent's epoch 1, then its own epoch 2
@@ -67,7 +69,7 @@ def _branches(rank: int, world_size: int, tmp: str) -> None:
     assert "wall_time_s" not in summary_q1 and [e["epoch"] for e in summary_q1["evaluations"]] == [1, 1.5]
     assert summary_q1["evaluations"][1]["step"] == 15 and q1.last_checkpoint.endswith("step_15")
     q2 = Trainer(resume_config(tmp, "q", resume="auto"), env)
-    assert q2.resume_from.path == f"{tmp}/q/checkpoints/step_15"
+    assert q2.start.checkpoint.path == f"{tmp}/q/checkpoints/step_15" and not q2.start.is_branch
     summary_q2 = q2.train()
     _same(a, q2, "paused inside epoch 2, resumed")
     assert [e for e in summary_q2["evaluations"] if e["epoch"] != 1.5] == summary_a["evaluations"]
@@ -141,3 +143,20 @@ def test_start_from_flags_are_checked_before_any_data_is_read(tmp_path: Path, ca
         with pytest.raises(SystemExit):
             parse_config(flags, check_paths=True)
         assert expected in capsys.readouterr().err
+
+
+def test_a_resume_keeps_the_schedule_its_checkpoint_saved() -> None:
+    # What the freeze part saves is what the config's parsed schedule predicts (no part for joint).
+    for text in ["delayed", "early", "frozen", "tables=frozen@[0,1) train@[1,end)", OTHER_SUFFIX]:
+        assert FixedSchedule(text, 10, 3).describe() == _cfg(freeze_schedule=text).freeze.saved_schedule
+    assert _cfg(freeze_schedule="joint").freeze.saved_schedule is None
+    delayed = _parent_checkpoint(_cfg(freeze_schedule="delayed"))
+    delayed.state["parts"]["freeze"] = {"schedule": FixedSchedule("delayed", 10, 3).describe()}
+    check_same_schedule(delayed, _cfg(freeze_schedule="tables=frozen@[0,end-1) train@[end-1,end)"))  # the same, spelt out
+    for other in ["joint", "early"]:
+        with pytest.raises(ValueError, match=rf"--resume .*trained with --freeze_schedule 'delayed', this run has '{other}'"):
+            check_same_schedule(delayed, _cfg(freeze_schedule=other))
+    joint = _parent_checkpoint(_cfg(freeze_schedule="joint"))  # no freeze part saved
+    check_same_schedule(joint, _cfg(freeze_schedule="joint"))
+    with pytest.raises(ValueError, match=r"trained with --freeze_schedule 'joint', this run has 'delayed'"):
+        check_same_schedule(joint, _cfg(freeze_schedule="delayed"))

@@ -6,7 +6,7 @@ comma-separated, the first that has a finished run wins; ``--alias auto=auto-cal
 preset under another run name). A preset missing (or unfinished) there is read from the
 search's own branch when that branch trained to its end (a cut branch has no final result). A fixed preset is judged by what it deploys: joint at its best *validation* epoch (the
 search's objective), ``auto`` its restored best weights, every other preset its last
-epoch. Prints a Markdown table (docs/RESULTS.md, "Schedule search") and the issue's
+epoch. Prints a Markdown table (docs/RESULTS_HISTORY.md, "Schedule search") and the issue's
 target: searched mean >= best preset mean - 1 seed std, and >= joint at its best
 validation epoch, per task.
 

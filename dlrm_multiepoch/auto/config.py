@@ -53,8 +53,8 @@ class AutoScheduleConfig:
     """Knobs of ``--freeze_schedule auto``; every field is a ``--<field>`` flag.
 
     The defaults are in epochs and relative changes, not in steps or absolute metric
-    values, so they carry over between datasets (see docs/RESULTS.md for how they were
-    chosen).
+    values, so they carry over between datasets (docs/RESULTS_HISTORY.md, "How the defaults
+    were chosen").
 
     Example::
 

@@ -185,10 +185,6 @@ class FreezeScheduleWrapper(TrainPart):
         """Progress in epochs (``1.5`` = half-way through the second epoch)."""
         return self.global_step / self.steps_per_epoch
 
-    def table_trains(self, table: str) -> bool:
-        """Whether ``table`` trains now."""
-        return table not in self._binding.table_owner[table].state.frozen_tables
-
     def states(self) -> Dict[str, int]:
         """Each schedule group's state now: 1 trains (gate open), 0 frozen (closed).
 

@@ -213,7 +213,7 @@ def build_schedule(
     """The freeze part of ``--freeze_schedule`` (fixed, automatic or none) and what decides from validation
     (the automatic schedule's :class:`AutoRun`; nothing otherwise)."""
     text = cfg.freeze.freeze_schedule
-    if text == "joint":
+    if cfg.freeze.is_joint:
         return NoFreeze(), Decisions()
     if cfg.freeze.is_auto:
         auto = AutoFreezeSchedule(model, steps_per_epoch, cfg.epochs, data.tasks, optimizer=optimizer, config=cfg.auto)

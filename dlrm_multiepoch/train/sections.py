@@ -126,6 +126,19 @@ class FreezeConfig:
         """``--freeze_schedule auto``: the automatic schedule (:mod:`dlrm_multiepoch.auto`)."""
         return self.freeze_schedule.strip() == AUTO
 
+    @property
+    def is_joint(self) -> bool:
+        """``--freeze_schedule joint`` as given: everything trains every step, and no freeze part is built."""
+        return self.freeze_schedule == "joint"
+
+    @property
+    def saved_schedule(self) -> Optional[str]:
+        """The schedule as this run's checkpoints save it (the freeze part's ``schedule``), from the parsed field:
+        ``auto``, the parsed schedule's normal form (``delayed`` saves its expansion), None for ``joint`` (no part)."""
+        if self.is_joint:
+            return None
+        return AUTO if self.is_auto else str(self.schedule)
+
     def validate(self, epochs: int) -> None:
         if self.is_auto:
             self.schedule = None

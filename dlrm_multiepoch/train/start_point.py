@@ -11,41 +11,43 @@
   the checkpoint, so its curve reads from step 0; its wall time counts its own training.
   Once the branch has saved a checkpoint, ``--resume auto`` continues from that.
 
+Both are one :class:`~dlrm_multiepoch.train.checkpoint.StartPoint`, chosen as torchtitan's
+``CheckpointManager`` chooses (the run's own checkpoint if it has one, else the initial
+one, less the parts excluded from loading), checked here against the config (the
+parsed schedule sections, never their text again), then loaded by the checkpointer's one
+:meth:`~dlrm_multiepoch.train.checkpoint.Checkpointer.restore`.
+
 Example::
 
-    run, resume_from, start_from = open_checked_run(cfg, env.world_size, spec, log=print)   # None unless it applies
-    ...  # build the trainer's parts
-    start_branch(trainer, start_from, changes)
+    run, start = open_checked_run(cfg, env.world_size, spec, log=print)   # start: None for a fresh run
+    changes = check_start(start, cfg, spec.config_record(cfg), data.tables, steps_per_epoch)
+    ...  # build the trainer's parts and its checkpointer
+    changes += checkpointer.restore(start)
+    record_start(start, progress, logger)
 """
 
-from typing import Callable, Dict, List, Optional, Protocol, Sequence, Tuple
-
-from torch.distributed.checkpoint.stateful import Stateful
-from torchrec.distributed import DistributedModelParallel
-from torchrec.optim.keyed import CombinedOptimizer
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.auto.config import AUTO
-from dlrm_multiepoch.data.dataset import InteractionData
-from dlrm_multiepoch.distributed import DistEnv
+from dlrm_multiepoch.data.dataset import TableSpec
 from dlrm_multiepoch.optim.options import ReinitSchedule
+from dlrm_multiepoch.run_files import flat_config, path_matches
 from dlrm_multiepoch.schedule import FreezeSchedule, ResolvedSchedule
 from dlrm_multiepoch.train.build import check_resumable
 from dlrm_multiepoch.train.checkpoint import (
+    START_FROM,
     CheckpointError,
     CheckpointInfo,
-    Checkpointer,
-    check_sharding,
-    table_sharding,
+    StartPoint,
+    check_compatible,
     verify_checkpoint,
 )
-from dlrm_multiepoch.run_files import flat_config, path_matches
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
 from dlrm_multiepoch.train.progress import TrainProgress
 from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
 from dlrm_multiepoch.train.spec import TrainSpec
 
-START_FROM = "--start_from"
 # Settings a branch may set otherwise than its parent (dotted TrainConfig.to_dict() paths;
 # a trailing "." covers a section): its schedule suffix, its folder and launch, and what
 # only evaluation, logging or checkpointing reads. Everything else shapes the training
@@ -55,40 +57,19 @@ SUFFIX_FIELDS = (
     "stop_at_epoch", "overwrite", "eval_every_n_steps", "eval_batch_size", "train_eval_rows", "log_every_n_steps",
     "progress_bar", "checkpoint", "checkpoint_every_n_steps", "keep_checkpoints", "prefetch_batches",
 )  # fmt: skip
-# Parts a branch does not take from its parent: the schedule is its own, the summary its own.
+# Parts a branch does not take from its parent (its exclude_from_loading): the schedule is its own, the summary its own.
 OWN_PARTS = ("freeze", "metrics")
-
-
-class BuiltRun(Protocol):
-    """What resuming and branching read and set of the built :class:`~dlrm_multiepoch.train.trainer.Trainer`
-    (described here, not imported: the trainer imports this module)."""
-
-    cfg: TrainConfig
-    env: DistEnv
-    data: InteractionData
-    model: DistributedModelParallel
-    optimizer: CombinedOptimizer
-    run: RunFolder
-    logger: MetricsLogger
-    progress: TrainProgress
-    checkpointed: Dict[str, Stateful]
-    checkpointer: Checkpointer
-    steps_per_epoch: int
-
-    @property
-    def step(self) -> int: ...
-
-    def after_load(self, checkpoint: str) -> None: ...
 
 
 def open_checked_run(
     cfg: TrainConfig, world_size: int, spec: TrainSpec, log: Callable[[str], None]
-) -> Tuple[RunFolder, Optional[CheckpointInfo], Optional[CheckpointInfo]]:
-    """The config checked, the run folder locked, and the checkpoint it resumes or branches from, each verified
-    (collective). Done before any data is parsed: a wrong ``--resume`` fails in seconds.
+) -> Tuple[RunFolder, Optional[StartPoint]]:
+    """The config checked, the run folder locked, and the checkpoint it resumes or branches from, verified and
+    checked against the config where the data is not needed (collective). Done before any data is parsed: a wrong
+    ``--resume`` fails in seconds.
 
     Returns:
-        ``(run folder, checkpoint to resume or None, checkpoint to branch from or None)``.
+        ``(run folder, where it starts: its own checkpoint, --start_from's, or None for a fresh start)``.
     """
     cfg.validate(world_size=world_size)
     spec.check(cfg)
@@ -97,10 +78,29 @@ def open_checked_run(
     if run.resume_from is not None:
         check_resumable(run.resume_from, cfg, world_size)
         spec.check_checkpoint(run.resume_from)
-    start_from = find_branch_point(cfg, run, world_size, log)
-    if start_from is not None:
-        spec.check_checkpoint(start_from, START_FROM)
-    return run, run.resume_from, start_from
+        check_same_schedule(run.resume_from, cfg)
+    start = StartPoint.choose(run.resume_from, find_branch_point(cfg, run, world_size, log), OWN_PARTS)
+    if start is not None and start.is_branch:
+        spec.check_checkpoint(start.checkpoint, START_FROM)
+    return run, start
+
+
+def check_same_schedule(info: CheckpointInfo, cfg: TrainConfig) -> None:
+    """Refuse to resume a checkpoint trained with another freeze schedule.
+
+    Compared in the form the freeze part saves (``delayed`` equals its expansion; ``auto``;
+    none for ``joint``), from the config's parsed schedule.
+
+    Raises:
+        ValueError: naming ``--resume``, both schedules as given.
+    """
+    saved_freeze = info.parts.get("freeze")
+    saved_schedule = saved_freeze["schedule"] if saved_freeze is not None else None
+    if saved_schedule != cfg.freeze.saved_schedule:
+        raise ValueError(
+            f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
+            f"{info.state['config']['freeze_schedule']!r}, this run has {cfg.freeze.freeze_schedule!r}"
+        )
 
 
 def find_branch_point(
@@ -125,6 +125,25 @@ def find_branch_point(
     check_resumable(info, cfg, world_size, flag=START_FROM)
     log(f"branching from {info.path} (step {info.step}) into {run.path}")
     return info
+
+
+def check_start(
+    start: StartPoint, cfg: TrainConfig, config: Mapping[str, Any], tables: Sequence[TableSpec], steps_per_epoch: int
+) -> List[str]:
+    """Refuse a checkpoint whose shapes differ from this run's, or (a branch) whose training up to it would not
+    have been the parent's; list the other changed settings, for the log.
+
+    Args:
+        start: where the run starts.
+        cfg: the run's validated config.
+        config: its record (``TrainSpec.config_record``), as checkpoints save it.
+        tables: the run's embedding tables.
+        steps_per_epoch: optimizer steps per epoch.
+    """
+    changes = check_compatible(start.checkpoint, config, tables, flag=start.flag)
+    if start.is_branch:
+        check_branch(start.checkpoint, cfg, steps_per_epoch, [t.name for t in tables])
+    return changes
 
 
 def check_branch(info: CheckpointInfo, cfg: TrainConfig, steps_per_epoch: int, tables: Sequence[str]) -> None:
@@ -166,8 +185,10 @@ def check_branch(info: CheckpointInfo, cfg: TrainConfig, steps_per_epoch: int, t
     if parent["freeze_schedule"].strip() == AUTO or cfg.freeze.is_auto:
         raise ValueError(f"{where}: --freeze_schedule auto decides from its own history and cannot branch")
     done = info.parts["progress"]
-    ours = _resolved(cfg.freeze.freeze_schedule, cfg.epochs, steps_per_epoch)
-    theirs = _resolved(parent["freeze_schedule"], parent["epochs"], steps_per_epoch)
+    assert cfg.freeze.schedule is not None, "check_branch reads the validated config's parsed schedule"
+    ours = cfg.freeze.schedule.resolve(steps_per_epoch, cfg.epochs)
+    # The parent's schedule comes as text in its checkpoint's config record.
+    theirs = FreezeSchedule.parse(parent["freeze_schedule"]).resolve(steps_per_epoch, parent["epochs"])
     for group in sorted(set(ours.windows) | set(theirs.windows)):
         for step in range(info.step):
             a, b = _trains(theirs, group, step), _trains(ours, group, step)
@@ -190,60 +211,34 @@ def check_branch(info: CheckpointInfo, cfg: TrainConfig, steps_per_epoch: int, t
             )
 
 
-def _resolved(text: str, epochs: int, steps_per_epoch: int) -> ResolvedSchedule:
-    return FreezeSchedule.parse(text).resolve(steps_per_epoch, epochs)
-
-
 def _trains(schedule: ResolvedSchedule, group: str, step: int) -> bool:
     return schedule.trains(group, step) if group in schedule.windows else True
 
 
-def start_branch(trainer: BuiltRun, info: CheckpointInfo, changes: List[str]) -> None:
-    """Load the parent's state (all but the schedule and the summary) into a built trainer.
+def record_start(start: StartPoint, progress: TrainProgress, logger: MetricsLogger) -> None:
+    """Record in the summary where the loaded run continues from: a resume appends to ``resumed_from`` (one entry
+    per launch); a branch records ``started_from`` (with its parent's wall time), starts its summary with the
+    parent's evaluations up to the checkpoint and counts its own wall time from zero.
 
-    Collective. The freeze schedule moves to the checkpoint's step under this run's own
-    schedule; the summary starts with the parent's evaluations up to that step.
+    Args:
+        start: the checkpoint just restored.
+        progress: the restored position.
+        logger: the run's summary (a branch's holds nothing of the parent's: its part was not loaded).
     """
-    check_branch(info, trainer.cfg, trainer.steps_per_epoch, [t.name for t in trainer.data.tables])
-    changes = changes + check_sharding(info, table_sharding(trainer.model.plan), flag=START_FROM)
-    parts = {name: part for name, part in trainer.checkpointed.items() if name not in OWN_PARTS}
-    # The parts (the freeze schedule among them) move to the checkpoint's step in after_load.
-    Checkpointer(trainer.run.checkpoints, trainer.model, trainer.optimizer, parts).load(info)
-    parent_wall_time = trainer.progress.wall_time_s
-    trainer.progress.wall_time_s = 0.0  # this run's cost is its own training
-    evaluations = [e for e in info.parts["metrics"].get("evaluations", []) if e["step"] <= info.step]
-    trainer.logger.restore({"evaluations": evaluations})
-    branch = {"path": info.path, "step": info.step, "epoch": trainer.progress.epoch, "batch": trainer.progress.batch_in_epoch}
-    trainer.logger.record("started_from", branch | {"parent_wall_time_s": parent_wall_time})
-    trainer.after_load(info.path)
-    trainer.logger.info(
-        f"started from {info.path} at {trainer.progress} with --freeze_schedule {trainer.cfg.freeze.freeze_schedule!r}; "
-        f"training to epoch {trainer.cfg.epochs}" + "".join(f"\n  changed since the checkpoint: {c}" for c in changes)
-    )
+    info = start.checkpoint
+    where = {"path": info.path, "step": info.step, "epoch": progress.epoch, "batch": progress.batch_in_epoch}
+    if not start.is_branch:
+        logger.record("resumed_from", logger.summary.get("resumed_from", []) + [where])
+        return
+    parent_wall_time, progress.wall_time_s = progress.wall_time_s, 0.0  # this run's cost is its own training
+    logger.restore({"evaluations": [e for e in info.parts["metrics"].get("evaluations", []) if e["step"] <= info.step]})
+    logger.record("started_from", where | {"parent_wall_time_s": parent_wall_time})
 
 
-def resume_run(trainer: BuiltRun, info: CheckpointInfo, changes: List[str]) -> None:
-    """Load ``info``'s state into the built trainer's parts; training continues at its data position."""
-    saved_freeze = info.parts.get("freeze")
-    # Compared in normalised form ("delayed" == its expansion, "auto"); None: every group trains.
-    saved_schedule = saved_freeze["schedule"] if saved_freeze is not None else None
-    freeze = trainer.checkpointed.get("freeze")
-    if saved_schedule != (freeze.source.describe() if freeze is not None else None):
-        raise ValueError(
-            f"--resume {info.path!r}: the checkpoint was trained with --freeze_schedule "
-            f"{info.state['config']['freeze_schedule']!r}, this run has {trainer.cfg.freeze.freeze_schedule!r}"
-        )
-    changes = changes + check_sharding(info, table_sharding(trainer.model.plan))
-    trainer.checkpointer.load(info)
-    trainer.after_load(info.path)  # the parts continue at the loaded step (the auto schedule checks its best)
-    progress = trainer.progress
-    resumed = {"path": info.path, "step": trainer.step, "epoch": progress.epoch, "batch": progress.batch_in_epoch}
-    trainer.logger.record("resumed_from", trainer.logger.summary.get("resumed_from", []) + [resumed])
-    if info.state["world_size"] != trainer.env.world_size:
-        resharded = f"world size {info.state['world_size']} -> {trainer.env.world_size} (tables and optimizer state resharded)"
-        changes = changes + [resharded]
-    trainer.logger.info(
-        f"resumed from {info.path} at {trainer.progress}; training to epoch {trainer.cfg.epochs}"
-        + "".join(f"\n  changed since the checkpoint: {change}" for change in changes)
-    )
-
+def start_message(start: StartPoint, progress: TrainProgress, cfg: TrainConfig, changes: Sequence[str]) -> str:
+    """The console line of a resume or a branch: where, with what schedule, to which epoch, and what changed."""
+    if start.is_branch:
+        how = f"started from {start.checkpoint.path} at {progress} with --freeze_schedule {cfg.freeze.freeze_schedule!r}"
+    else:
+        how = f"resumed from {start.checkpoint.path} at {progress}"
+    return f"{how}; training to epoch {cfg.epochs}" + "".join(f"\n  changed since the checkpoint: {c}" for c in changes)

@@ -17,17 +17,17 @@ from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.models.dlrm import ModelOutput
 from dlrm_multiepoch.part import TrainPart, TrainParts
+from dlrm_multiepoch.run_files import DATA_ERROR_MARK
 from dlrm_multiepoch.train.build import build_loaders, build_nonfinite, build_pipeline, build_remedies
 from dlrm_multiepoch.train.build import build_schedule, build_sharded_model, build_validator
 from dlrm_multiepoch.train.build import describe_run, prepare_data
-from dlrm_multiepoch.run_files import DATA_ERROR_MARK
-from dlrm_multiepoch.train.checkpoint import Checkpointer, check_compatible, table_sharding
+from dlrm_multiepoch.train.checkpoint import Checkpointer, StartPoint, table_sharding
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger, train_scalars
 from dlrm_multiepoch.train.progress import TrainProgress
 from dlrm_multiepoch.train.run_folder import RunFolder
 from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
-from dlrm_multiepoch.train.start_point import open_checked_run, resume_run, start_branch
+from dlrm_multiepoch.train.start_point import check_start, open_checked_run, record_start, start_message
 from dlrm_multiepoch.train.validator import Validator
 
 
@@ -57,7 +57,8 @@ class Trainer:
     logging) and a :class:`~dlrm_multiepoch.train.validator.Validator` at fixed points;
     every part has a do-nothing default, so the loop never asks which parts a run has.
     ``progress`` is the one step count, handed to the parts. The :class:`Checkpointer`
-    saves and restores the model, the optimizer and every ``Stateful`` in ``checkpointed``.
+    saves and restores the model, the optimizer and every ``Stateful`` in ``checkpointed``; a resumed or
+    branched run (``start``) is one :meth:`Checkpointer.restore` of its start point.
 
     Args:
         cfg: the run's config.
@@ -86,13 +87,14 @@ class Trainer:
     progress: TrainProgress
     checkpointed: Dict[str, Stateful]
     checkpointer: Checkpointer
+    start: Optional[StartPoint]  # the checkpoint resumed (--resume) or branched from (--start_from); None: fresh
 
     def __init__(
         self, cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData] = None, spec: TrainSpec = TRAIN
     ) -> None:
         self.cfg, self.env, self.spec = cfg, env, spec
         log = print if env.is_main else lambda _: None
-        self.run, self.resume_from, self.start_from = open_checked_run(cfg, env.world_size, spec, log)
+        self.run, self.start = open_checked_run(cfg, env.world_size, spec, log)
         torch.manual_seed(cfg.seed)
         try:
             self.data, train_split = prepare_data(cfg, env, data, spec)
@@ -100,16 +102,15 @@ class Trainer:
             if env.is_main:
                 print(f"{DATA_ERROR_MARK} {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             raise
-        loaded = self.start_from or self.resume_from
-        flag = {"flag": "--start_from"} if self.start_from is not None else {}
-        changes = check_compatible(loaded, spec.config_record(cfg), self.data.tables, **flag) if loaded else []
         self.train_loader, self.eval_loaders = build_loaders(cfg, self.data, env, train_split, spec)
         self.steps_per_epoch = min(len(self.train_loader), cfg.loader.limit_train_batches or len(self.train_loader))
+        start, spe = self.start, self.steps_per_epoch
+        changes = check_start(start, cfg, spec.config_record(cfg), self.data.tables, spe) if start is not None else []
         self._pause_step = pause_step(cfg.checkpoint.stop_at_epoch, self.steps_per_epoch)  # 0: no pause
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         self.logger = MetricsLogger(self.run.path, enabled=env.is_main, purge_step=self.run.purge_step)
-        model, optimizer, base_lrs = build_sharded_model(cfg, self.data, env, loaded is None, self.logger.info, spec)
-        self.model, self.optimizer, self.progress, spe = model, optimizer, TrainProgress(), self.steps_per_epoch
+        model, optimizer, base_lrs = build_sharded_model(cfg, self.data, env, start is None, self.logger.info, spec)
+        self.model, self.optimizer, self.progress = model, optimizer, TrainProgress()
         self.freeze, decisions = build_schedule(cfg, model, optimizer, spe, self.data, self.run.checkpoints, self.logger)
         remedies, driven = build_remedies(cfg, self.data, model, optimizer, spe, env.rank, base_lrs, self.logger.info)
         frozen, step_count = self.freeze.frozen_tables, lambda: self.progress.step  # type: ignore[attr-defined]
@@ -126,10 +127,8 @@ class Trainer:
         self._wall_time_before = 0.0  # of the launches this one resumes
         self._train_start = time.perf_counter()
         describe_run(cfg, env, self.data, model, len(self.train_loader), self.run.job_id, self.logger, self.parts, spec)
-        if self.resume_from is not None:
-            resume_run(self, self.resume_from, changes)
-        elif self.start_from is not None:
-            start_branch(self, self.start_from, changes)
+        if start is not None:
+            self._restore(start, changes)
 
     @property
     def step(self) -> int:
@@ -268,8 +267,12 @@ class Trainer:
         self.logger.info(f"saved checkpoint {path} ({self.progress}) in {time.perf_counter() - start:.1f}s")
         return path
 
-    def after_load(self, checkpoint: str) -> None:
-        """Continue from the loaded progress (a resume's or a branch's): wall time, and every part at its step."""
-        self.last_checkpoint = checkpoint
+    def _restore(self, start: StartPoint, changes: List[str]) -> None:
+        """Continue from ``start`` (a resume or a branch): the checkpointer restores it, the summary records it,
+        and every part continues at the loaded step (the automatic schedule checks its best checkpoint)."""
+        changes = changes + self.checkpointer.restore(start)
+        record_start(start, self.progress, self.logger)
+        self.last_checkpoint = start.checkpoint.path
         self._wall_time_before = self.progress.wall_time_s
         self.parts.after_load(self.progress)
+        self.logger.info(start_message(start, self.progress, self.cfg, changes))

@@ -26,6 +26,11 @@ Example::
     if info is not None:
         ckpt.load(info)
     ckpt.save(step=240, state={"config": cfg.to_dict()})
+
+A run that continues from a checkpoint, its own (``--resume``) or another run's
+(``--start_from``, less the parts it keeps its own of), does so in one
+``Checkpointer.restore(StartPoint)``, as torchtitan's ``CheckpointManager.load`` does
+with ``initial_load_path`` and ``exclude_from_loading``.
 """
 
 from dlrm_multiepoch.run_files import (
@@ -37,7 +42,7 @@ from dlrm_multiepoch.run_files import (
     complete_checkpoints,
     saved_work,
 )
-from dlrm_multiepoch.train.checkpoint.checkpointer import Checkpointer
+from dlrm_multiepoch.train.checkpoint.checkpointer import RESUME, START_FROM, Checkpointer, StartPoint
 from dlrm_multiepoch.train.checkpoint.compat import SHAPE_FIELDS, check_compatible, check_sharding, table_sharding
 from dlrm_multiepoch.train.checkpoint.find import find_checkpoint, refuse_fresh_start, verify_checkpoint
 from dlrm_multiepoch.train.checkpoint.load import init_optimizer_state, load_checkpoint
@@ -45,8 +50,11 @@ from dlrm_multiepoch.train.checkpoint.save import protect, prune, save_checkpoin
 
 __all__ = [
     "CHECKPOINTS_DIR",
+    "RESUME",
     "SHAPE_FIELDS",
+    "START_FROM",
     "STATE_FILE",
+    "StartPoint",
     "CheckpointError",
     "CheckpointInfo",
     "Checkpointer",

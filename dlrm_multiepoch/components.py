@@ -9,8 +9,9 @@ This module is the single definition of the components. It is reachable two ways
 - by file, through the symlink ``components/dlrm.py`` that points here:
   ``torchx run -s local_cwd components/dlrm.py:train --epochs 3``.
 
-The training app's flags offered as typed parameters are named here and built from
-``TrainConfig`` (type, help, default) by :func:`add_config_params`; every other app
+The training app's flags offered as typed parameters are those whose config field has the
+component's role (``config_section.ROLES``), built from ``TrainConfig`` (type, help, default) by
+:func:`add_config_params`; every other app
 flag passes through after ``--``. The job parameters (``j``, ``cpu``, ``env``, ...) are
 built from :class:`~dlrm_multiepoch.launch_options.LaunchOptions` by
 :func:`add_launch_params`, the sweep and search commands' launch flags too. TorchX reads a component's signature and docstring
@@ -26,19 +27,14 @@ import torchx.components.dist as dist
 from torchx import specs
 
 from dlrm_multiepoch.component_params import add_config_params, add_launch_params, config_flags, take_launch_options
+from dlrm_multiepoch.config_section import PREPROCESS_COMPONENT, RUNS_COMPONENT, TRAIN_COMPONENT
 from dlrm_multiepoch.launch_options import LaunchOptions, split_at_dashes
+from dlrm_multiepoch.train.config import flags_with
 
-# Training-app flags offered as typed parameters (from TrainConfig); the rest go after "--".
-TRAIN_PARAMS = (
-    "dataset", "data_path", "max_rows", "history_length", "model", "embedding_dim", "dense_arch_layer_sizes",
-    "over_arch_layer_sizes", "learning_rate", "embedding_learning_rate", "epochs", "batch_size", "seed",
-    "freeze_schedule", "pipeline", "pretrained_tables", "tensorboard_dir", "run_name", "resume",
-)  # fmt: skip
-# Flags common to every run of a sweep (the sweep sets epochs, seed, run folder and strategy flags).
-SWEEP_PARAMS = (
-    "dataset", "data_path", "max_rows", "history_length", "model", "embedding_dim", "learning_rate",
-    "embedding_learning_rate", "batch_size", "pipeline", "pretrained_tables",
-)  # fmt: skip
+# Training-app flags offered as typed parameters (their fields' roles); the rest go after "--".
+TRAIN_PARAMS = flags_with(TRAIN_COMPONENT)
+# Flags common to every run of a sweep or search (the sweep sets epochs, seed, run folder and strategy flags).
+SWEEP_PARAMS = flags_with(RUNS_COMPONENT)
 # Launch settings (from LaunchOptions): a training job's, and those a sweep or search job passes to its runs.
 JOB_LAUNCH = ("m", "script", "j", "cpu", "gpu", "memMB", "h", "image", "env", "max_retries", "mounts")
 RUNS_LAUNCH = ("scheduler", "scheduler_args", *JOB_LAUNCH)
@@ -189,10 +185,7 @@ add_config_params(search, SWEEP_PARAMS)
 
 
 # Data flags offered as typed parameters of the preprocessing job; the rest go after "--".
-PREPROCESS_PARAMS = (
-    "dataset", "data_path", "criteo_hash_size", "max_rows", "min_count", "test_fraction", "val_fraction",
-    "preprocess_workers", "preprocess_chunk_mb",
-)  # fmt: skip
+PREPROCESS_PARAMS = flags_with(PREPROCESS_COMPONENT)
 
 
 def preprocess(

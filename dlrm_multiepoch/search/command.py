@@ -26,6 +26,7 @@ import io
 import sys
 from typing import TYPE_CHECKING, List, Optional
 
+from dlrm_multiepoch.config_section import SEARCH_SETS
 from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.search.candidates import candidate_tree, select
 from dlrm_multiepoch.search.checks import check_search
@@ -36,7 +37,7 @@ from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
 from dlrm_multiepoch.sweep.strategies import flag_names
-from dlrm_multiepoch.train.config import TrainConfig, parse_config
+from dlrm_multiepoch.train.config import TrainConfig, flags_with, parse_config
 
 if TYPE_CHECKING:
     from torchx.runner import Runner
@@ -44,10 +45,7 @@ if TYPE_CHECKING:
     from dlrm_multiepoch.search.driver import ScheduleSearch
 
 # App flags the search sets per branch: its schedule, its launch horizon and checkpoints.
-BRANCH_FLAGS = (
-    "freeze_schedule", "reinit", "start_from", "stop_at_epoch", "keep_checkpoints", "checkpoint",
-    "checkpoint_every_n_steps",
-)  # fmt: skip
+BRANCH_FLAGS = flags_with(SEARCH_SETS)
 
 
 def build_parser() -> argparse.ArgumentParser:

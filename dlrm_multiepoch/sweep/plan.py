@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.config_section import SWEEP_SETS
+from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.run_files import (
     checkpoints_dir,
     complete_checkpoints,
-    live_holder,
     read_summary,
     run_folder_name,
     state_path,

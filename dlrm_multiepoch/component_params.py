@@ -1,13 +1,16 @@
 """TorchX component parameters taken from the dataclasses that define them: the training
-app's config (:class:`TrainConfig`) and the launch settings (:class:`LaunchOptions`).
+app's config (:class:`TrainConfig`), the launch settings (:class:`LaunchOptions`) and the
+sweep's and search's own options (:mod:`~dlrm_multiepoch.command_options`).
 
-A component in ``dlrm_multiepoch/components.py`` names the config fields it offers
+A component in ``dlrm_multiepoch/components.py`` offers the config fields with its role
 (:func:`add_config_params`: ``Optional[type]``, default None, so the app's defaults
-apply) and the launch settings it takes (:func:`add_launch_params`: the setting's type
-and default), so nothing is restated by hand. TorchX builds a component's command line
+apply), the launch settings it takes (:func:`add_launch_params`: the setting's type
+and default) and its command's own options (:func:`add_option_params`: their type and
+default), so nothing is restated by hand. TorchX builds a component's command line
 from ``inspect.signature`` and its help from the docstring, both of which these set; its
 linter reads the defining file's source, where the function takes the values as
-``**params``; :func:`take_launch_options` and :func:`config_flags` split them again.
+``**params``; :func:`take_options`, :func:`take_launch_options` and :func:`config_flags`
+split them again.
 
 Example::
 
@@ -22,13 +25,47 @@ Example::
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
+from dlrm_multiepoch.command_options import ExperimentOptions, option_fields, option_help
 from dlrm_multiepoch.launch_options import LaunchOptions, launch_fields
 from dlrm_multiepoch.train.config import config_fields
 
 _PARAMS_ATTR = "__config_params__"
 _LAUNCH_ATTR = "__launch_params__"
+_OPTIONS_ATTR = "__command_options__"
+
+
+def add_option_params(fn: Callable[..., Any], cls: Type[ExperimentOptions]) -> None:
+    """Give component ``fn`` the options of ``cls`` its component offers, right after its ``*args`` (their type and
+    default; a positional option is a required keyword), and their help right after the ``*args`` entry of its
+    docstring's ``Args:``. Call first: the launch and config parameters come after ``fn``'s own."""
+    added, lines = [], []
+    for f in option_fields(cls, component=True):
+        default = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        added.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=f.type))
+        lines.append(f"    {f.name}: {option_help(cls, f)}")
+    _add_parameters(fn, added, lines, first=True)
+    setattr(fn, _OPTIONS_ATTR, cls)
+
+
+def take_options(fn: Callable[..., Any], params: Dict[str, Any]) -> ExperimentOptions:
+    """Take ``fn``'s command options out of ``params`` as checked options (:func:`add_option_params`' class).
+
+    Raises:
+        ValueError: naming the option (``--seeds``, ``--eta``, ...) and what it expects.
+        TypeError: a value of another type (``epochs="3"`` from Python; TorchX's CLI hands over typed values).
+    """
+    cls: Type[ExperimentOptions] = getattr(fn, _OPTIONS_ATTR)
+    values = {f.name: params.pop(f.name) for f in option_fields(cls, component=True) if f.name in params}
+    for f in option_fields(cls, component=True):
+        value = values.get(f.name, f.default)
+        numeric = f.type is float and isinstance(value, int)
+        if not isinstance(value, f.type) and not numeric or isinstance(value, bool):
+            raise TypeError(f"--{f.name} must be {f.type.__name__}, got {value!r}")
+    options = cls(**values)
+    options.check()
+    return options
 
 
 def add_config_params(fn: Callable[..., Any], names: Sequence[str]) -> None:
@@ -80,16 +117,24 @@ def add_launch_params(
     setattr(fn, _LAUNCH_ATTR, {p.name: p.default for p in added})
 
 
-def _add_parameters(fn: Callable[..., Any], added: List[inspect.Parameter], lines: List[str]) -> None:
-    """Insert ``added`` after ``fn``'s own keyword parameters (before ``**params``); append their help
-    ``lines`` to the docstring's ``Args:`` section, which must be its last."""
+def _add_parameters(fn: Callable[..., Any], added: List[inspect.Parameter], lines: List[str], first: bool = False) -> None:
+    """Insert ``added`` after ``fn``'s own keyword parameters (before ``**params``), or with ``first`` right after
+    its ``*args``; put their help ``lines`` at the end of the docstring's ``Args:`` section, which must be its
+    last, or with ``first`` right after its first entry (the ``*args``')."""
     signature = inspect.signature(fn)
     own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     clash = [p.name for p in own if p.name in {a.name for a in added}]
     if clash:
         raise ValueError(f"{fn.__name__}: parameters {clash} are given twice")
-    fn.__signature__ = signature.replace(parameters=own + added)  # type: ignore[attr-defined]
-    fn.__doc__ = inspect.cleandoc(fn.__doc__ or "") + "\n" + "\n".join(lines) + "\n"
+    at = sum(p.kind is inspect.Parameter.VAR_POSITIONAL for p in own) if first else len(own)
+    fn.__signature__ = signature.replace(parameters=own[:at] + added + own[at:])  # type: ignore[attr-defined]
+    doc = inspect.cleandoc(fn.__doc__ or "").split("\n")
+    at = len(doc)
+    if first:  # after the first entry of Args: and its continuation lines (indented deeper)
+        at = doc.index("Args:") + 2
+        while at < len(doc) and doc[at].startswith("        "):
+            at += 1
+    fn.__doc__ = "\n".join(doc[:at] + lines + doc[at:]) + "\n"
 
 
 def take_launch_options(fn: Callable[..., Any], params: Dict[str, Any]) -> LaunchOptions:

@@ -9,11 +9,15 @@ This module is the single definition of the components. It is reachable two ways
 - by file, through the symlink ``components/dlrm.py`` that points here:
   ``torchx run -s local_cwd components/dlrm.py:train --epochs 3``.
 
-The training app's flags offered as typed parameters are named here and built from
-``TrainConfig`` (type, help, default) by :func:`add_config_params`; every other app
+The training app's flags offered as typed parameters are those whose config field has the
+component's role (``config_section.ROLES``), built from ``TrainConfig`` (type, help, default) by
+:func:`add_config_params`; every other app
 flag passes through after ``--``. The job parameters (``j``, ``cpu``, ``env``, ...) are
 built from :class:`~dlrm_multiepoch.launch_options.LaunchOptions` by
-:func:`add_launch_params`, the sweep and search commands' launch flags too. TorchX reads a component's signature and docstring
+:func:`add_launch_params`, the sweep and search commands' launch flags too; the sweep's and
+search's own parameters (``experiment_dir``, ``epochs``, ``seeds``, ...) from their commands'
+:class:`~dlrm_multiepoch.command_options.SweepOptions` and ``SearchOptions`` by
+:func:`add_option_params`. TorchX reads a component's signature and docstring
 to build its command line, and lints the source file that defines it (every
 parameter typed, ``AppDef`` returned), so the definition must live in one real file
 that both forms can parse: hence the symlink rather than a re-export. TorchX also
@@ -25,20 +29,23 @@ from typing import List
 import torchx.components.dist as dist
 from torchx import specs
 
-from dlrm_multiepoch.component_params import add_config_params, add_launch_params, config_flags, take_launch_options
+from dlrm_multiepoch.command_options import SearchOptions, SweepOptions, command_args
+from dlrm_multiepoch.component_params import (
+    add_config_params,
+    add_launch_params,
+    add_option_params,
+    config_flags,
+    take_launch_options,
+    take_options,
+)
+from dlrm_multiepoch.config_section import PREPROCESS_COMPONENT, RUNS_COMPONENT, TRAIN_COMPONENT
 from dlrm_multiepoch.launch_options import LaunchOptions, split_at_dashes
+from dlrm_multiepoch.train.config import flags_with
 
-# Training-app flags offered as typed parameters (from TrainConfig); the rest go after "--".
-TRAIN_PARAMS = (
-    "dataset", "data_path", "max_rows", "history_length", "model", "embedding_dim", "dense_arch_layer_sizes",
-    "over_arch_layer_sizes", "learning_rate", "embedding_learning_rate", "epochs", "batch_size", "seed",
-    "freeze_schedule", "pipeline", "pretrained_tables", "tensorboard_dir", "run_name", "resume",
-)  # fmt: skip
-# Flags common to every run of a sweep (the sweep sets epochs, seed, run folder and strategy flags).
-SWEEP_PARAMS = (
-    "dataset", "data_path", "max_rows", "history_length", "model", "embedding_dim", "learning_rate",
-    "embedding_learning_rate", "batch_size", "pipeline", "pretrained_tables",
-)  # fmt: skip
+# Training-app flags offered as typed parameters (their fields' roles); the rest go after "--".
+TRAIN_PARAMS = flags_with(TRAIN_COMPONENT)
+# Flags common to every run of a sweep or search (the sweep sets epochs, seed, run folder and strategy flags).
+SWEEP_PARAMS = flags_with(RUNS_COMPONENT)
 # Launch settings (from LaunchOptions): a training job's, and those a sweep or search job passes to its runs.
 JOB_LAUNCH = ("m", "script", "j", "cpu", "gpu", "memMB", "h", "image", "env", "max_retries", "mounts")
 RUNS_LAUNCH = ("scheduler", "scheduler_args", *JOB_LAUNCH)
@@ -97,10 +104,6 @@ add_config_params(train, TRAIN_PARAMS)
 
 def sweep(
     *sweep_args: str,
-    experiment_dir: str,
-    epochs: int = 3,
-    seeds: str = "0",
-    windows: str = "",
     name: str = "dlrm_multiepoch/sweep",
     **params: object,
 ) -> specs.AppDef:
@@ -123,31 +126,22 @@ def sweep(
     Args:
         sweep_args: strategies (presets, see ``dlrm-multiepoch sweep --list``, or NAME=FLAGS), then ``--``
             and training-app flags common to every run
-        experiment_dir: folder holding one run folder per strategy and seed
-        epochs: epoch budget of each strategy (presets may differ: joint-1ep runs 1, joint the budget + 1)
-        seeds: comma-separated seeds; each strategy runs once per seed
-        windows: update-window sweep: comma-separated epochs at which the tables start training, e.g. 0,0.5,1,1.5
         name: job name, {experimentname}/{runname}
     """
+    own = take_options(sweep, params)
     options = take_launch_options(sweep, params)
     strategies, common = split_at_dashes(sweep_args)
-    own = ["--epochs", str(epochs), "--seeds", seeds, *(["--windows", windows] if windows else [])]
-    args = ["sweep", experiment_dir, *own, *options.to_flags(), *strategies, "--", *config_flags(sweep, params, common), *common]
+    args = ["sweep", *command_args(own), *options.to_flags(), *strategies, "--", *config_flags(sweep, params, common), *common]
     return _cli_job("sweep", args, name, options)
 
 
+add_option_params(sweep, SweepOptions)
 add_launch_params(sweep, RUNS_LAUNCH, unit="run")
 add_config_params(sweep, SWEEP_PARAMS)
 
 
 def search(
     *app_args: str,
-    experiment_dir: str,
-    epochs: int = 3,
-    seeds: str = "0",
-    eta: int = 3,
-    rung_fraction: float = 0.3,
-    candidates: str = "",
     name: str = "dlrm_multiepoch/search",
     **params: object,
 ) -> specs.AppDef:
@@ -168,31 +162,21 @@ def search(
 
     Args:
         app_args: training-app flags common to every branch
-        experiment_dir: folder holding one run folder per branch, search.json and sweep.json
-        epochs: epoch budget E of every schedule (joint: E + 1)
-        seeds: comma-separated seeds; one independent search per seed
-        eta: successive halving: the top 1/eta of the judged branches go on at each rung
-        rung_fraction: a branch is first judged (against branches with tables as young) this fraction of an
-            epoch after its tables start; 1: after a whole epoch, with every branch
-        candidates: comma-separated subset of the candidates (default: all; a branch needs its parent)
         name: job name, {experimentname}/{runname}
     """
+    own = take_options(search, params)
     options = take_launch_options(search, params)
-    own = ["--epochs", str(epochs), "--seeds", seeds, "--eta", str(eta), "--rung_fraction", f"{rung_fraction:g}"]
-    own += ["--candidates", candidates] if candidates else []
-    args = ["search", experiment_dir, *own, *options.to_flags(), "--", *config_flags(search, params, app_args), *app_args]
+    args = ["search", *command_args(own), *options.to_flags(), "--", *config_flags(search, params, app_args), *app_args]
     return _cli_job("search", args, name, options)
 
 
+add_option_params(search, SearchOptions)
 add_launch_params(search, RUNS_LAUNCH, unit="branch")
 add_config_params(search, SWEEP_PARAMS)
 
 
 # Data flags offered as typed parameters of the preprocessing job; the rest go after "--".
-PREPROCESS_PARAMS = (
-    "dataset", "data_path", "criteo_hash_size", "max_rows", "min_count", "test_fraction", "val_fraction",
-    "preprocess_workers", "preprocess_chunk_mb",
-)  # fmt: skip
+PREPROCESS_PARAMS = flags_with(PREPROCESS_COMPONENT)
 
 
 def preprocess(

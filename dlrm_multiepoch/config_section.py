@@ -9,6 +9,13 @@ leave them out, so run records hold the flags' text exactly as given. A builder 
 may receive a section nobody validated (built directly, or copied by
 ``dataclasses.replace``, which resets parsed fields) reads it through :func:`validated`.
 
+A flag's **roles** beyond parsing (which TorchX components offer it, whether the sweep or
+a search sets it, whether it places a run, whether a branch or pre-training may differ
+in it...) are ``metadata["roles"]`` of its field, names from :data:`ROLES`; a role on a
+section's field in ``TrainConfig`` covers every flag of the section. The lists each
+module reads (``components.TRAIN_PARAMS``, ``start_point.SUFFIX_FIELDS``, ...) are derived
+from them (:func:`~dlrm_multiepoch.train.config.flags_with`), so a new flag is one field.
+
 Example::
 
     @dataclass
@@ -17,14 +24,55 @@ Example::
         sharding_type_list: Tuple[str, ...] = parsed()   # filled by validate()
 
     flag_values(PipelineConfig())   # {"sharding_types": "table_wise"}
+
+    # a flag a rerun may change, and compare groups runs across (MetricsConfig's):
+    progress_bar: bool = field(default=True, metadata={"help": "...", "roles": (PLACES, SUFFIX, BOOKKEEPING)})
 """
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, TypeVar, get_type_hints
+from typing import Any, Dict, FrozenSet, List, Optional, Sequence, TypeVar, get_type_hints
 
 _PARSED = "parsed"
 S = TypeVar("S")
+
+# A flag's roles (``metadata["roles"]``), each with what it means and the list derived from it.
+TRAIN_COMPONENT = "train_component"
+RUNS_COMPONENT = "runs_component"
+PREPROCESS_COMPONENT = "preprocess_component"
+SWEEP_SETS = "sweep_sets"
+PLACES = "places"
+SEARCH_SETS = "search_sets"
+SEARCH_LAUNCH = "search_launch"
+SUFFIX = "suffix"
+NOT_PRETRAINED = "not_pretrained"
+SHAPES = "shapes"
+STARTS = "starts"
+BOOKKEEPING = "bookkeeping"
+ROLES: Dict[str, str] = {
+    TRAIN_COMPONENT: "a typed parameter of the TorchX component dlrm_multiepoch.train, any other flag going after "
+    "-- (components.py TRAIN_PARAMS)",
+    RUNS_COMPONENT: "a typed parameter of the components dlrm_multiepoch.sweep and .search: common to every run "
+    "(components.py SWEEP_PARAMS)",
+    PREPROCESS_COMPONENT: "a typed parameter of the component dlrm_multiepoch.preprocess (components.py "
+    "PREPROCESS_PARAMS)",
+    SWEEP_SETS: "the sweep sets it for every run, so the common flags may not (sweep/plan.py SWEEP_FLAGS)",
+    PLACES: "where a run writes, what it shows, how a launch starts or pauses: not what the run is, so a rerun "
+    "of a sweep or search may change it (sweep/manifest.py PLACE_FLAGS)",
+    SEARCH_SETS: "a search sets it for each branch (its schedule, its checkpoints), so the common flags may not "
+    "(search/command.py BRANCH_FLAGS)",
+    SEARCH_LAUNCH: "a search sets it for each launch of a branch (where it pauses, what it keeps, where it "
+    "starts), so a branch's run folder may record another value (search/checks.py LAUNCH_FLAGS)",
+    SUFFIX: "a branch (--start_from) may set it otherwise than its parent: its schedule suffix, folder, launch, "
+    "evaluation, logging, checkpoints (train/start_point.py SUFFIX_FIELDS)",
+    NOT_PRETRAINED: "pre-training does not apply it, and says so when it is set (train/pretrain.py NOT_APPLIED)",
+    SHAPES: "it changes parameter or optimizer-state shapes: a checkpoint loads only into a run with its value "
+    "(train/checkpoint/compat.py SHAPE_FIELDS)",
+    STARTS: "how this launch starts or pauses: a resume does not list it among the changed settings "
+    "(train/checkpoint/compat.py START_FIELDS)",
+    BOOKKEEPING: "it names, places or logs a run, or picks its seed: compare puts runs that differ only in it "
+    "together (report/groups.py BOOKKEEPING)",
+}
 
 
 def parsed() -> Any:
@@ -42,6 +90,19 @@ def flag_name(f: dataclasses.Field) -> str:
     return f.metadata.get("flag", f.name)
 
 
+def roles_of(f: dataclasses.Field) -> FrozenSet[str]:
+    """The roles ``metadata["roles"]`` gives field ``f`` (a flag, or a section's field in ``TrainConfig``).
+
+    Raises:
+        ValueError: a role that is not in :data:`ROLES` (a typo would silently leave a list).
+    """
+    roles = frozenset(f.metadata.get("roles", ()))
+    unknown = sorted(roles - set(ROLES))
+    if unknown:
+        raise ValueError(f"field {f.name!r}: unknown roles {unknown}; the roles are {', '.join(ROLES)}")
+    return roles
+
+
 def flag_values(section: Any) -> Dict[str, Any]:
     """``{flag: value}`` of a section instance, parsed fields left out."""
     return {flag_name(f): getattr(section, f.name) for f in flag_fields(section)}
@@ -49,12 +110,14 @@ def flag_values(section: Any) -> Dict[str, Any]:
 
 @dataclass(frozen=True)
 class ConfigField:
-    """One flag: its name, type, default, help, and where it lives (its section's class, its dotted path).
+    """One flag: its name, type, default, help, where it lives (its section's class, its dotted path) and its
+    roles (its field's, and its section's in ``TrainConfig``).
 
     Example::
 
         config_fields()["batch_size"]   # ConfigField(name='batch_size', kind=int, default=1024, help=...,
-                                        #             section='LoaderConfig', path='loader.batch_size')
+                                        #             section='LoaderConfig', path='loader.batch_size',
+                                        #             roles=frozenset({'train_component', 'runs_component'}))
     """
 
     name: str
@@ -63,13 +126,18 @@ class ConfigField:
     help: str
     section: str
     path: str
+    roles: FrozenSet[str] = frozenset()
 
 
 def section_fields(
-    section: type, prefix: str = "", leaves: Optional[Sequence[dataclasses.Field]] = None
+    section: type,
+    prefix: str = "",
+    leaves: Optional[Sequence[dataclasses.Field]] = None,
+    roles: FrozenSet[str] = frozenset(),
 ) -> List[ConfigField]:
     """The flags of ``section`` (a dataclass; ``leaves``: some of its fields, default its flag fields),
-    as :class:`ConfigField` s whose paths start with ``prefix`` (the section's name and a dot).
+    as :class:`ConfigField` s whose paths start with ``prefix`` (the section's name and a dot), each with
+    its field's roles and ``roles`` (the section's).
 
     Example::
 
@@ -80,7 +148,8 @@ def section_fields(
     for f in flag_fields(section) if leaves is None else leaves:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         help = f.metadata.get("help", "")
-        fields.append(ConfigField(flag_name(f), _optional_base(hints[f.name]), default, help, section.__name__, prefix + f.name))
+        kind = _optional_base(hints[f.name])
+        fields.append(ConfigField(flag_name(f), kind, default, help, section.__name__, prefix + f.name, roles | roles_of(f)))
     return fields
 
 

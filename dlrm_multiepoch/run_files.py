@@ -24,11 +24,8 @@ Example::
     newest = complete_checkpoints(checkpoints_dir("runs/bx/joint-s0"))[-1]
 """
 
-import json
 import os
 import re
-import socket
-import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -49,7 +46,6 @@ OWN_FOLDERS = (COMPARE_DIR, LOGS_DIR)  # what sweep and compare write into an ex
 FORMAT_VERSION = 2  # of trainer_state.json
 # Starts the line a trainer prints when its data fail to load: every run of the same data flags would fail alike.
 DATA_ERROR_MARK = "dlrm-multiepoch: the data failed to load:"
-STALE_AFTER_S = 300.0  # a lock from another host without a heartbeat for this long is taken over
 _STEP_FOLDER = re.compile(r"^step_(\d+)$")
 BEST_FOLDER = re.compile(r"^best_step_(\d+)(\.tmp)?$")
 _RUN_NAME = re.compile(r"^(?P<strategy>.+)-s(?P<seed>-?\d+)$")
@@ -329,82 +325,3 @@ def recorded_config(run_dir: str) -> Tuple[Optional[Dict[str, Any]], str]:
     if not isinstance(config, Mapping) and newest is not None:
         config, source = newest.state.get("config"), state_path(newest.path)
     return (dict(config), source) if isinstance(config, Mapping) else (None, "")
-
-
-# -- the lock holder ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LockHolder:
-    """Who holds (or held) a run folder's lock, as its ``trainer.lock`` says.
-
-    Args:
-        job_id: the holder's elastic job id (``TORCHELASTIC_RUN_ID``), or None.
-        host: its host name.
-        pid: its process id on that host (None while it is still writing the file).
-        pid_start: the process's start time in clock ticks since boot (Linux), or None.
-        started: when it took the lock (ISO 8601, UTC).
-    """
-
-    job_id: Optional[str]
-    host: str
-    pid: Optional[int]
-    pid_start: Optional[int]
-    started: str
-
-    def describe(self) -> str:
-        """``job J, pid P on host H since T``."""
-        job = f"job {self.job_id}, " if self.job_id else ""
-        return f"{job}pid {self.pid} on host {self.host} since {self.started}"
-
-    def alive(self, heartbeat_age_s: float) -> bool:
-        """Whether the holder still runs: its PID on this host, else its heartbeat on another."""
-        if self.host != socket.gethostname() or self.pid is None:
-            return heartbeat_age_s < STALE_AFTER_S
-        start = process_start(self.pid)
-        return start is not None and (self.pid_start is None or start in (-1, self.pid_start))
-
-
-def process_start(pid: int) -> Optional[int]:
-    """The start time of process ``pid`` (clock ticks since boot), -1 when unknown, None if it does not run."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
-    except (OSError, IndexError, ValueError):
-        try:
-            os.kill(pid, 0)  # no /proc (macOS): the PID alone
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass  # runs, as another user
-        return -1
-
-
-def read_holder(run_dir: str) -> Optional[LockHolder]:
-    """The holder named in ``run_dir``'s lock file (alive or not); None when there is no lock file.
-
-    A lock file still being written (empty) names an unknown holder on this host, alive
-    while its heartbeat is fresh.
-    """
-    try:
-        with open(lock_path(run_dir)) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    try:
-        fields = json.loads(text)
-        return LockHolder(**{k: fields.get(k) for k in LockHolder.__dataclass_fields__})
-    except (ValueError, TypeError, AttributeError):
-        return LockHolder(None, "?", None, None, "?")
-
-
-def live_holder(run_dir: str) -> Optional[LockHolder]:
-    """The trainer that holds ``run_dir`` now, or None when no live trainer does."""
-    holder = read_holder(run_dir)
-    if holder is None:
-        return None
-    try:
-        age = time.time() - os.path.getmtime(lock_path(run_dir))
-    except FileNotFoundError:
-        return None  # released meanwhile
-    return holder if holder.alive(age) else None

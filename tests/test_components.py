@@ -35,12 +35,12 @@ def test_train_passes_set_parameters_as_flags_then_script_args():
         freeze_schedule="tables=frozen@[0,1) train@[1,end)",
     )  # fmt: skip
     opts, app_args = split_torchrun(_role_command(app), SCRIPT)
-    # In the order of TRAIN_PARAMS, then the pass-through flags verbatim.
+    # In the order of TRAIN_PARAMS (the training app's --help), then the pass-through flags verbatim.
     assert app_args == [
-        "--dataset=movielens",
-        "--learning_rate=0.001",
         "--epochs=3",
         "--seed=-7",
+        "--dataset=movielens",
+        "--learning_rate=0.001",
         "--freeze_schedule=tables=frozen@[0,1) train@[1,end)",
         "--pipeline_warmup_batches",
         "2",
@@ -157,7 +157,7 @@ def test_train_rejects_a_flag_set_twice(given):
 def test_train_parses_numbers_given_as_strings():
     # The torchx CLI passes Optional[int] / Optional[float] parameters as strings.
     _, app_args = split_torchrun(_role_command(components.train(epochs="3", learning_rate="1e-3")), SCRIPT)
-    assert app_args == ["--learning_rate=0.001", "--epochs=3"]
+    assert app_args == ["--epochs=3", "--learning_rate=0.001"]
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from dlrm_multiepoch.run_files import LOCK_FILE, STALE_AFTER_S, live_holder, read_holder
+from dlrm_multiepoch.lock_holder import STALE_AFTER_S, live_holder, read_holder
+from dlrm_multiepoch.run_files import LOCK_FILE
 from dlrm_multiepoch.train.lock import RunFolderBusy, RunLock
 
 HOLD = "import sys, time; from dlrm_multiepoch.train.lock import RunLock; RunLock.acquire(sys.argv[1], sys.argv[2]); print('held', flush=True); time.sleep(60)"

@@ -17,7 +17,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 
 from dlrm_multiepoch.report import compare_experiment
-from dlrm_multiepoch.run_files import live_holder
+from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.search.command import main as search_main
 from dlrm_multiepoch.search.pruning import objective
 from dlrm_multiepoch.train.trainer import pause_step

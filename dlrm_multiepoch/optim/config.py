@@ -8,7 +8,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from dlrm_multiepoch.config_section import parsed
+from dlrm_multiepoch.config_section import (
+    NOT_PRETRAINED,
+    RUNS_COMPONENT,
+    SEARCH_SETS,
+    SHAPES,
+    SUFFIX,
+    TRAIN_COMPONENT,
+    parsed,
+)
 from dlrm_multiepoch.names import EMBEDDING_OPTIMIZERS, check_name
 from dlrm_multiepoch.optim.options import FALRConfig, ReinitSchedule, TableLRSchedule, check_accumulation, parse_falr_ref
 from dlrm_multiepoch.table_values import TableValues
@@ -18,11 +26,18 @@ from dlrm_multiepoch.table_values import TableValues
 class OptimConfig:
     """Optimizers: fused in-backward for tables, Adam for dense weights; the table-LR remedies."""
 
-    learning_rate: float = field(default=1e-3, metadata={"help": "Adam learning rate of the dense weights"})
-    embedding_optimizer: str = field(
-        default="rowwise_adagrad", metadata={"help": "fused table optimizer: rowwise_adagrad, adagrad or sgd"}
+    learning_rate: float = field(
+        default=1e-3,
+        metadata={"help": "Adam learning rate of the dense weights", "roles": (TRAIN_COMPONENT, RUNS_COMPONENT)},
     )
-    embedding_learning_rate: float = field(default=0.05, metadata={"help": "learning rate of the embedding tables"})
+    embedding_optimizer: str = field(
+        default="rowwise_adagrad",
+        metadata={"help": "fused table optimizer: rowwise_adagrad, adagrad or sgd", "roles": (SHAPES,)},
+    )
+    embedding_learning_rate: float = field(
+        default=0.05,
+        metadata={"help": "learning rate of the embedding tables", "roles": (TRAIN_COMPONENT, RUNS_COMPONENT)},
+    )
     embedding_lr_scale: float = field(
         default=0.0,
         metadata={"help": "> 0: the table LR is this times --learning_rate (replaces --embedding_learning_rate)"},
@@ -32,19 +47,28 @@ class OptimConfig:
     )
     table_lr_warmup: str = field(
         default="0",
-        metadata={"help": "linear warm-up of the table LR: epochs (0.5), steps (300step) or percent of the run (10%%)"},
+        metadata={
+            "help": "linear warm-up of the table LR: epochs (0.5), steps (300step) or percent of the run (10%%)",
+            "roles": (NOT_PRETRAINED,),
+        },
     )
     table_lr_decay: str = field(
-        default="constant", metadata={"help": "table LR after the warm-up: constant, linear or cosine (to the run's end)"}
+        default="constant",
+        metadata={
+            "help": "table LR after the warm-up: constant, linear or cosine (to the run's end)",
+            "roles": (NOT_PRETRAINED,),
+        },
     )
     table_lr_final: float = field(
-        default=0.0, metadata={"help": "linear/cosine decay: final table LR as a fraction of the peak"}
+        default=0.0,
+        metadata={"help": "linear/cosine decay: final table LR as a fraction of the peak", "roles": (NOT_PRETRAINED,)},
     )
     falr: str = field(
         default="",
         metadata={
             "help": "frequency-adaptive per-row table LR: lr * f(count), count = the row's lookups so far; "
-            "'log' (log(1+c)/log(1+ref)), 'power' ((c/ref)^--falr_power) or empty (off)"
+            "'log' (log(1+c)/log(1+ref)), 'power' ((c/ref)^--falr_power) or empty (off)",
+            "roles": (NOT_PRETRAINED,),
         },
     )
     falr_power: float = field(default=0.5, metadata={"help": "exponent of --falr power"})
@@ -59,15 +83,20 @@ class OptimConfig:
         default="",
         metadata={
             "help": "re-initialise tables (seeded, optimizer state zeroed) before epochs: 'tables@each', "
-            "'tables@1,2' (after 1 and 2 epochs), 'table:t_user@1; table:t_item@2'"
+            "'tables@1,2' (after 1 and 2 epochs), 'table:t_user@1; table:t_item@2'",
+            "roles": (SEARCH_SETS, SUFFIX, NOT_PRETRAINED),
         },
     )
     grad_accum_steps: int = field(
         default=1,
-        metadata={"help": "micro-batches per dense optimizer step (DDP all-reduces only at that step)"},
+        metadata={
+            "help": "micro-batches per dense optimizer step (DDP all-reduces only at that step)",
+            "roles": (NOT_PRETRAINED,),
+        },
     )
     grad_accum_lr_rule: str = field(
-        default="1/N", metadata={"help": "fused table LR under accumulation: '1/N' (rescaled) or 'none'"}
+        default="1/N",
+        metadata={"help": "fused table LR under accumulation: '1/N' (rescaled) or 'none'", "roles": (NOT_PRETRAINED,)},
     )
     # Parsed by validate() from the flags above.
     table_lr_values: TableValues[float] = parsed()  # --table_lr over the base table LR

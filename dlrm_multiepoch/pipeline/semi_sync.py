@@ -12,7 +12,7 @@ from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSpa
 from torchrec.streamable import Pipelineable
 
 from dlrm_multiepoch.pipeline.prefetch import PrefetchedLookupForward, late_lookup_reason, overlap_line
-from dlrm_multiepoch.pipeline.staleness import PendingStaleness, ShardRows, StalenessMeter, row_overlap
+from dlrm_multiepoch.pipeline.staleness import PendingStaleness, ShardRows, StalenessMeter, stale_row_counts
 from dlrm_multiepoch.tables import describe
 
 logger = logging.getLogger(__name__)
@@ -359,14 +359,9 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
 
     def _measure_staleness(self, previous: SemiSyncContext, current: SemiSyncContext) -> PendingStaleness:
         """Rows ``current`` looked up (before ``previous``'s update) that ``previous`` updated."""
-        frozen = self._frozen()
-        counts = torch.zeros(2, dtype=torch.float64, device=self._device)
-        for name, keys in current.row_keys.items():
-            rows = self._shard_rows[name]
-            overlap = row_overlap(keys, previous.row_keys.get(name, keys[:0]), rows.table_mask(frozen, keys.device))
-            if name not in previous.got_grad:
-                overlap[0] = 0.0  # no gradient reached the lookup: its tables did not move
-            counts += overlap.to(self._device)
+        counts = stale_row_counts(
+            current.row_keys, previous.row_keys, previous.got_grad, self._shard_rows, self._frozen(), self._device
+        )
         return self.staleness_meter.measure(counts)
 
     def _drain(self) -> None:

@@ -13,7 +13,7 @@ summed over ranks with one asynchronous ``all_reduce`` that is waited a step lat
 
 from dataclasses import dataclass
 from collections import deque
-from typing import Any, Collection, Deque, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Collection, Deque, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -137,6 +137,29 @@ def row_overlap(keys: torch.Tensor, previous: torch.Tensor, skip_tables: Optiona
             shared &= ~skip_tables.to(keys.device)[keys >> _TABLE_SHIFT]
         stale = shared.sum()
     return torch.stack([stale, first.sum()]).to(torch.float64)
+
+
+def stale_row_counts(
+    keys: Mapping[str, torch.Tensor],
+    previous: Mapping[str, torch.Tensor],
+    got_grad: Collection[str],
+    shard_rows: Mapping[str, ShardRows],
+    frozen: Collection[str],
+    device: torch.device,
+) -> torch.Tensor:
+    """``[stale rows, rows]`` of one batch on this rank: of the rows it looked up (``keys``: module -> sorted row
+    keys), those the batch before it also looked up (``previous``) and so updated; not the rows of ``frozen``
+    tables, nor of modules whose lookup got no gradient in that batch's backward (``got_grad``: their tables
+    did not move). Summed over modules; ``shard_rows``: each module's :class:`ShardRows`."""
+    counts = torch.zeros(2, dtype=torch.float64, device=device)
+    for name, module_keys in keys.items():
+        rows = shard_rows[name]
+        skip = rows.table_mask(frozen, module_keys.device)
+        overlap = row_overlap(module_keys, previous.get(name, module_keys[:0]), skip)
+        if name not in got_grad:
+            overlap[0] = 0.0  # no gradient reached the lookup: its tables did not move
+        counts += overlap.to(device)
+    return counts
 
 
 @dataclass

@@ -18,14 +18,12 @@ Example::
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Set, Tuple
 
+from dlrm_multiepoch.config_section import BOOKKEEPING as BOOKKEEPING_ROLE
 from dlrm_multiepoch.report.runs import RunRecord
+from dlrm_multiepoch.train.config import flags_with
 
-# Flags that name, place or log a run but cannot change what it learns.
-BOOKKEEPING = frozenset(
-    {"seed", "run_name", "tensorboard_dir", "resume", "progress_bar", "log_every_n_steps", "cache_dir",
-     "checkpoint", "checkpoint_every_n_steps", "keep_checkpoints", "overwrite",
-     "preprocess_workers", "preprocess_chunk_mb"}
-)  # fmt: skip
+# Flags that name, place or log a run but cannot change what it learns, and the seed (the BOOKKEEPING role).
+BOOKKEEPING = frozenset(flags_with(BOOKKEEPING_ROLE))
 # Set per strategy by the sweep (joint runs one epoch more than the budget).
 PER_STRATEGY = frozenset({"epochs"})
 

@@ -23,6 +23,7 @@ Example::
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from dlrm_multiepoch.config_section import SEARCH_LAUNCH
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.run_files import read_summary, search_record_path
 from dlrm_multiepoch.search.candidates import Candidate
@@ -31,12 +32,13 @@ from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep import checks
 from dlrm_multiepoch.sweep.manifest import PLACE_FLAGS, check_experiment, flag_changes
 from dlrm_multiepoch.sweep.plan import SweepPlan, build_plan
+from dlrm_multiepoch.train.config import flags_with
 
 if TYPE_CHECKING:
     from torchx.runner import Runner
 
 # Flags the search sets per launch of a branch: where it pauses, what it keeps, the checkpoint it starts from.
-LAUNCH_FLAGS = ("stop_at_epoch", "keep_checkpoints", "start_from")
+LAUNCH_FLAGS = flags_with(SEARCH_LAUNCH)
 _NEW_FOLDER = "search this configuration in a new experiment folder"
 
 

@@ -26,17 +26,18 @@ import io
 import sys
 from typing import TYPE_CHECKING, List, Optional
 
+from dlrm_multiepoch.command_options import SearchOptions, add_option_args, from_args
+from dlrm_multiepoch.config_section import SEARCH_SETS
 from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.search.candidates import candidate_tree, select
 from dlrm_multiepoch.search.checks import check_search
-from dlrm_multiepoch.search.pruning import DEFAULT_ETA, DEFAULT_RUNG_FRACTION
 from dlrm_multiepoch.search.record import SearchError
 from dlrm_multiepoch.search.record_file import keep_damaged, read_record
 from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
 from dlrm_multiepoch.sweep.strategies import flag_names
-from dlrm_multiepoch.train.config import TrainConfig, parse_config
+from dlrm_multiepoch.train.config import TrainConfig, flags_with, parse_config
 
 if TYPE_CHECKING:
     from torchx.runner import Runner
@@ -44,10 +45,7 @@ if TYPE_CHECKING:
     from dlrm_multiepoch.search.driver import ScheduleSearch
 
 # App flags the search sets per branch: its schedule, its launch horizon and checkpoints.
-BRANCH_FLAGS = (
-    "freeze_schedule", "reinit", "start_from", "stop_at_epoch", "keep_checkpoints", "checkpoint",
-    "checkpoint_every_n_steps",
-)  # fmt: skip
+BRANCH_FLAGS = flags_with(SEARCH_SETS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,27 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
-    parser.add_argument(
-        "experiment_dir", help="folder of the branches (one run folder each), sweep.json and search.json"
-    )
-    parser.add_argument("--epochs", type=int, default=3, help="epoch budget E of every schedule (joint: E + 1)")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds; one independent search per seed")
-    parser.add_argument(
-        "--candidates",
-        default="",
-        help="comma-separated subset of the candidates (default: all; a branch needs its parent)",
-    )
-    parser.add_argument("--eta", type=int, default=DEFAULT_ETA, help="successive halving: the top 1/eta go on")
-    parser.add_argument(
-        "--rung_fraction", type=float, default=DEFAULT_RUNG_FRACTION,
-        help="a branch is first judged (against its cohort: tables as young) this fraction of an epoch after the "
-        "tables it deploys start; 1: after a whole epoch, with every branch",
-    )  # fmt: skip
-    parser.add_argument(
-        "--jobs", choices=("shared", "per_segment"), default="shared",
-        help="-s local_cwd: 'shared' trains every branch segment in one training job (torchrun, imports, process "
-        "group and data paid once); 'per_segment' launches a job per segment, as other schedulers do",
-    )  # fmt: skip
+    add_option_args(parser, SearchOptions)
     add_launch_args(parser, "branch", "as for dlrm-multiepoch sweep")
     return parser
 
@@ -106,18 +84,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "ScheduleSearch":
     """The search, every check done before its first launch (ValueError names the flag, file or field)."""
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"--seeds expects comma-separated integers, got {args.seeds!r}") from None
-    if not seeds:
-        raise ValueError("--seeds must name at least one seed")
-    if len(set(seeds)) < len(seeds):
-        raise ValueError(f"--seeds {args.seeds!r} names a seed twice")
-    if args.eta < 2:
-        raise ValueError(f"--eta must be at least 2, got {args.eta}")
-    if not 0 < args.rung_fraction <= 1:  # NaN too
-        raise ValueError(f"--rung_fraction must be in (0, 1], got {args.rung_fraction:g}")
+    own = from_args(SearchOptions, args)
+    own.check()
     taken = sorted(set(flag_names(tuple(common))) & set(BRANCH_FLAGS))
     if taken:
         raise ValueError(
@@ -130,21 +98,21 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
             f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}",
             flush=True,
         )
-    cfg = _app_config([*common, "--epochs", str(args.epochs)])
-    names = [n.strip() for n in args.candidates.split(",") if n.strip()]
-    tree = select(candidate_tree(args.epochs, cfg.auto.auto_frozen_cap), names)
-    settings = SearchSettings(cfg.auto.auto_metric, _weights(cfg.auto.auto_task_weights), args.eta, args.rung_fraction)
+    cfg = _app_config([*common, "--epochs", str(own.epochs)])
+    tree = select(candidate_tree(own.epochs, cfg.auto.auto_frozen_cap), own.candidate_names())
+    settings = SearchSettings(cfg.auto.auto_metric, _weights(cfg.auto.auto_task_weights), own.eta, own.rung_fraction)
     options = launch_options(args, runner)
-    loaded = read_record(args.experiment_dir)
-    check_search(args.experiment_dir, tree, seeds, args.epochs, common, settings, loaded.record, options, runner)
+    folder = own.experiment_dir
+    loaded = read_record(folder)
+    check_search(folder, tree, own.seed_list, own.epochs, common, settings, loaded.record, options, runner)
     if loaded.damage:  # every decision follows from the run folders: the record is rebuilt from them
-        kept = "" if args.dryrun else f"; the damaged file is kept as {keep_damaged(args.experiment_dir)}"
+        kept = "" if args.dryrun else f"; the damaged file is kept as {keep_damaged(folder)}"
         print(f"search: {loaded.damage}: rebuilt from the run folders{kept}", flush=True)
     from dlrm_multiepoch.search.driver import ScheduleSearch
 
     return ScheduleSearch(
-        args.experiment_dir, tree, seeds, args.epochs, common, options, settings, earlier=loaded.record.get("seeds"),
-        shared_job=args.jobs == "shared",
+        folder, tree, own.seed_list, own.epochs, common, options, settings, earlier=loaded.record.get("seeds"),
+        shared_job=own.jobs == "shared",
     )  # fmt: skip
 
 

@@ -56,10 +56,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.auto.objective import weighted_objective as objective  # the one objective, auto's and ours
+from dlrm_multiepoch.command_options import SearchOptions
 from dlrm_multiepoch.search.candidates import Candidate
-
-DEFAULT_ETA = 3
-DEFAULT_RUNG_FRACTION = 0.3
 
 
 @dataclass
@@ -158,7 +156,7 @@ def prune_rung(
     point: float,
     live: Sequence[Candidate],
     curves: Mapping[str, Curve],
-    eta: int = DEFAULT_ETA,
+    eta: int = SearchOptions.eta,
     fraction: float = 1.0,
     sign: float = 1.0,
 ) -> Dict[str, str]:

@@ -26,7 +26,8 @@ from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs import AppDef
 
 from dlrm_multiepoch.launch_options import LOCAL, TRAIN_MODULE, LaunchOptions
-from dlrm_multiepoch.run_files import LOGS_DIR, process_start
+from dlrm_multiepoch.lock_holder import process_start
+from dlrm_multiepoch.run_files import LOGS_DIR
 from dlrm_multiepoch.search.worker import DRIVER_ENV, STOP_FILE, request_path, write_atomic
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, job_state, launch_log_dir, signal_name

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Dict
 
 from dlrm_multiepoch.auto.config import METRIC_SIGN
-from dlrm_multiepoch.search.pruning import DEFAULT_RUNG_FRACTION
+from dlrm_multiepoch.command_options import SearchOptions
 
 
 @dataclass
@@ -32,7 +32,7 @@ class SearchSettings:
     metric: str
     task_weights: Dict[str, float]
     eta: int
-    rung_fraction: float = DEFAULT_RUNG_FRACTION
+    rung_fraction: float = SearchOptions.rung_fraction
 
     @property
     def sign(self) -> float:

@@ -46,7 +46,7 @@ def write_atomic(path: str, value: Any) -> None:
 
 def driver_alive(text: Optional[str]) -> bool:
     """Whether the search process ``PID:START`` still runs (no variable: assume it does)."""
-    from dlrm_multiepoch.run_files import process_start
+    from dlrm_multiepoch.lock_holder import process_start
 
     if not text:
         return True

@@ -27,6 +27,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from dlrm_multiepoch.command_options import SweepOptions, add_option_args, from_args
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions, add_launch_args, split_at_dashes
 from dlrm_multiepoch.sweep import checks
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
@@ -57,23 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
-    parser.add_argument("experiment_dir", help="folder of the runs (one per strategy and seed) and sweep.json")
+    add_option_args(parser, SweepOptions)  # EXPERIMENT_DIR and the options; the strategies come after it
     parser.add_argument(
         "strategies",
         nargs="*",
         metavar="STRATEGY",
         help=f"a preset or NAME=FLAGS (default: {' '.join(DEFAULT_STRATEGIES)}, unless --windows is given)",
-    )
-    parser.add_argument("--epochs", type=int, default=3, help="epoch budget of every strategy (joint-1ep: 1, joint: +1)")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds; each strategy runs once per seed")
-    parser.add_argument(
-        "--windows", default="", help="update-window sweep: epochs at which the tables start training, e.g. 0,0.5,1,1.5"
-    )
-    parser.add_argument(
-        "--group",
-        default="",
-        help="sweep another configuration (other --epochs or common flags) into the experiment as its own group: "
-        "runs in EXPERIMENT_DIR/GROUP/, recorded in sweep.json",
     )
     parser.add_argument("--list", action="store_true", help="print the strategy presets and exit")
     add_launch_args(parser, "run", "the dlrm_multiepoch.train component's job parameters")
@@ -128,21 +118,15 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> T
     """The plan and launch options, every check done before the first run (ValueError names the flag)."""
     from dlrm_multiepoch.sweep.launch import SweepLauncher
 
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"--seeds expects comma-separated integers, got {args.seeds!r}") from None
-    try:
-        windows = [float(w) for w in args.windows.split(",") if w.strip()]
-    except ValueError:
-        raise ValueError(f"--windows expects comma-separated epochs, got {args.windows!r}") from None
+    own = from_args(SweepOptions, args)
+    own.check()
     options = launch_options(args, runner)
     local = args.scheduler == LOCAL and not args.dryrun
-    specs = args.strategies or ([] if windows else DEFAULT_STRATEGIES)
-    strategies = [parse_strategy(s) for s in specs] + [window_strategy(w, args.epochs) for w in windows]
+    specs = args.strategies or ([] if own.window_list else DEFAULT_STRATEGIES)
+    strategies = [parse_strategy(s) for s in specs] + [window_strategy(w, own.epochs) for w in own.window_list]
     common = _with_validation_split(args, strategies, common)
     # Local runs see this machine's paths: a missing --data_path is named now, not by every run.
-    plan = build_plan(args.experiment_dir, strategies, seeds, args.epochs, common, group=args.group, check_paths=local)
+    plan = build_plan(own.experiment_dir, strategies, own.seed_list, own.epochs, common, group=own.group, check_paths=local)
     if local:
         checks.check_data_path(plan)
     checks.check_validation_split(plan)

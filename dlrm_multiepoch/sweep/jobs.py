@@ -18,7 +18,8 @@ from typing import Iterator, Optional, Tuple
 from torchx.runner import Runner
 from torchx.specs import AppState, AppStatus, parse_app_handle
 
-from dlrm_multiepoch.run_files import DATA_ERROR_MARK, LockHolder
+from dlrm_multiepoch.lock_holder import LockHolder
+from dlrm_multiepoch.run_files import DATA_ERROR_MARK
 
 _ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Busy)): (.+)$")
 # torchrun's and TorchX's own wrappers around a worker's error: never the reason.

@@ -29,7 +29,8 @@ from torchx.specs import AppDef, AppState
 
 from dlrm_multiepoch import components
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
-from dlrm_multiepoch.run_files import LOGS_DIR, live_holder, read_manifest
+from dlrm_multiepoch.lock_holder import live_holder
+from dlrm_multiepoch.run_files import LOGS_DIR, read_manifest
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, data_failed, failure_reason, holder_is_job
 from dlrm_multiepoch.sweep.jobs import job_state, launch_log_dir, signal_name

@@ -19,10 +19,11 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
+from dlrm_multiepoch.config_section import SWEEP_SETS
+from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.run_files import (
     checkpoints_dir,
     complete_checkpoints,
-    live_holder,
     read_summary,
     run_folder_name,
     state_path,
@@ -31,10 +32,10 @@ from dlrm_multiepoch.run_files import (
 )
 from dlrm_multiepoch.run_files import read_optional_json as read_json
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
-from dlrm_multiepoch.train.config import parse_config
+from dlrm_multiepoch.train.config import flags_with, parse_config
 
-# Flags each run gets from the sweep itself.
-SWEEP_FLAGS = ("epochs", "seed", "tensorboard_dir", "run_name", "resume")
+# Flags each run gets from the sweep itself (their fields' SWEEP_SETS role); a strategy may set --epochs.
+SWEEP_FLAGS = flags_with(SWEEP_SETS)
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def build_plan(
         _refuse_repeated_flags(f"strategy {strategy.name!r}", strategy.flags)
         own = flag_names(strategy.flags)
         for name in own:
-            if name in SWEEP_FLAGS[1:]:
+            if name in SWEEP_FLAGS and name != "epochs":
                 raise ValueError(f"strategy {strategy.name!r} sets --{name}, which the sweep sets per run")
         both = sorted(set(own) & set(flag_names(common)))
         if both:

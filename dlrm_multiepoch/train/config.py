@@ -16,10 +16,23 @@ import argparse
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from dlrm_multiepoch.auto.config import AutoScheduleConfig
-from dlrm_multiepoch.config_section import ConfigField, flag_fields, flag_name, flag_values, section_fields
+from dlrm_multiepoch.config_section import (
+    BOOKKEEPING,
+    NOT_PRETRAINED,
+    RUNS_COMPONENT,
+    SUFFIX,
+    SWEEP_SETS,
+    TRAIN_COMPONENT,
+    ConfigField,
+    flag_fields,
+    flag_name,
+    flag_values,
+    roles_of,
+    section_fields,
+)
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.optim.config import OptimConfig
@@ -33,7 +46,9 @@ from dlrm_multiepoch.train.sections import (
     check_freeze_schedule,
 )
 
-__all__ = ["TrainConfig", "config_fields", "build_parser", "parse_config", "check_freeze_schedule"]
+__all__ = [
+    "TrainConfig", "config_fields", "flags_with", "record_paths", "build_parser", "parse_config", "check_freeze_schedule",
+]  # fmt: skip
 
 # Sections whose flags run records keep nested under the section's name (``to_dict()["data"]``),
 # and sections whose flags they keep at the top (as before these were sections): the records'
@@ -62,15 +77,22 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    auto: AutoScheduleConfig = field(default_factory=AutoScheduleConfig)
+    # Every --auto_* flag: what a branch may set (the automatic schedule is a schedule), what pre-training ignores.
+    auto: AutoScheduleConfig = field(default_factory=AutoScheduleConfig, metadata={"roles": (SUFFIX, NOT_PRETRAINED)})
     loader: LoaderConfig = field(default_factory=LoaderConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
     remedies: RemedyConfig = field(default_factory=RemedyConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    epochs: int = field(default=3, metadata={"help": "passes over the train split"})
-    seed: int = field(default=0, metadata={"help": "seed of model init and shuffling"})
+    epochs: int = field(
+        default=3,
+        metadata={"help": "passes over the train split", "roles": (TRAIN_COMPONENT, SWEEP_SETS, SUFFIX)},
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "seed of model init and shuffling", "roles": (TRAIN_COMPONENT, SWEEP_SETS, BOOKKEEPING)},
+    )
 
     @classmethod
     def from_flags(cls, **values: Any) -> "TrainConfig":
@@ -175,13 +197,50 @@ def config_fields() -> Dict[str, ConfigField]:
         TypeError: two fields with one flag name (the second would silently shadow the first).
     """
     fields: Dict[str, ConfigField] = {}
-    owners = [(TrainConfig, "", _top_fields()), *((cls, f"{name}.", flag_fields(cls)) for name, cls in _SECTIONS.items())]
-    for cls, prefix, leaves in owners:
-        for f in section_fields(cls, prefix, leaves):
+    for cls, prefix, leaves, roles in _owners():
+        for f in section_fields(cls, prefix, leaves, roles):
             if f.name in fields:
                 raise TypeError(f"--{f.name} is a field of both {fields[f.name].section} and {cls.__name__}")
             fields[f.name] = f
     return fields
+
+
+def flags_with(*roles: str) -> Tuple[str, ...]:
+    """The flags that have one of ``roles`` (``config_section.ROLES``), in the order of the app's ``--help``.
+
+    Example::
+
+        flags_with(SWEEP_SETS)   # ("epochs", "seed", "resume", "tensorboard_dir", "run_name")
+    """
+    return tuple(name for name, f in config_fields().items() if f.roles & set(roles))
+
+
+def record_paths(role: str) -> Tuple[str, ...]:
+    """The fields that have ``role``, as dotted paths into ``TrainConfig.to_dict()`` (``"optim.reinit"``,
+    ``"run_name"``), in the order of the app's ``--help``; a section that has it as one path ending in
+    "." (``"auto."``: every flag of the section, ``run_files.path_matches``).
+
+    Example::
+
+        record_paths(SUFFIX)[:4]   # ("epochs", "optim.reinit", "auto.", "eval_batch_size")
+    """
+    paths: List[str] = []
+    for cls, prefix, leaves, section_roles in _owners():
+        if role in section_roles:
+            paths.append(prefix)
+            continue
+        nested = prefix if prefix[:-1] in NESTED_SECTIONS else ""
+        paths += [nested + flag_name(f) for f in leaves if role in roles_of(f)]
+    return tuple(paths)
+
+
+def _owners() -> List[Tuple[type, str, List[dataclasses.Field], frozenset]]:
+    """``(class, path prefix, flag fields, the section's roles)`` of the config's top and of each section."""
+    sections = {f.name: roles_of(f) for f in dataclasses.fields(TrainConfig) if f.name in _SECTIONS}
+    return [
+        (TrainConfig, "", _top_fields(), frozenset()),
+        *((cls, f"{name}.", flag_fields(cls), sections.get(name, frozenset())) for name, cls in _SECTIONS.items()),
+    ]
 
 
 def _owner(cfg: TrainConfig, path: str) -> Any:

@@ -11,10 +11,10 @@ Who may take a lock that exists:
 - the same elastic job (torchrun restarting its ranks: the id is the same);
 - anyone, once the holder is dead: on the holder's host, its PID no longer runs (and
   the ``flock`` is free); on another host, its heartbeat (the file's mtime) is older
-  than :data:`~dlrm_multiepoch.run_files.STALE_AFTER_S`. The taker logs whose lock it took over.
+  than :data:`~dlrm_multiepoch.lock_holder.STALE_AFTER_S`. The taker logs whose lock it took over.
 
 Anyone else is refused with :class:`RunFolderBusy`, naming the holder. A sweep asks
-:func:`~dlrm_multiepoch.run_files.live_holder` (who holds a folder is read there, torch-free)
+:func:`~dlrm_multiepoch.lock_holder.live_holder` (who holds a folder is read there, torch-free)
 before launching a run, and waits for a live one instead.
 
 Example::
@@ -37,7 +37,8 @@ import time
 from dataclasses import asdict
 from typing import Callable, Dict, Optional
 
-from dlrm_multiepoch.run_files import LockHolder, lock_path, process_start, read_holder
+from dlrm_multiepoch.lock_holder import LockHolder, process_start, read_holder
+from dlrm_multiepoch.run_files import lock_path
 
 HEARTBEAT_S = 30.0  # how often a holder touches its lock file
 RESTART_WAIT_S = 30.0  # a restarted job waits this long for its old rank 0's lock to drop

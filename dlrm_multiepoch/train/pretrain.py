@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dlrm_multiepoch.config_section import NOT_PRETRAINED
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.json_io import write_json
 from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
@@ -24,20 +25,17 @@ from dlrm_multiepoch.part import TrainPart, WindowLog
 from dlrm_multiepoch.run_files import flat_config, path_matches
 from dlrm_multiepoch.saved_state import check_state
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
-from dlrm_multiepoch.train.config import TrainConfig, build_parser, parse_config
+from dlrm_multiepoch.train.config import TrainConfig, build_parser, parse_config, record_paths
 from dlrm_multiepoch.train.pretrained import SUMMARY_FILE, save_tables
 from dlrm_multiepoch.train.spec import FinishedRun, TrainSpec
 
 PRETRAIN_SPLIT = "pretrain"
-# TrainConfig.to_dict() paths pre-training does not apply (a trailing "." covers a section): it trains the tables
-# at every step, evaluates nothing (no labels in its objective) and takes none of the table remedies. The model
-# flags are the fine-tuning model's (they are checked together, e.g. the dense layers end with --embedding_dim);
-# its tables, built from --embedding_dim and the data, are what the pre-training model trains.
-NOT_APPLIED = (
-    "freeze_schedule", "pretrained_tables", "auto.", "start_from", "eval_every_n_steps", "eval_batch_size",
-    "train_eval_rows", "id_dropout", "optim.table_lr_warmup", "optim.table_lr_decay", "optim.table_lr_final",
-    "optim.falr", "optim.reinit", "optim.grad_accum_steps", "optim.grad_accum_lr_rule",
-)  # fmt: skip
+# TrainConfig.to_dict() paths pre-training does not apply (a trailing "." covers a section: the fields with the
+# NOT_PRETRAINED role): it trains the tables at every step, evaluates nothing (no labels in its objective) and takes
+# none of the table remedies. The model flags are the fine-tuning model's (they are checked together, e.g. the dense
+# layers end with --embedding_dim); its tables, built from --embedding_dim and the data, are what the pre-training
+# model trains.
+NOT_APPLIED = record_paths(NOT_PRETRAINED)
 
 
 def pretrain_split(data: InteractionData, train_fraction: float, seed: int) -> str:

@@ -15,7 +15,19 @@ from fractions import Fraction
 from typing import Any, Optional, Tuple
 
 from dlrm_multiepoch.auto.config import AUTO
-from dlrm_multiepoch.config_section import parsed
+from dlrm_multiepoch.config_section import (
+    BOOKKEEPING,
+    NOT_PRETRAINED,
+    PLACES,
+    RUNS_COMPONENT,
+    SEARCH_LAUNCH,
+    SEARCH_SETS,
+    STARTS,
+    SUFFIX,
+    SWEEP_SETS,
+    TRAIN_COMPONENT,
+    parsed,
+)
 from dlrm_multiepoch.names import PIPELINES, SHARDING_TYPES, check_name
 from dlrm_multiepoch.schedule import FreezeSchedule
 from dlrm_multiepoch.table_values import TableValues
@@ -31,8 +43,14 @@ def _at_least(section: Any, names: Tuple[str, ...], low: int, expected: str) -> 
 class LoaderConfig:
     """Batches: sizes, the train shuffle, the background prefetch, and a cap on steps per epoch."""
 
-    batch_size: int = field(default=1024, metadata={"help": "global batch size (summed over ranks)"})
-    eval_batch_size: int = field(default=4096, metadata={"help": "global batch size for evaluation"})
+    batch_size: int = field(
+        default=1024,
+        metadata={"help": "global batch size (summed over ranks)", "roles": (TRAIN_COMPONENT, RUNS_COMPONENT)},
+    )
+    eval_batch_size: int = field(
+        default=4096,
+        metadata={"help": "global batch size for evaluation", "roles": (SUFFIX, NOT_PRETRAINED)},
+    )
     shuffle_block_rows: int = field(
         default=4096,
         metadata={"help": "train shuffle: rows of consecutive blocks whose order is permuted each epoch"},
@@ -42,7 +60,8 @@ class LoaderConfig:
         metadata={"help": "train shuffle: rows each rank reads and shuffles together (its memory: this many rows)"},
     )
     prefetch_batches: int = field(
-        default=2, metadata={"help": "batches a background thread prepares ahead of training (0: none)"}
+        default=2,
+        metadata={"help": "batches a background thread prepares ahead of training (0: none)", "roles": (SUFFIX,)},
     )
     limit_train_batches: int = field(default=0, metadata={"help": "stop each epoch after N steps (0: no limit)"})
 
@@ -68,6 +87,7 @@ class PipelineConfig:
             "flag": "pipeline",
             "help": "train pipeline: sparse_dist (TorchRec's, synchronous), semi_sync (ours: next batch's lookup "
             "overlaps this batch's backward, staleness 1), torchrec_semi_sync (TorchRec's, CUDA only)",
+            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT),
         },
     )
     pipeline_warmup_batches: int = field(
@@ -112,12 +132,17 @@ class FreezeConfig:
         metadata={
             "help": "which parameter groups train when: a preset (joint, delayed, early, frozen), e.g. "
             "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)', "
-            "or 'auto': decided from the validation split (needs --val_fraction; knobs --auto_*)"
+            "or 'auto': decided from the validation split (needs --val_fraction; knobs --auto_*)",
+            "roles": (TRAIN_COMPONENT, SEARCH_SETS, SUFFIX, NOT_PRETRAINED),
         },
     )
     pretrained_tables: str = field(
         default="",
-        metadata={"help": "checkpoint folder of pre-trained tables (python -m dlrm_multiepoch.pretrain) to start from; empty: fresh"},
+        metadata={
+            "help": "checkpoint folder of pre-trained tables (python -m dlrm_multiepoch.pretrain) to start from; "
+                "empty: fresh",
+            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, NOT_PRETRAINED),
+        },
     )
     schedule: Optional[FreezeSchedule] = parsed()  # --freeze_schedule; None for 'auto'
 
@@ -195,7 +220,8 @@ class RemedyConfig:
         default="",
         metadata={
             "help": "during training, look up this seeded fraction of ids as the unknown row 0, so it trains: "
-            "'0.02' (every table) or '0.02,t_age=0' (per table); empty: off"
+            "'0.02' (every table) or '0.02,t_age=0' (per table); empty: off",
+            "roles": (NOT_PRETRAINED,),
         },
     )
     id_dropout_values: TableValues[float] = parsed()  # --id_dropout
@@ -216,24 +242,31 @@ class CheckpointConfig:
             "flag": "checkpoint",
             "help": "save the training state to <run folder>/checkpoints/step_N after each epoch's evaluation "
             "(and every --checkpoint_every_n_steps)",
+            "roles": (SEARCH_SETS, SUFFIX, BOOKKEEPING),
         },
     )
     checkpoint_every_n_steps: int = field(
         default=0,
         metadata={
             "help": "also checkpoint every N train steps, with the data position, so a resume continues mid-epoch "
-            "(0: after each epoch only)"
+            "(0: after each epoch only)",
+            "roles": (SEARCH_SETS, SUFFIX, BOOKKEEPING),
         },
     )
     keep_checkpoints: int = field(
-        default=2, metadata={"help": "complete checkpoints to keep (older ones are deleted; protected ones stay)"}
+        default=2,
+        metadata={
+            "help": "complete checkpoints to keep (older ones are deleted; protected ones stay)",
+            "roles": (SEARCH_SETS, SEARCH_LAUNCH, SUFFIX, BOOKKEEPING),
+        },
     )
     resume: str = field(
         default="",
         metadata={
             "help": "empty: start fresh; 'auto': resume from this run folder's newest intact checkpoint if one "
             "exists (needs --run_name); or a checkpoint folder (e.g. runs/NAME/checkpoints/step_240). A restart "
-            "of the same torchrun/TorchX job always resumes from its own newest checkpoint"
+            "of the same torchrun/TorchX job always resumes from its own newest checkpoint",
+            "roles": (TRAIN_COMPONENT, SWEEP_SETS, PLACES, SUFFIX, STARTS, BOOKKEEPING),
         },
     )
     start_from: str = field(
@@ -242,7 +275,8 @@ class CheckpointConfig:
             "help": "start this run (a new run folder) from another run's step_N checkpoint: weights, optimizer "
             "state and data position; the freeze schedule and remedies are this run's own flags and must agree "
             "with what that run did up to the checkpoint (a schedule branch). With --resume auto, the run's own "
-            "newest checkpoint wins once it has one"
+            "newest checkpoint wins once it has one",
+            "roles": (SEARCH_SETS, SEARCH_LAUNCH, SUFFIX, NOT_PRETRAINED, STARTS),
         },
     )
     stop_at_epoch: float = field(
@@ -250,14 +284,16 @@ class CheckpointConfig:
         metadata={
             "help": "pause after this many epochs of the --epochs schedule (checkpoint saved, no final records); a "
             "later launch with --resume auto continues (0: train to --epochs). A fraction pauses inside an epoch, "
-            "at step round(X * steps per epoch), with an evaluation of every split and a checkpoint there"
+            "at step round(X * steps per epoch), with an evaluation of every split and a checkpoint there",
+            "roles": (PLACES, SEARCH_SETS, SEARCH_LAUNCH, SUFFIX, STARTS),
         },
     )
     overwrite: bool = field(
         default=False,
         metadata={
             "help": "let a fresh start delete the checkpoints and summary.json an earlier run left in this run "
-            "folder (without it, such a start is refused)"
+            "folder (without it, such a start is refused)",
+            "roles": (PLACES, SUFFIX, STARTS, BOOKKEEPING),
         },
     )
 
@@ -281,14 +317,39 @@ class CheckpointConfig:
 class MetricsConfig:
     """Where a run writes, and how often it evaluates and logs."""
 
-    tensorboard_dir: str = field(default="runs", metadata={"help": "parent folder of run folders"})
-    run_name: str = field(default="", metadata={"help": "run folder name under --tensorboard_dir (default: derived)"})
-    eval_every_n_steps: int = field(default=0, metadata={"help": "also evaluate every N train steps (0: per epoch only)"})
-    train_eval_rows: int = field(
-        default=20000, metadata={"help": "rows of a fixed train sample evaluated each time (memorisation check)"}
+    tensorboard_dir: str = field(
+        default="runs",
+        metadata={
+            "help": "parent folder of run folders",
+            "roles": (TRAIN_COMPONENT, SWEEP_SETS, PLACES, SUFFIX, BOOKKEEPING),
+        },
     )
-    log_every_n_steps: int = field(default=20, metadata={"help": "train loss/throughput logging interval"})
-    progress_bar: bool = field(default=True, metadata={"help": "show a tqdm progress bar on rank 0"})
+    run_name: str = field(
+        default="",
+        metadata={
+            "help": "run folder name under --tensorboard_dir (default: derived)",
+            "roles": (TRAIN_COMPONENT, SWEEP_SETS, PLACES, SUFFIX, BOOKKEEPING),
+        },
+    )
+    eval_every_n_steps: int = field(
+        default=0,
+        metadata={"help": "also evaluate every N train steps (0: per epoch only)", "roles": (SUFFIX, NOT_PRETRAINED)},
+    )
+    train_eval_rows: int = field(
+        default=20000,
+        metadata={
+            "help": "rows of a fixed train sample evaluated each time (memorisation check)",
+            "roles": (SUFFIX, NOT_PRETRAINED),
+        },
+    )
+    log_every_n_steps: int = field(
+        default=20,
+        metadata={"help": "train loss/throughput logging interval", "roles": (SUFFIX, BOOKKEEPING)},
+    )
+    progress_bar: bool = field(
+        default=True,
+        metadata={"help": "show a tqdm progress bar on rank 0", "roles": (PLACES, SUFFIX, BOOKKEEPING)},
+    )
 
     def validate(self) -> None:
         _at_least(self, ("log_every_n_steps",), 1, "a positive integer")

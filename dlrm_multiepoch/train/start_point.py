@@ -29,6 +29,7 @@ Example::
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.auto.config import AUTO
+from dlrm_multiepoch.config_section import SUFFIX
 from dlrm_multiepoch.data.dataset import TableSpec
 from dlrm_multiepoch.optim.options import ReinitSchedule
 from dlrm_multiepoch.run_files import flat_config, path_matches
@@ -42,21 +43,17 @@ from dlrm_multiepoch.train.checkpoint import (
     check_compatible,
     verify_checkpoint,
 )
-from dlrm_multiepoch.train.config import TrainConfig
+from dlrm_multiepoch.train.config import TrainConfig, record_paths
 from dlrm_multiepoch.train.metrics_logger import MetricsLogger
 from dlrm_multiepoch.train.progress import TrainProgress
 from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
 from dlrm_multiepoch.train.spec import TrainSpec
 
 # Settings a branch may set otherwise than its parent (dotted TrainConfig.to_dict() paths;
-# a trailing "." covers a section): its schedule suffix, its folder and launch, and what
-# only evaluation, logging or checkpointing reads. Everything else shapes the training
-# the parent did, so it must be the parent's.
-SUFFIX_FIELDS = (
-    "epochs", "freeze_schedule", "optim.reinit", "auto.", "run_name", "tensorboard_dir", "resume", "start_from",
-    "stop_at_epoch", "overwrite", "eval_every_n_steps", "eval_batch_size", "train_eval_rows", "log_every_n_steps",
-    "progress_bar", "checkpoint", "checkpoint_every_n_steps", "keep_checkpoints", "prefetch_batches",
-)  # fmt: skip
+# a trailing "." covers a section: the fields with the SUFFIX role): its schedule suffix, its
+# folder and launch, and what only evaluation, logging or checkpointing reads. Everything
+# else shapes the training the parent did, so it must be the parent's.
+SUFFIX_FIELDS = record_paths(SUFFIX)
 # Parts a branch does not take from its parent (its exclude_from_loading): the schedule is its own, the summary its own.
 OWN_PARTS = ("freeze", "metrics")
 

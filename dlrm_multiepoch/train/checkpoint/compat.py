@@ -2,29 +2,19 @@
 
 from typing import Any, Dict, List, Mapping, Sequence
 
+from dlrm_multiepoch.config_section import SHAPES, STARTS
 from dlrm_multiepoch.data.dataset import TableSpec
 from dlrm_multiepoch.run_files import CheckpointInfo, flat_config
+from dlrm_multiepoch.train.config import record_paths
 
-# Config fields (dotted paths into TrainConfig.to_dict()) that change parameter or
-# optimizer-state shapes: a checkpoint loads only into a run with the same values.
-# Table sizes, which follow from every data option, are compared separately.
-SHAPE_FIELDS = (
-    "data.dataset",
-    "data.history_length",
-    "data.dense_cols",  # dense input width
-    "data.task_thresholds",  # number of tasks, i.e. head widths
-    "model.model",
-    "model.embedding_dim",
-    "model.dense_arch_layer_sizes",
-    "model.over_arch_layer_sizes",
-    "model.dcn_num_layers",
-    "model.dcn_low_rank_dim",
-    "model.transformer_layers",
-    "model.transformer_heads",
-    "model.transformer_ff_dim",
-    "model.sequence_head_layer_sizes",
-    "optim.embedding_optimizer",  # row-wise vs element-wise Adagrad state
-)
+# Config fields (dotted paths into TrainConfig.to_dict(): the fields with the SHAPES role) that change
+# parameter or optimizer-state shapes (--dense_cols: the dense input width; --task_thresholds: the number
+# of tasks, i.e. head widths; --embedding_optimizer: row-wise or element-wise Adagrad state): a checkpoint
+# loads only into a run with the same values. Table sizes, which follow from every data option, are
+# compared separately.
+SHAPE_FIELDS = record_paths(SHAPES)
+# How this launch starts or pauses (the STARTS role): a resume does not list them among the changed settings.
+START_FIELDS = record_paths(STARTS)
 
 
 def _get(config: Mapping[str, Any], dotted: str) -> Any:
@@ -82,7 +72,7 @@ def check_compatible(
     return [
         f"--{key.split('.')[-1]} {value!r} -> {flat_now.get(key)!r}"
         for key, value in flat_config(saved).items()
-        if key not in ("resume", "start_from", "stop_at_epoch", "overwrite") and flat_now.get(key) != value
+        if key not in START_FIELDS and flat_now.get(key) != value
     ]
 
 

@@ -12,7 +12,8 @@ as a share of the sweep's. ``--check_per_segment SETUPS`` also runs the search w
 segment (``--jobs per_segment``, how it ran before) and checks that both deploy the same
 checkpoint with bitwise the same validation figures and curves.
 
-The datasets are prepared before any timing (both commands read the same cache). Runs
+Setups: ``ml-time`` (MovieLens-100k, time split), ``ml-random`` (the same ratings as one CSV, random
+split), ``bx-random`` (Book-Crossing, random split). The datasets are prepared before any timing (both commands read the same cache). Runs
 under ``nice`` on a shared machine: report its load beside the figures.
 
 Usage::
@@ -44,7 +45,13 @@ COMMON = ["--val_fraction", "0.1", "--no-progress_bar", "--train_eval_rows", "0"
 SETUPS = {
     "ml-time": ["--dataset", "movielens", *COMMON],  # MovieLens-100k, time split
     "bx-random": ["--dataset", "bookcrossing", *COMMON],  # Book-Crossing, random split
-}
+    # MovieLens-100k, random split: its ratings as one CSV (benchmarks/tools/movielens_csv.py), --data_path added
+    "ml-random": [
+        "--dataset", "interactions", "--label_col", "rating", "--task_thresholds", "like:4,love:5",
+        "--categorical_cols", "age_bucket,gender,occupation,zip,year,genre", "--dense_cols", "age_years,year_num",
+        *COMMON,
+    ],
+}  # fmt: skip
 PER_SEGMENT = "search, a launch per segment"
 LAUNCHED: Dict[str, float] = {}  # the sweep's run -> when its launch was scheduled (this benchmark's probe)
 
@@ -60,11 +67,22 @@ def _probe_launches() -> None:
     sweep_launch.SweepLauncher._launch_and_wait = timed  # type: ignore[method-assign]
 
 
-def _prepare(flags: List[str]) -> None:
+def _prepare(setup: str, out: Path) -> List[str]:
+    """The setup's flags, its data written (ml-random's CSV) and encoded into the cache before any timing."""
     from dlrm_multiepoch.data.load import load_dataset
     from dlrm_multiepoch.train.config import parse_config
 
+    flags = list(SETUPS[setup])
+    if setup == "ml-random":
+        from benchmarks.tools.movielens_csv import movielens_frame
+        from dlrm_multiepoch.data.fetch import default_cache_dir, fetch_wheel
+        from dlrm_multiepoch.data.movielens import MOVIELENS_WHEEL
+
+        csv = out / "ml-100k.csv"
+        movielens_frame(fetch_wheel(MOVIELENS_WHEEL, default_cache_dir())).to_csv(csv, index=False)
+        flags += ["--data_path", str(csv)]
     load_dataset(parse_config(flags).data, log=lambda _: None)
+    return flags
 
 
 def _run(main: Any, argv: List[str], log: Path) -> float:
@@ -123,6 +141,9 @@ def main() -> None:
         "--check_per_segment", default="", help="setups (comma-separated) also searched with a launch per segment"
     )
     args = parser.parse_args()
+    unknown = sorted(set(args.setups.split(",")) - set(SETUPS))
+    if unknown:
+        parser.error(f"--setups: unknown {', '.join(unknown)}; the setups are {', '.join(SETUPS)}")
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -132,8 +153,7 @@ def main() -> None:
     print("\n| setup | command | wall s | launches / seed | s before first step / seed | trained steps / seed | "
           "share of the sweep's wall time |\n|---|---|---|---|---|---|---|")  # fmt: skip
     for setup in args.setups.split(","):
-        flags = SETUPS[setup]
-        _prepare(flags)
+        flags = _prepare(setup, out)
         tree = candidate_tree(args.epochs)
         windows = [c.name.split("@")[1] for c in tree if c.name.startswith("window@")]
         presets = [c.name for c in tree if not c.name.startswith("window@")]

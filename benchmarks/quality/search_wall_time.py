@@ -12,14 +12,15 @@ as a share of the sweep's. ``--check_per_segment SETUPS`` also runs the search w
 segment (``--jobs per_segment``, how it ran before) and checks that both deploy the same
 checkpoint with bitwise the same validation figures and curves.
 
-Setups: ``ml-time`` (MovieLens-100k, time split), ``ml-random`` (the same ratings as one CSV, random
-split), ``bx-random`` (Book-Crossing, random split). The datasets are prepared before any timing (both commands read the same cache). Runs
-under ``nice`` on a shared machine: report its load beside the figures.
+Setups: ``ml-time`` (MovieLens-100k, time split), ``ml-random`` (the same ratings as one CSV,
+random split), ``bx-random`` (Book-Crossing, random split). The datasets are prepared before any
+timing (both commands read the same cache). Runs under ``nice`` on a shared machine: report its
+load beside the figures.
 
 Usage::
 
-    nice -n 10 python benchmarks/quality/search_wall_time.py /tmp/wall --setups ml-time,bx-random --seeds 0,1,2 \\
-        --check_per_segment ml-time
+    nice -n 10 python benchmarks/quality/search_wall_time.py /tmp/wall --setups ml-time,ml-random,bx-random \\
+        --seeds 0,1,2 --check_per_segment ml-time,ml-random
 """
 
 import argparse

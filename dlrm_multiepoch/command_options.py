@@ -114,7 +114,7 @@ class SearchOptions(ExperimentOptions):
         "a branch is first judged (against its cohort: tables as young) this fraction of an epoch after the tables it "
         "deploys start; 1: after a whole epoch, with every branch",
     )
-    candidates: str = _option("", "comma-separated subset of the candidates (default: all; a branch needs its parent)")
+    candidates: str = _option("", "comma-separated subset of the candidates, empty for all (a branch needs its parent)")
     jobs: str = _option(
         "shared",
         "-s local_cwd: 'shared' trains every branch segment in one training job (torchrun, imports, process group and "

@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO))
 HASH_SIZE = 100_000
 
 from benchmarks.tools.claims import claim  # noqa: E402
+from benchmarks.tools.ranks import quiet_rank_logs  # noqa: E402
 
 
 def _rss_mb() -> float:
@@ -71,6 +72,7 @@ def worker(args: argparse.Namespace) -> None:
     from dlrm_multiepoch.train.build import build_loader
     from dlrm_multiepoch.train.trainer import Trainer
 
+    quiet_rank_logs()
     env = init_distributed()
     cfg = TrainConfig.from_flags(
         data=DataConfig(dataset="criteo", data_path=args.data),

@@ -40,6 +40,7 @@ import torch.multiprocessing as mp  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.tools.claims import claim  # noqa: E402
+from benchmarks.tools.ranks import quiet_rank_logs  # noqa: E402
 from dlrm_multiepoch.distributed import free_port, pick_device  # noqa: E402
 from dlrm_multiepoch.lookup import FusedKJTLookup, count_all_to_all  # noqa: E402
 
@@ -48,9 +49,9 @@ def _build(args: argparse.Namespace, device: torch.device, world_size: int, per_
     """One EBC over all groups' tables, or (per_group) one EBC per group in a ModuleDict."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
-    from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+
+    from benchmarks.tools.dlrm_job import shard
 
     tables = [
         EmbeddingBagConfig(name=f"t{g}_{f}", embedding_dim=args.dim, num_embeddings=args.rows, feature_names=[f"g{g}_f{f}"])
@@ -65,12 +66,7 @@ def _build(args: argparse.Namespace, device: torch.device, world_size: int, per_
     else:
         ebc = EmbeddingBagCollection(tables, device=torch.device("meta"))
     sharders = [EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.01})]
-    constraints = {t.name: ParameterConstraints(sharding_types=["table_wise"]) for t in tables}
-    planner = EmbeddingShardingPlanner(
-        topology=Topology(world_size=world_size, compute_device=device.type), constraints=constraints
-    )
-    plan = planner.collective_plan(ebc, sharders, dist.GroupMember.WORLD)
-    return DistributedModelParallel(ebc, device=device, plan=plan, sharders=sharders)
+    return shard(ebc, world_size, "table_wise", sharders, device)
 
 
 def _groups(args: argparse.Namespace, device: torch.device, gen: torch.Generator):
@@ -87,6 +83,7 @@ def _groups(args: argparse.Namespace, device: torch.device, gen: torch.Generator
 
 def _run(rank: int, world_size: int, port: int, args: argparse.Namespace) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    quiet_rank_logs()
     device = pick_device(rank)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
@@ -160,6 +157,7 @@ def _run_multipath(rank: int, world_size: int, port: int, args: argparse.Namespa
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
     torch.set_num_threads(args.threads)
+    quiet_rank_logs()
     env = init_distributed()
     try:
         tables = {"user": args.rows, "item": args.rows, "age": 8}

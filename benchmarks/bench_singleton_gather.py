@@ -42,6 +42,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.tools.claims import claim  # noqa: E402
+from benchmarks.tools.ranks import quiet_rank_logs  # noqa: E402
 from dlrm_multiepoch.lookup import SingletonEmbeddingBagCollection  # noqa: E402
 
 
@@ -72,6 +73,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
+    quiet_rank_logs()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
         torch.set_num_threads(args.threads)

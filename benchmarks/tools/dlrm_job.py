@@ -13,6 +13,7 @@ Example::
     pipeline = make_train_pipeline("semi_sync", job.model, job.optimizer, job.env.device)
 """
 
+import warnings
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Union
 
 import torch
@@ -26,7 +27,7 @@ from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import DistEnv, init_distributed
 from dlrm_multiepoch.models import ModelConfig, build_dlrm
 from dlrm_multiepoch.tables import embedding_modules
-from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer
+from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, quiet_sharding
 
 TABLE_SIZES: Dict[str, int] = {"user": 1000, "item": 2000, "age": 8}
 # Real sharding, so the input and output all-to-alls happen. TorchRec 1.8's planner
@@ -75,7 +76,9 @@ def seed_tables(dmp: DistributedModelParallel, seed: int) -> None:
     for name, tensor in dmp.state_dict().items():
         if not name.endswith(".weight") or "embedding_bags" not in name:
             continue
-        full_rows, dim = tensor.size()
+        with warnings.catch_warnings():  # a ShardedTensor's size is its full size: what this needs
+            warnings.filterwarnings("ignore", message="Please use DTensor instead", category=FutureWarning)
+            full_rows, dim = tensor.size()
         g = torch.Generator().manual_seed(seed * 1000 + sum(map(ord, name)))
         copy_into_shards(tensor, torch.empty(full_rows, dim).uniform_(-0.05, 0.05, generator=g))
 
@@ -96,10 +99,11 @@ def shard(
     if isinstance(sharding, str):
         sharding = {name: sharding for m in embedding_modules(module) for name in m.table_names}
     constraints = {table: ParameterConstraints(sharding_types=[kind]) for table, kind in sharding.items()}
-    topology = Topology(world_size=world_size, compute_device=device.type, local_world_size=local_world_size)
-    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
-    plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
-    return DistributedModelParallel(module, device=device, plan=plan, sharders=sharders)
+    with quiet_sharding():
+        topology = Topology(world_size=world_size, compute_device=device.type, local_world_size=local_world_size)
+        planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)
+        plan = planner.collective_plan(module, sharders, dist.GroupMember.WORLD)
+        return DistributedModelParallel(module, device=device, plan=plan, sharders=sharders)
 
 
 def copy_into_shards(sharded: Any, full: torch.Tensor) -> None:

@@ -19,6 +19,7 @@ spawned one would.
 """
 
 import contextlib
+import logging
 import os
 from typing import Any, Callable, Dict, Iterator, Optional
 
@@ -32,6 +33,12 @@ from dlrm_multiepoch.distributed import free_port
 # Imported once by the fork server; a module that fails to import is skipped there.
 PRELOAD = ["benchmarks.tools.ranks", "torchrec", "torchrec.distributed", "fbgemm_gpu"]
 mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
+
+
+def quiet_rank_logs() -> None:
+    """What a rank's console need not show: TorchRec's pipeline traces the model and torch.fx warns about an API
+    it uses, once per rank (the app's ``console_logging`` silences it too)."""
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 
 
 def _entry(
@@ -53,6 +60,7 @@ def _entry(
     )
     # Two ranks share two cores: one intra-op thread each avoids oversubscription.
     torch.set_num_threads(1)
+    quiet_rank_logs()
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         fn(rank, world_size, *args)

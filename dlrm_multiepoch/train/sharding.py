@@ -82,7 +82,16 @@ _LIBRARY_FUTURE_WARNINGS = ("HeuristicalStorageReservation is known", "`broadcas
 
 
 @contextlib.contextmanager
-def _quiet_sharding() -> Iterator[None]:
+def quiet_sharding() -> Iterator[None]:
+    """Silence, inside the block, what TorchRec's planner and DMP print on every sharding that a user can do
+    nothing about (their topology and storage-estimate notes, DDP's deprecated argument); other warnings pass.
+
+    Example::
+
+        with quiet_sharding():
+            plan = EmbeddingShardingPlanner(topology=Topology(world_size=2, compute_device="cpu")).plan(model, sharders)
+            dmp = DistributedModelParallel(model, plan=plan, sharders=sharders)
+    """
     loggers = [logging.getLogger(name) for name in _PLANNER_LOGGERS]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
@@ -121,7 +130,7 @@ def shard_model(
     if unknown:
         raise ValueError(f"--sharding_types: unknown {unknown}; choose from {ALL_SHARDING_TYPES}")
     constraints = {name: ParameterConstraints(sharding_types=list(sharding_types)) for name in table_names(model)}
-    with _quiet_sharding():
+    with quiet_sharding():
         topology = Topology(
             world_size=env.world_size, compute_device=env.device.type, local_world_size=env.local_world_size
         )

@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Sequence, Type, TypeVar
 
-from dlrm_multiepoch.config_section import flag_fields, parsed
+from dlrm_multiepoch.config_section import flag_fields, parsed, split_list
 
 O = TypeVar("O", bound="ExperimentOptions")
 JOBS = ("shared", "per_segment")  # --jobs
@@ -51,7 +51,7 @@ class ExperimentOptions:
     def check(self) -> None:
         """Refuse a bad value, naming its flag; parse the text options into their parsed fields."""
         try:
-            self.seed_list = [int(s) for s in self.seeds.split(",") if s.strip()]
+            self.seed_list = [int(s) for s in split_list(self.seeds)]
         except ValueError:
             raise ValueError(f"--seeds expects comma-separated integers, got {self.seeds!r}") from None
         if self.epochs <= 0:
@@ -89,7 +89,7 @@ class SweepOptions(ExperimentOptions):
     def check(self) -> None:
         super().check()
         try:
-            self.window_list = [float(w) for w in self.windows.split(",") if w.strip()]
+            self.window_list = [float(w) for w in split_list(self.windows)]
         except ValueError:
             raise ValueError(f"--windows expects comma-separated epochs, got {self.windows!r}") from None
 
@@ -141,7 +141,7 @@ class SearchOptions(ExperimentOptions):
 
     def candidate_names(self) -> List[str]:
         """``--candidates`` as a list (empty: every candidate)."""
-        return [n.strip() for n in self.candidates.split(",") if n.strip()]
+        return split_list(self.candidates)
 
 
 def option_fields(cls: Type[ExperimentOptions], component: bool = False) -> List[dataclasses.Field]:

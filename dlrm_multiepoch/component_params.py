@@ -54,15 +54,16 @@ def take_options(fn: Callable[..., Any], params: Dict[str, Any]) -> ExperimentOp
 
     Raises:
         ValueError: naming the option (``--seeds``, ``--eta``, ...) and what it expects.
-        TypeError: a value of another type (``epochs="3"`` from Python; TorchX's CLI hands over typed values).
+        TypeError: a value of another type (``epochs="3"`` from Python; TorchX's CLI hands over typed values), or
+            no ``experiment_dir``.
     """
     cls: Type[ExperimentOptions] = getattr(fn, _OPTIONS_ATTR)
     values = {f.name: params.pop(f.name) for f in option_fields(cls, component=True) if f.name in params}
     for f in option_fields(cls, component=True):
         value = values.get(f.name, f.default)
-        numeric = f.type is float and isinstance(value, int)
-        if not isinstance(value, f.type) and not numeric or isinstance(value, bool):
-            raise TypeError(f"--{f.name} must be {f.type.__name__}, got {value!r}")
+        if value is dataclasses.MISSING:  # a positional option (the experiment folder) has no default
+            raise TypeError(f"--{f.name} is required")
+        _check_kind(f.name, value, f.type)
     options = cls(**values)
     options.check()
     return options
@@ -150,10 +151,16 @@ def take_launch_options(fn: Callable[..., Any], params: Dict[str, Any]) -> Launc
     base = dataclasses.asdict(LaunchOptions())
     options = LaunchOptions(**{k: base[k] if v is None and isinstance(base[k], (dict, list)) else v for k, v in values.items()})
     for name in ("cpu", "gpu", "memMB", "max_retries"):  # TorchX's CLI hands ints over as ints; Python callers may not
-        if not isinstance(getattr(options, name), int) or isinstance(getattr(options, name), bool):
-            raise TypeError(f"--{name} must be int, got {getattr(options, name)!r}")
+        _check_kind(name, getattr(options, name), int)
     options.check()
     return options
+
+
+def _check_kind(name: str, value: Any, kind: type) -> None:
+    """Refuse ``value`` unless it is a ``kind``; an int passes for a float."""
+    fits = isinstance(value, kind) or (kind is float and isinstance(value, int))
+    if not fits or (isinstance(value, bool) and kind is not bool):  # Python counts a bool an int; a flag does not
+        raise TypeError(f"--{name} must be {kind.__name__}, got {value!r}")
 
 
 def config_flags(fn: Callable[..., Any], values: Dict[str, Any], script_args: Sequence[str] = ()) -> List[str]:
@@ -181,8 +188,8 @@ def config_flags(fn: Callable[..., Any], values: Dict[str, Any], script_args: Se
                 value = kind(value)
             except ValueError:
                 raise ValueError(f"--{name} must be {kind.__name__}, got {value!r}") from None
-        elif not isinstance(value, kind) and not (kind is float and isinstance(value, int)):
-            raise TypeError(f"--{name} must be {kind.__name__}, got {value!r}")
+        else:
+            _check_kind(name, value, kind)
         # argparse keeps the last of repeated flags: a silent override is worse than an error.
         if any(a == f"--{name}" or a.startswith(f"--{name}=") for a in script_args):
             raise ValueError(

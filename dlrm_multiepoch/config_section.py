@@ -75,6 +75,11 @@ ROLES: Dict[str, str] = {
 }
 
 
+def split_list(value: str) -> List[str]:
+    """A comma-separated flag's entries, stripped; empty entries dropped (``"a, b,"`` -> ``["a", "b"]``)."""
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
 def parsed() -> Any:
     """A field validation fills from a flag's text: not a flag, not compared, not in records."""
     return dataclasses.field(default=None, init=False, repr=False, compare=False, metadata={_PARSED: True})

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import torchx
 
+from dlrm_multiepoch.config_section import split_list
+
 if TYPE_CHECKING:
     from torchx.runner import Runner
 
@@ -135,7 +137,7 @@ class LaunchOptions:
     def from_args(args: argparse.Namespace) -> "LaunchOptions":
         """The options :func:`add_launch_args` parsed; ``--env`` and ``--mounts`` text becomes a dict and a list."""
         values = {f.name: getattr(args, f.name) for f in launch_fields()}
-        values["env"], values["mounts"] = env_dict(values["env"]), _split(values["mounts"])
+        values["env"], values["mounts"] = env_dict(values["env"]), split_list(values["mounts"])  # TorchX's list
         return LaunchOptions(**values)
 
     def component_kwargs(self) -> Dict[str, Any]:
@@ -218,8 +220,3 @@ def _importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package missing, or an empty name part
         return False
-
-
-def _split(text: str) -> List[str]:
-    """``--mounts`` text as TorchX's list (comma-separated mount options)."""
-    return [part.strip() for part in text.split(",") if part.strip()]

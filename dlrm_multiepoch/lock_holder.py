@@ -49,8 +49,14 @@ class LockHolder:
         """Whether the holder still runs: its PID on this host, else its heartbeat on another."""
         if self.host != socket.gethostname() or self.pid is None:
             return heartbeat_age_s < STALE_AFTER_S
-        start = process_start(self.pid)
-        return start is not None and (self.pid_start is None or start in (-1, self.pid_start))
+        return process_alive(self.pid, self.pid_start)
+
+
+def process_alive(pid: int, pid_start: Optional[int]) -> bool:
+    """Whether process ``pid`` runs on this host and is the one that started at ``pid_start`` (None: any; a
+    start this system does not show counts as a match), not a later process given the same PID."""
+    start = process_start(pid)
+    return start is not None and (pid_start is None or start in (-1, pid_start))
 
 
 def process_start(pid: int) -> Optional[int]:

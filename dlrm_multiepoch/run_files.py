@@ -175,11 +175,6 @@ def read_manifest(experiment_dir: str) -> Dict[str, Any]:
     return read_optional_json(manifest_path(experiment_dir))
 
 
-def read_search_record(experiment_dir: str) -> Dict[str, Any]:
-    """``search.json`` of an experiment folder (empty when there is none)."""
-    return read_optional_json(search_record_path(experiment_dir))
-
-
 # -- checkpoints --------------------------------------------------------------------
 
 
@@ -202,6 +197,23 @@ def complete_checkpoints(folder: str) -> List[Tuple[int, str]]:
     also checks every file against the sizes and checksums recorded at save time.
     """
     return [(s, p) for s, p in step_folders(folder) if os.path.isfile(state_path(p))]
+
+
+def checkpoint_progress(checkpoint: str) -> Dict[str, Any]:
+    """The training progress a checkpoint's state file records (``epoch``, ``batch_in_epoch``, ``step``);
+    empty when the file is damaged (a reader then falls back to another checkpoint)."""
+    try:
+        progress = read_optional_json(state_path(checkpoint)).get("parts", {}).get("progress", {})
+    except (ValueError, AttributeError):
+        return {}
+    return progress if isinstance(progress, dict) else {}
+
+
+def epoch_end(checkpoint: str) -> Optional[int]:
+    """The epochs a checkpoint saved at an epoch's end holds (None: saved inside an epoch, or damaged)."""
+    progress = checkpoint_progress(checkpoint)
+    epoch = progress.get("epoch")
+    return epoch if isinstance(epoch, int) and progress.get("batch_in_epoch") == 0 else None
 
 
 def saved_work(folder: str) -> List[str]:

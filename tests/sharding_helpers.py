@@ -74,6 +74,11 @@ def snapshot(dmp: torch.nn.Module, optimizer: Any = None) -> Dict[str, torch.Ten
     }
 
 
+def differing_keys(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> List[str]:
+    """The keys of two snapshots whose tensors differ or that only one of them holds."""
+    return sorted(k for k in a.keys() | b.keys() if k not in a or k not in b or not torch.equal(a[k], b[k]))
+
+
 def local_tables(dmp: torch.nn.Module) -> Dict[str, torch.Tensor]:
     """Copies of this rank's table shards (sharded tables only), keyed as in :func:`snapshot`."""
     return {k: v for k, v in snapshot(dmp).items() if "@" in k}

@@ -26,7 +26,7 @@ def test_planning_launching_and_comparing_runs_import_no_torch(tmp_path):
     # A sweep plans its runs (every run's flags validated), builds each run's TorchX job and the
     # scheduler's request; compare reads finished runs: none of it needs a model, so none may
     # import torch (3+ s, and its load messages) in the launching process.
-    from tests.test_compare import write_run
+    from tests.run_writer import write_run
 
     for name, aucs in (("joint-s0", [0.70, 0.71]), ("delayed-s0", [0.69, 0.72])):
         write_run(tmp_path / "done" / name, aucs)

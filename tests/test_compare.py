@@ -4,97 +4,19 @@ The real-run end to end (sweep + compare on two tiny runs) is in ``tests/test_sw
 """
 
 import csv
-import glob
 import io
 import json
 import os
-import struct
 from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-from tensorboard.compat.proto.event_pb2 import Event
-from tensorboard.plugins.hparams import metadata, plugin_data_pb2
-from tensorboard.util import tensor_util
-from torch.utils.tensorboard import SummaryWriter
 
 from dlrm_multiepoch.report import compare_experiment, read_experiment
 from dlrm_multiepoch.report.command import main as compare_main
 from dlrm_multiepoch.report.runs import metric_key
 from dlrm_multiepoch.report.tables import to_markdown
-
-
-def write_run(
-    folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0, finished=True, logloss=None, best=None,
-    val_auc=None, task="like", config=None, extra=None,
-):
-    """A run folder as the training app writes it: one evaluation per whole epoch (plus one mid-epoch).
-
-    ``best``: ``(epoch, test AUC[, val AUC])`` of restored best-validation weights, as the auto schedule
-    logs them; ``val_auc``: validation AUC per epoch; ``config``: more flags of its ``summary.json``;
-    ``extra``: ``{split: {task: [AUC per epoch]}}`` evaluated besides (slices, other tasks).
-    """
-    os.makedirs(folder, exist_ok=True)
-    evaluations = [{"epoch": 0.5, "step": 5, "test": {task: {"auc": 0.1}}}]
-    with SummaryWriter(str(folder)) as w:
-        w.add_scalar("train/samples_per_sec", 1000.0, 1)
-        w.add_scalar("train/samples_per_sec", 3000.0, 2)
-        w.add_scalar("eval/epoch", 0.5, 5)  # a mid-epoch evaluation: not a whole epoch, ignored
-        w.add_scalar(f"test/{task}/auc", 0.1, 5)
-        for i, auc in enumerate(test_auc):
-            step = 10 * (i + 1)
-            entry = {"test": {task: {"auc": auc, "logloss": (logloss or [0.5] * len(test_auc))[i]}}}
-            if train_auc is not None:
-                entry["train_sample"] = {task: {"auc": train_auc[i]}}
-            if val_auc is not None:
-                entry["val"] = {task: {"auc": val_auc[i]}}
-            for split, per_task in (extra or {}).items():
-                entry.setdefault(split, {}).update({t: {"auc": aucs[i]} for t, aucs in per_task.items()})
-            w.add_scalar("eval/epoch", i + 1, step)
-            for split, per_task in entry.items():
-                for t, metrics in per_task.items():
-                    for metric, value in metrics.items():
-                        w.add_scalar(f"{split}/{t}/{metric}", value, step)
-            evaluations.append({"epoch": i + 1, "step": step, **entry})
-        if best is not None:
-            results = {"test": {task: {"auc": best[1]}}, **({"val": {task: {"auc": best[2]}}} if len(best) > 2 else {})}
-            for split, per_task in results.items():
-                w.add_scalar(f"best/{split}/{task}/auc", per_task[task]["auc"], 10 * len(test_auc) + 1)
-    summary = {"config": {"seed": seed, "epochs": planned or len(test_auc), "optim": {"learning_rate": 0.001}, **(config or {})}}
-    summary["evaluations"] = json.loads(json.dumps(evaluations).replace("NaN", "null"))  # strict JSON, as the app writes
-    if finished:
-        summary["wall_time_s"] = wall
-    if best is not None:
-        summary["best"] = {"epoch": best[0], "step": 10 * len(test_auc) + 1, **json.loads(json.dumps(results).replace("NaN", "null"))}
-    (folder / "summary.json").write_text(json.dumps(summary))
-
-
-def manifest(exp, runs):
-    """``sweep.json`` listing runs as (name, strategy, seed, epochs[, window])."""
-    entries = {r[0]: {"name": r[0], "strategy": r[1], "seed": r[2], "epochs": r[3], "window": r[4] if len(r) > 4 else None} for r in runs}
-    (exp / "sweep.json").write_text(json.dumps({"runs": entries}))
-
-
-def truncate_events(folder, before):
-    """Cut a run's event file just before the record of scalar ``(tag, epoch)``, as a crash or a full disk would."""
-    (path,) = glob.glob(str(folder / "events.out.tfevents.*"))
-    data, offset, epoch_steps = open(path, "rb").read(), 0, {}
-    while offset < len(data):
-        (length,) = struct.unpack("<Q", data[offset : offset + 8])
-        event = Event.FromString(data[offset + 12 : offset + 12 + length])
-        for value in event.summary.value:
-            if value.tag == "eval/epoch":
-                epoch_steps[event.step] = value.simple_value
-            if value.tag == before[0] and epoch_steps.get(event.step) == before[1]:
-                open(path, "r+b").truncate(offset)
-                return
-        offset += 12 + length + 4
-    raise AssertionError(f"no {before} in {path}")
-
-
-def f32(x):
-    return float(np.float32(x))  # event files store float32
+from tests.run_writer import f32, hparams_sessions, manifest, mean32, truncate_events, write_run
 
 
 def test_figures_baselines_winner_and_one_epoch_flag(tmp_path):
@@ -214,10 +136,6 @@ def test_update_window_slope_per_seed(tmp_path):
     assert not (exp / "compare" / "test_auc.png").exists()  # no strategy rows to plot
 
 
-def mean32(*values):
-    return sum(f32(v) for v in values) / len(values)
-
-
 def test_the_winner_is_picked_on_validation_by_what_each_run_deploys(tmp_path):
     # joint: best validation epoch 2 (test would pick 3).
     write_run(tmp_path / "joint-s0", [0.74, 0.73, 0.75], val_auc=[0.70, 0.72, 0.71], seed=0)
@@ -278,14 +196,6 @@ def test_per_epoch_cells_with_fewer_seeds_say_so(tmp_path):
     assert "A cell marked (n of N seeds) is the mean of the seeds that reached that epoch only." in text
 
 
-def test_a_folder_of_runs_without_manifest_is_grouped_by_name(tmp_path):
-    write_run(tmp_path / "joint-s0", [0.74, 0.72], seed=0)
-    write_run(tmp_path / "joint-s1", [0.75, 0.73], seed=1)
-    write_run(tmp_path / "mine", [0.70, 0.76], seed=3)
-    runs, problems = read_experiment(str(tmp_path))
-    assert problems == [] and [(r.strategy, r.seed) for r in runs] == [("joint", 0), ("joint", 1), ("mine", 3)]
-
-
 def test_bad_folders_raise_clearly(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_experiment(str(tmp_path / "nope"))
@@ -295,21 +205,6 @@ def test_bad_folders_raise_clearly(tmp_path):
 
 
 NAN = float("nan")
-
-
-def hparams_sessions(exp):
-    """run folder -> its HParams session's hyperparameters, and run folder -> the scalars written beside."""
-    sessions, scalars = {}, {}
-    for path in glob.glob(str(exp / "*" / "*.hparams")):
-        run = os.path.basename(os.path.dirname(path))
-        for event in EventFileLoader(path).Load():
-            for value in event.summary.value:
-                if value.tag == metadata.SESSION_START_INFO_TAG:
-                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
-                    sessions[run] = {k: v.string_value or v.number_value for k, v in data.session_start_info.hparams.items()}
-                elif value.metadata.plugin_data.plugin_name == "scalars":
-                    scalars.setdefault(run, {})[value.tag] = float(tensor_util.make_ndarray(value.tensor))
-    return sessions, scalars
 
 
 def test_undefined_metrics_never_win_sort_or_crash(tmp_path, capsys):
@@ -362,44 +257,3 @@ def test_a_tag_is_split_by_the_recorded_split_and_task_names():
     known = {"test.unseen_a/b/like/auc": ("test.unseen_a/b", "like", "auc")}
     assert metric_key("test.unseen_a/b/like/auc", known) == ("test.unseen_a/b", "like", "auc")
     assert metric_key("test/like/auc", known) is None
-
-
-def test_runs_with_other_common_flags_are_never_averaged(tmp_path, capsys):
-    exp = tmp_path / "exp"
-    schedule = {"joint": "joint", "delayed": "delayed", "unknown-row": "joint"}
-    runs = [("joint-s0", "/a", 3), ("joint-s1", "/b", 3), ("joint-s2", "/a", 2), ("delayed-s0", "/a", 3),
-            ("delayed-s1", "/a", 3), ("unknown-row-s0", "/a", 3)]  # fmt: skip
-    for i, (name, data, epochs) in enumerate(runs):
-        strategy = name.rsplit("-", 1)[0]
-        config = {"data_path": data, "freeze_schedule": schedule[strategy], "min_count": "2" if "unknown" in name else "1"}
-        write_run(exp / name, [0.70 + 0.01 * i] * epochs, seed=int(name[-1]), config=config)
-    manifest(exp, [(n, n.rsplit("-", 1)[0], int(n[-1]), e) for n, _, e in runs])
-    entries = json.loads((exp / "sweep.json").read_text())
-    entries["strategies"] = {
-        "joint": {"flags": ["--freeze_schedule", "joint"]}, "delayed": {"flags": ["--freeze_schedule", "delayed"]},
-        "unknown-row": {"flags": ["--min_count", "2"]},
-    }  # fmt: skip
-    (exp / "sweep.json").write_text(json.dumps(entries))
-    for with_manifest in (True, False):  # without: the strategies' own flags are inferred
-        if not with_manifest:
-            (exp / "sweep.json").unlink()
-        comparison = compare_experiment(str(exp))
-        assert [(g.label, sorted(r.name for r in g.runs)) for g in comparison.groups] == [
-            ("data_path=/a", ["delayed-s0", "delayed-s1", "joint-s0", "joint-s2", "unknown-row-s0"]),
-            ("data_path=/b", ["joint-s1"]),
-        ]
-        a, b = comparison.groups
-        assert sorted(a.rows) == ["delayed", "joint (epochs=2)", "joint (epochs=3)", "unknown-row"]
-        assert (a.strategy_flags, list(b.rows)) == (["epochs", "freeze_schedule", "min_count"], ["joint"])
-        (like_a, like_b) = comparison.tasks
-        assert (like_a.group, like_a.row("delayed").seeds, like_b.group, like_b.row("joint").seeds) == ("data_path=/a", 2, "data_path=/b", 1)
-    assert compare_main([str(exp)]) == 0
-    out = capsys.readouterr().out
-    assert "**These runs differ in data_path**, not only in their strategies: they are compared in 2 separate groups" in out
-    assert "## Group data_path=/b: runs joint-s1" in out and "Strategies differ in: epochs, freeze_schedule, min_count." in out
-    with open(exp / "compare" / "comparison.csv") as f:
-        assert [(r["group"], r["strategy"]) for r in csv.DictReader(f)][-1] == ("data_path=/b", "joint")
-    sessions, _ = hparams_sessions(exp)
-    assert {run: (h["data_path"], h["group"]) for run, h in sessions.items()} == {
-        name: (data, f"data_path={data}") for name, data, _ in runs
-    }

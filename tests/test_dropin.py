@@ -60,7 +60,7 @@ from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, TEST_MODEL_SPECS
 from tests.freeze_helpers import changed
 from tests.readme_blocks import LOOP, PARTS, readme_block
 from tests.resume_helpers import assert_bitwise_equal
-from tests.sharding_helpers import snapshot
+from tests.sharding_helpers import differing_keys, snapshot
 
 EPOCHS = 2
 CPU = torch.device("cpu")
@@ -111,10 +111,6 @@ def _train(model, pipeline, freeze, batches, detach: bool, on_step=lambda: None)
                     model(batches[-1])
                 pipeline.attach(model)
     return outputs
-
-
-def _same(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> List[str]:
-    return sorted(k for k in a.keys() | b.keys() if k not in a or k not in b or not torch.equal(a[k], b[k]))
 
 
 def _on_any_rank(flag: bool) -> bool:
@@ -169,7 +165,7 @@ def _cell(name: str, sharding: str, rank: int, world_size: int, tmp: str) -> Lis
                 model(batches[-1])
     (out_sd, end_sd), (out_s0, end_s0) = runs["sparse_dist"], runs["staleness0"]
     assert len(out_sd) == len(out_s0) and all(torch.equal(a, b) for a, b in zip(out_sd, out_s0)), where
-    assert not _same(end_sd, end_s0), (where, _same(end_sd, end_s0)[:5])
+    assert not differing_keys(end_sd, end_s0), (where, differing_keys(end_sd, end_s0)[:5])
 
     # README's loop, as written.
     model, _, batches = fresh()
@@ -198,7 +194,7 @@ def _cell(name: str, sharding: str, rank: int, world_size: int, tmp: str) -> Lis
     late = "after each update (TrainPipelineSparseDist's order)" if namespace["pipeline"]._late else "every lookup overlaps"
     assert len(said) == (rank == 0) and all(late in line for line in said), (where, said)
     if synchronous:  # nothing overlaps: exactly the synchronous pipeline's result
-        assert not _same(end, end_sd), (where, _same(end, end_sd)[:5])
+        assert not differing_keys(end, end_sd), (where, differing_keys(end, end_sd)[:5])
     if sharding == "table_wise" and case.frozen:
         _check_semi_sync_options(case, world_size, rank, out_sd)
     _check_loads_back(namespace, case, f"{tmp}/{name}-{sharding}/epoch_{EPOCHS - 1}", end, where)
@@ -239,7 +235,7 @@ def _check_loads_back(namespace: Dict[str, Any], case, checkpoint: str, end: Dic
         init_optimizer_state(optimizer, checkpoint)
     dcp.load(state, checkpoint_id=checkpoint)
     assert restored.global_step == EPOCHS * STEPS_PER_EPOCH and restored.frozen_tables() == [], where
-    assert not _same(end, snapshot(model, optimizer)), (where, _same(end, snapshot(model, optimizer))[:5])
+    assert not differing_keys(end, snapshot(model, optimizer)), (where, differing_keys(end, snapshot(model, optimizer))[:5])
     restored.remove()
 
 
@@ -277,7 +273,7 @@ def _check_refusals(rank: int, world_size: int) -> None:
     )
     with pytest.raises(ValueError, match=message):  # a window in the last epoch: refused now, not then
         FreezeScheduleWrapper(model, "table:t0=frozen@[1,2)", STEPS_PER_EPOCH, EPOCHS, optimizer=optimizer)
-    assert not _same(start, snapshot(model, optimizer))
+    assert not differing_keys(start, snapshot(model, optimizer))
     # All tables of the module frozen: the output is cut whole, weight decay never runs on them.
     freeze = FreezeScheduleWrapper(model, "tables=frozen@[0,1)", STEPS_PER_EPOCH, EPOCHS, optimizer=optimizer)
     for batch in case.batches(rank, world_size)[:STEPS_PER_EPOCH]:
@@ -285,7 +281,7 @@ def _check_refusals(rank: int, world_size: int) -> None:
         model(batch)[0].backward()
         optimizer.step()
         freeze.step()
-    assert not [k for k in _same(start, snapshot(model, optimizer)) if re.search(r"embedding_bags\.t\d\.", k)]
+    assert not [k for k in differing_keys(start, snapshot(model, optimizer)) if re.search(r"embedding_bags\.t\d\.", k)]
 
     # Built on the unsharded model, then sharded in place by DMP: its hooks are gone; the first forward says so.
     unsharded = case.build()

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from benchmarks.tools.ranks import run_on_ranks
 from tests.readme_blocks import LOOP, PARTS, example_block, import_example, readme_block
 from tests.resume_helpers import scalars
-from tests.sharding_helpers import snapshot
+from tests.sharding_helpers import differing_keys, snapshot
 
 ROWS = ["--epochs", "2", "--train_rows", "512", "--val_rows", "128", "--batch_size", "64"]  # 4 steps an epoch on 2 ranks
 
@@ -52,10 +52,6 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def _same(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> List[str]:
-    return sorted(k for k in a.keys() | b.keys() if k not in a or k not in b or not torch.equal(a[k], b[k]))
-
-
 def _freeze_loop_resumes(tmp: str, rank: int) -> None:
     _, example = import_example()
     full = example.main(["--loop", "freeze", "--checkpoint_dir", f"{tmp}/freeze", *ROWS])
@@ -69,7 +65,7 @@ def _freeze_loop_resumes(tmp: str, rank: int) -> None:
         ["--loop", "freeze", "--checkpoint_dir", f"{tmp}/freeze-resumed", "--resume_from", f"{tmp}/freeze/epoch_0", *ROWS]
     )
     assert resumed["freeze"].global_step == full["freeze"].global_step == 8
-    assert not _same(end, snapshot(resumed["model"], resumed["optimizer"]))
+    assert not differing_keys(end, snapshot(resumed["model"], resumed["optimizer"]))
 
 
 def _parts_loop_resumes(tmp: str, rank: int) -> None:
@@ -101,7 +97,7 @@ def _parts_loop_resumes(tmp: str, rank: int) -> None:
         ["--loop", "parts", "--checkpoint_dir", f"{tmp}/crashed", "--resume_from", f"{tmp}/crashed/epoch_0", *ROWS]
     )
     assert [d.to_dict() for d in resumed["freeze"].decisions] == decisions
-    assert not _same(snapshot(full["model"], full["optimizer"]), snapshot(resumed["model"], resumed["optimizer"]))
+    assert not differing_keys(snapshot(full["model"], full["optimizer"]), snapshot(resumed["model"], resumed["optimizer"]))
     assert resumed["progress"].step == full["progress"].step == 8
     if rank == 0:
         _check_logs(tmp, full["logger"].summary, lines.lines + console.getvalue().splitlines())

@@ -14,7 +14,6 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTens
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
-from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from dlrm_multiepoch import (
     AutoFreezeSchedule, BinaryMetrics, FALRConfig, FreezeScheduleWrapper, FrequencyAdaptiveLR, GradientAccumulation,
@@ -25,6 +24,7 @@ from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
 from dlrm_multiepoch.pipeline.prefetch import overlap_line
 from dlrm_multiepoch.saved_state import StateMismatch
 from benchmarks.tools.ranks import single_rank_group
+from tests.dropin_models import dense_optimizer
 from tests.readme_blocks import import_example
 from tests.sharding_helpers import snapshot
 
@@ -68,13 +68,6 @@ def test_every_parts_state_flattens_to_the_same_keys_under_both_dcp_layouts(tmp_
     bad = pack_json_state({}) | {"version": torch.tensor(7)}
     with pytest.raises(StateMismatch, match="p: the saved state has version 7, this library reads version 1"):
         unpack_json_state("p", bad)
-
-
-class _Out(NamedTuple):
-    loss: torch.Tensor
-    logits: torch.Tensor
-    labels: torch.Tensor
-    weights: torch.Tensor
 
 
 def test_binary_metrics_take_one_tasks_1d_tensors_or_name_the_shape_expected() -> None:
@@ -143,8 +136,7 @@ def _sharded(static_graph: bool = False):
     if static_graph:  # TorchRec's default DDP wrapper
         torch.manual_seed(0)
         model = DistributedModelParallel(deepfm.DeepFM(deepfm.POOLED, deepfm.SEQUENCE), device=torch.device("cpu"))
-        params = dict(in_backward_optimizer_filter(model.named_parameters()))
-        dense = KeyedOptimizerWrapper(params, lambda p: torch.optim.Adam(p, lr=1e-2))
+        dense = dense_optimizer(model)
     return model, CombinedOptimizer([model.fused_optimizer, dense]), deepfm
 
 

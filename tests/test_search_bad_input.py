@@ -29,7 +29,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from dlrm_multiepoch.search.command import main as search_main
-from tests.fuzz_settings import CASES
+from tests.fuzz_settings import CASES, folder_bytes
 from tests.search_sim import COMMON, no_step_twice, run_search
 
 # -- search arguments ------------------------------------------------------------------
@@ -155,10 +155,6 @@ def _damage(exp: Path, target: str, how: str) -> None:
             shutil.rmtree(folder)
 
 
-def _snapshot(root: Path):
-    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and "events.out" not in p.name}
-
-
 def _checkpointed(exp: Path):
     """Run -> its newest checkpoint step (what a rerun must not train again)."""
     found = {}
@@ -178,13 +174,13 @@ def test_damaged_search_folders_are_refused_named_or_searched_again_to_the_same_
             _damage(exp, target, how)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass  # an earlier damage left nothing of that kind to damage
-    before, saved = _snapshot(exp), _checkpointed(exp)
+    before, saved = folder_bytes(exp, skip=("events.out",)), _checkpointed(exp)
     code, out, sim = run_search([str(exp), *ARGS])
     assert "Traceback" not in out
     if code == 2:
         event("refused before any launch")
         assert _names_something(out.splitlines()[-1]), (damages, out)
-        assert _snapshot(exp) == before
+        assert folder_bytes(exp, skip=("events.out",)) == before
         return
     if code == 1:
         event("stopped with one line")

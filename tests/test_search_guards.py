@@ -18,14 +18,14 @@ from dlrm_multiepoch.auto.policy import AutoSchedulePolicy
 from dlrm_multiepoch.auto.config import AutoScheduleConfig
 from dlrm_multiepoch.report import compare_experiment
 from dlrm_multiepoch.report.tables import to_markdown
+from tests.fuzz_settings import folder_bytes
 from tests.search_sim import COMMON, interrupt_at, no_step_twice, run_search
 
 ARGS = ["--epochs", "3", "--", *COMMON]
 
 
-def _search(exp, *extra, **launcher):
-    argv = [str(exp), *ARGS[:2], *extra, *ARGS[2:]]
-    return run_search(argv, **launcher)
+def _search(exp, **launcher):
+    return run_search([str(exp), *ARGS], **launcher)
 
 
 def _record(exp):
@@ -54,10 +54,6 @@ def _copy(searched, tmp_path):
     return exp
 
 
-def _files(exp):
-    return {str(p): p.read_bytes() for p in sorted(exp.rglob("*")) if p.is_file()}
-
-
 def test_the_record_says_what_the_console_says_and_a_rerun_trains_nothing(searched, tmp_path):
     exp, out = searched
     deploy = _record(exp)["seeds"]["0"]["deploy"]
@@ -73,7 +69,7 @@ def test_the_record_says_what_the_console_says_and_a_rerun_trains_nothing(search
 
 def test_a_rerun_with_other_flags_is_refused_naming_the_flag_before_anything_runs(searched, tmp_path):
     exp = _copy(searched, tmp_path)
-    before = _files(exp)
+    before = folder_bytes(exp)
     for extra, common, expected in [
         (["--epochs", "4"], [], "search.json records a search with --epochs 3, this one has 4 (a schedule is laid out"),
         (["--eta", "2"], [], "search.json records a search with --eta 3, this one has 2"),
@@ -85,12 +81,12 @@ def test_a_rerun_with_other_flags_is_refused_naming_the_flag_before_anything_run
     # Without search.json and sweep.json, each run folder's own record speaks for its branch (rows 1, 2).
     (exp / "search.json").unlink()
     (exp / "sweep.json").unlink()
-    before = _files(exp)
+    before = folder_bytes(exp)
     code, message, _ = run_search([str(exp), "--epochs", "4", "--", *COMMON])
     assert code == 2 and "run joint-s0 in" in message and "(joint-s0/summary.json): --epochs 4 -> 5" in message
     code, message, _ = run_search([str(exp), "--epochs", "3", "--", *COMMON, "--max_rows", "5000"])
     assert code == 2 and "--max_rows None -> 5000" in message and "search this configuration in a new" in message
-    assert _files(exp) == before  # nothing launched, written or deleted
+    assert folder_bytes(exp) == before  # nothing launched, written or deleted
 
 
 def test_a_branch_of_a_parent_trained_again_is_never_ranked(searched, tmp_path):

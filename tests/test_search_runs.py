@@ -32,10 +32,10 @@ SEARCH = [
 ]  # fmt: skip
 
 
-def _search(exp, *extra: str) -> str:
+def _search(exp) -> str:
     out = io.StringIO()
     with redirect_stdout(out):
-        code = search_main([str(exp), *extra, *SEARCH])
+        code = search_main([str(exp), *SEARCH])
     assert code == 0, out.getvalue()
     return out.getvalue()
 

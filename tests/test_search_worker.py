@@ -7,14 +7,15 @@ import os
 import subprocess
 import sys
 
+from dlrm_multiepoch.json_io import write_json
 from dlrm_multiepoch.launch_options import LaunchOptions
 from dlrm_multiepoch.search.segments import WORKER_MODULE, SegmentWorker
-from dlrm_multiepoch.search.worker import DRIVER_ENV, STOP_FILE, driver_alive, next_request, request_path, write_atomic
+from dlrm_multiepoch.search.worker import DRIVER_ENV, STOP_FILE, driver_alive, next_request, request_path
 
 
 def test_requests_are_read_in_order_and_a_gone_search_stops_the_job(tmp_path, monkeypatch):
     queue = str(tmp_path)
-    write_atomic(request_path(queue, 1), {"run": "joint-s0", "flags": ["--epochs", "4"]})
+    write_json(request_path(queue, 1), {"run": "joint-s0", "flags": ["--epochs", "4"]})
     monkeypatch.setenv(DRIVER_ENV, f"{os.getpid()}:")
     assert driver_alive(os.environ[DRIVER_ENV]) and driver_alive(None)
     assert next_request(queue, 1, is_main=True) == {"run": "joint-s0", "flags": ["--epochs", "4"]}

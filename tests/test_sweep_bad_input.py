@@ -34,7 +34,7 @@ from dlrm_multiepoch.sweep import build_plan, parse_strategy, run_state
 from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.manifest import check_experiment, update_manifest
 from dlrm_multiepoch.train.config import parse_config
-from tests.fuzz_settings import CASES
+from tests.fuzz_settings import CASES, folder_bytes
 
 # -- sweep arguments ------------------------------------------------------------------
 
@@ -213,10 +213,6 @@ def _damage(exp: Path, run: str, target: str, how: str) -> None:
             os.utime(folder / LOCK_FILE, (old, old))
 
 
-def _snapshot(root: Path) -> Dict[str, bytes]:
-    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @CASES
 @given(st.lists(st.tuples(st.sampled_from(["joint-1ep-s0", "delayed-s0"]), _DAMAGE), min_size=1, max_size=3))
 def test_damaged_experiment_folders_are_refused_naming_the_file_or_get_a_true_state(tmp_path: Path, damages) -> None:
@@ -228,13 +224,13 @@ def test_damaged_experiment_folders_are_refused_naming_the_file_or_get_a_true_st
                 _damage(exp, run, target, how)
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 pass  # an earlier damage left nothing of that kind to damage
-    before = _snapshot(exp)
+    before = folder_bytes(exp)
     try:
         check_experiment(plan)
     except ValueError as e:
         event("refused")
         assert any(word in str(e) for word in ("sweep.json", "summary.json", "trainer_state.json", "--", "checkpoint")), str(e)
-        assert _snapshot(exp) == before
+        assert folder_bytes(exp) == before
         return
     event("accepted")
     states = {run.name: run_state(str(exp), run) for run in plan.runs}
@@ -256,5 +252,5 @@ def test_damaged_experiment_folders_are_refused_naming_the_file_or_get_a_true_st
                 finished = False
             assert (state.status == "finished") == finished, (run.name, state, damages)
         event(state.status)
-    assert _snapshot(exp) == before  # checks and states never change or delete anything
+    assert folder_bytes(exp) == before  # checks and states never change or delete anything
     update_manifest(plan)  # and the manifest can be written again

@@ -25,7 +25,6 @@ Usage::
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import shutil

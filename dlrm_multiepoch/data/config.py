@@ -14,15 +14,12 @@ from dlrm_multiepoch.config_section import (
     TRAIN_COMPONENT,
     flag_fields,
     parsed,
+    split_list,
     validated,
 )
 from dlrm_multiepoch.data.val_design import UnseenShares, check_design, parse_unseen_share
 from dlrm_multiepoch.names import DATASETS, POOLINGS, check_name
 from dlrm_multiepoch.table_values import TableValues
-
-
-def split_list(value: str) -> List[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def column_list(cfg: "DataConfig", flag: str) -> Tuple[str, ...]:

@@ -38,7 +38,7 @@ from dlrm_multiepoch.data.npy import SpillColumn
 from dlrm_multiepoch.data.recipe import ITEM_FEATURE, USER_FEATURE, Blocks, Chunk, Recipe, SplitPlan
 from dlrm_multiepoch.data.store_writer import DatasetWriter, commit
 from dlrm_multiepoch.data.scan import FileInput, ScanSpec, ScanView, scan_chunks, scan_files
-from dlrm_multiepoch.data.val_design import val_row_weights
+from dlrm_multiepoch.data.val_design import unseen_codes, val_row_weights
 from dlrm_multiepoch.data.vocab import IdCounter, frequency_ids, hashed_ids, values_digest, write_vocab
 
 BLOCK_ROWS = 1 << 17  # rows per block of the passes over scratch files
@@ -278,6 +278,7 @@ class _Job:
         )
         inputs = [k[4:] for k in self.scratch.names if k.startswith("num:")]
         described = self.described
+        bits = {f: bit for bit, f in enumerate(described)}  # slice code bits, in the order of self.slices
         single = [f for f in self.r.features if f not in self.r.bags]
         seen = {(s, f): np.zeros(len(self.values[f]), bool) for s in names for f in described}
         unknown = {(s, f): 0 for s in names for f in single}
@@ -303,11 +304,7 @@ class _Job:
             kept = codes >= 0
             hist = None if history is None else history.read(kept_before, kept_before + int(kept.sum()))
             raw_codes = {f: self._global(f, stacked_of[f]) for f in described}
-            slice_codes = np.zeros(b - a, np.uint8)
-            for bit, (f, g) in enumerate(raw_codes.items()):  # missing (-1) or never in train: unseen
-                known = self.in_train[f]
-                unseen = (g < 0) | (~known[np.maximum(g, 0)] if len(known) else True)
-                slice_codes |= unseen.astype(np.uint8) << bit
+            slice_codes = unseen_codes(raw_codes, self.in_train, bits, b - a, np.uint8)
             for i, s in enumerate(names):
                 mask = codes == i
                 if not mask.any():

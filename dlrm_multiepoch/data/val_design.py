@@ -28,6 +28,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dlrm_multiepoch.config_section import split_list
 from dlrm_multiepoch.data.encode import time_split, validation_split
 
 FLAG = "--val_unseen_share"
@@ -58,7 +59,7 @@ def parse_unseen_share(value: str, flag: str = FLAG) -> UnseenShares:
     if text == MEASURED:
         return UnseenShares(tuple((f, None) for f in FEATURES))
     shares: Dict[str, Optional[float]] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
+    for part in split_list(text):
         name, sep, number = (x.strip() for x in part.rpartition(":"))
         name = name if sep else "user"
         try:
@@ -154,6 +155,24 @@ def unseen_weights(
     return {int(v): float(w) for v, w in zip(values, weights)}
 
 
+def unseen_codes(
+    raw: Dict[str, np.ndarray], known: Dict[str, np.ndarray], bits: Dict[str, int], rows: int, dtype=np.int64
+) -> np.ndarray:
+    """Slice codes of ``rows`` rows: bit ``bits[f]`` set where feature ``f``'s raw id code is
+    missing (-1) or not ``known[f]`` (never in the train split).
+
+    Example::
+
+        codes = unseen_codes({"user": raw_users}, in_train, {"user": 0}, len(raw_users), np.uint8)
+    """
+    codes = np.zeros(rows, dtype)
+    for f, bit in bits.items():
+        g, seen = raw[f], known[f]
+        unseen = (g < 0) | (~seen[np.maximum(g, 0)] if len(seen) else True)
+        codes |= unseen.astype(dtype) << bit
+    return codes
+
+
 def serving_shares(
     times: np.ndarray, ids: Dict[str, np.ndarray], window: int, gap: int, what: str
 ) -> Dict[str, float]:
@@ -215,24 +234,27 @@ def val_row_weights(
         raise ValueError(f"{FLAG}: {what} has no user or item ids to tell unseen rows by")
     bits = {f: slices.index(f"unseen_{f}") for f in features}
     val, train = split_codes == names.index("val"), split_codes == names.index("train")
-    codes = np.zeros(int(val.sum()), np.int64)
-    for f in features:
-        raw = ids(f)[val]
-        unseen = (raw < 0) | ~in_train[f][np.maximum(raw, 0)] if len(in_train[f]) else np.ones(len(raw), bool)
-        codes |= unseen.astype(np.int64) << bits[f]
-    now = {f: float(np.mean((codes >> bits[f]) & 1)) for f in features}
     asked = {f: s for f, s in weighting.shares if f in features or s is not None}
     unknown = set(asked) - set(features)
     if unknown:
         raise ValueError(f"{FLAG}: {what} has no {sorted(unknown)} ids to tell unseen rows by")
     measure = [f for f, s in asked.items() if s is None]
+    raw, train_ids = {}, {}
+    for f in features:
+        column = ids(f)  # a whole scratch column: read once, for the validation and the train rows
+        raw[f] = column[val]
+        if f in measure and times is not None:
+            train_ids[f] = column[train]
+        del column  # before the next read: one whole column in memory at a time
+    codes = unseen_codes(raw, in_train, bits, int(val.sum()))
+    now = {f: float(np.mean((codes >> bits[f]) & 1)) for f in features}
     targets, how = {f: s for f, s in asked.items() if s is not None}, "stated"
     if measure and times is None:
         targets.update({f: now[f] for f in measure})
         how = "measured: a random split serves rows distributed as validation's"
     elif measure:
         window, gap = int((split_codes == names.index("test")).sum()), int(val.sum()) + gap_rows
-        targets.update(serving_shares(times[train], {f: ids(f)[train] for f in measure}, window, gap, what))
+        targets.update(serving_shares(times[train], {f: train_ids[f] for f in measure}, window, gap, what))
         how = f"measured on the train period: its latest {window} rows against the rows before a further {gap}"
     weights = unseen_weights(codes, bits, targets)
     shares = ", ".join(f"unseen {f}s {now[f]:.1%} of the rows -> {targets[f]:.1%} of the weight" for f in targets)

@@ -150,9 +150,8 @@ def compare_experiment(experiment_dir: str) -> Comparison:
     view = search_view(experiment_dir)
     if view is None:
         return compare_runs(runs, problems, experiment_dir)
-    cut = [p for p in problems if view.branch_status(p.name) is not None]
-    cut = [RunProblem(p.name, p.path, _cut_reason(*view.branch_status(p.name))) for p in cut]  # type: ignore[misc]
-    comparison = compare_runs(runs, [p for p in problems if view.branch_status(p.name) is None], experiment_dir)
+    cut = [RunProblem(p.name, p.path, _cut_reason(*view.cut[p.name])) for p in problems if p.name in view.cut]
+    comparison = compare_runs(runs, [p for p in problems if p.name not in view.cut], experiment_dir)
     comparison.search, comparison.cut = view, cut
     for task in comparison.tasks:
         task.winner = task.runner_up = task.margin = task.spread = None

@@ -25,7 +25,7 @@ from dlrm_multiepoch.report.stats import Stat, stat_of
 from dlrm_multiepoch.run_files import search_record_path
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree, select
 from dlrm_multiepoch.search.pruning import Curve, choose, rung_points
-from dlrm_multiepoch.search.record import SearchError, read_branch, run_name
+from dlrm_multiepoch.search.record import read_branch, run_name
 from dlrm_multiepoch.search.record_file import read_record
 
 
@@ -36,7 +36,6 @@ class SearchRow:
     Args:
         candidate: its name.
         status: per seed, ``deployed``, ``finished``, ``cut at R`` or ``not trained``.
-        cut_reasons: per seed cut, the rung's reason.
         epochs: per seed, the epoch of the model it deploys (None: nothing to deploy).
         val: the validation metric (as measured) of those models, over the seeds that have one.
         test_auc: per task, their test AUC (reported, never used to decide).
@@ -44,7 +43,6 @@ class SearchRow:
 
     candidate: str
     status: Dict[int, str] = field(default_factory=dict)
-    cut_reasons: Dict[int, str] = field(default_factory=dict)
     epochs: Dict[int, Optional[float]] = field(default_factory=dict)
     val: Optional[Stat] = None
     test_auc: Dict[str, Optional[Stat]] = field(default_factory=dict)
@@ -52,22 +50,16 @@ class SearchRow:
 
 @dataclass
 class SearchView:
-    """The search's candidates, and per seed what it deployed (``(branch, epoch, validation metric)``) or why not."""
+    """The search's candidates, and per seed what it deployed (``(branch, epoch, validation metric)``) or why not;
+    ``cut``: each run folder the search cut (``<candidate>-s<seed>``) -> ``(rung, reason)``."""
 
     metric: str
     rows: List[SearchRow]
     deployed: Dict[int, Tuple[str, float, float]]
     undecided: Dict[int, str]
     seeds: List[int]
+    cut: Dict[str, Tuple[float, str]]
     damage: Optional[str] = None
-
-    def branch_status(self, name: str) -> Optional[Tuple[float, str]]:
-        """``(rung, reason)`` when the search cut run folder ``name`` (``<candidate>-s<seed>``), else None."""
-        for row in self.rows:
-            for seed, status in row.status.items():
-                if run_name(row.candidate, seed) == name and status.startswith("cut"):
-                    return float(status.split()[-1]), row.cut_reasons.get(seed, "")
-        return None
 
 
 def search_view(experiment_dir: str) -> Optional[SearchView]:
@@ -90,7 +82,7 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     rows = {c.name: SearchRow(c.name) for c in tree}
     vals: Dict[str, List[float]] = {c.name: [] for c in tree}
     tests: Dict[str, Dict[str, List[Optional[float]]]] = {c.name: {} for c in tree}
-    deployed, undecided = {}, {}
+    deployed, undecided, cut = {}, {}, {}
     rungs = rung_points(tree, record["rung_fraction"])
     sign = METRIC_SIGN.get(record["metric"], 1.0)
     for seed in seeds:
@@ -107,7 +99,7 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
             status = branch.get("status", "live")
             if status == "cut":
                 row.status[seed] = f"cut at {branch.get('cut_at', 0):g}"
-                row.cut_reasons[seed] = branch.get("reason", "")
+                cut[run_name(c.name, seed)] = (float(branch.get("cut_at", 0)), branch.get("reason", ""))
             else:
                 row.status[seed] = {"finished": "finished", "live": "not trained to its end"}.get(status, status)
             if choice is not None and choice.branch == c.name:
@@ -120,7 +112,7 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     for c in tree:
         rows[c.name].val = stat_of(vals[c.name]) if vals[c.name] else None
         rows[c.name].test_auc = {t: stat_of(aucs) for t, aucs in tests[c.name].items()}
-    return SearchView(record["metric"], list(rows.values()), deployed, undecided, seeds, loaded.damage)
+    return SearchView(record["metric"], list(rows.values()), deployed, undecided, seeds, cut, loaded.damage)
 
 
 def _curves(
@@ -131,10 +123,7 @@ def _curves(
     points: Dict[str, Tuple[float, float, Dict[str, Optional[float]]]] = {}
     for c in tree:
         run_dir = os.path.join(experiment_dir, run_name(c.name, seed))
-        try:
-            curve, facts = read_branch(run_dir, record["metric"], record["task_weights"], rungs)
-        except SearchError as e:
-            raise ValueError(str(e)) from None
+        curve, facts = read_branch(run_dir, record["metric"], record["task_weights"], rungs)
         curves[c.name] = curve
         best = choose([c], {c.name: curve})
         if best is None:

@@ -21,8 +21,6 @@ refused, naming the flag, if it would change what was searched.
 """
 
 import argparse
-import contextlib
-import io
 import sys
 from typing import TYPE_CHECKING, List, Optional
 
@@ -35,9 +33,10 @@ from dlrm_multiepoch.search.record import SearchError
 from dlrm_multiepoch.search.record_file import keep_damaged, read_record
 from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep, signal_name
+from dlrm_multiepoch.sweep.plan import parse_app_flags
 from dlrm_multiepoch.sweep.strategies import flag_names
-from dlrm_multiepoch.train.config import TrainConfig, flags_with, parse_config
+from dlrm_multiepoch.train.config import flags_with
 
 if TYPE_CHECKING:
     from torchx.runner import Runner
@@ -98,7 +97,7 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
             f"search: decides on a validation split: every branch gets --val_fraction {DEFAULT_VAL_FRACTION}",
             flush=True,
         )
-    cfg = _app_config([*common, "--epochs", str(own.epochs)])
+    cfg = parse_app_flags([*common, "--epochs", str(own.epochs)])
     tree = select(candidate_tree(own.epochs, cfg.auto.auto_frozen_cap), own.candidate_names())
     settings = SearchSettings(cfg.auto.auto_metric, _weights(cfg.auto.auto_task_weights), own.eta, own.rung_fraction)
     options = launch_options(args, runner)
@@ -116,17 +115,6 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
     )  # fmt: skip
 
 
-def _app_config(flags: List[str]) -> TrainConfig:
-    """The branches' app config (the training app's parser; its refusal, naming the flag, as a ValueError)."""
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            return parse_config(flags)
-    except SystemExit:
-        lines = err.getvalue().strip().splitlines()
-        raise ValueError(lines[-1].split("error: ", 1)[-1] if lines else "invalid app flags") from None
-
-
 def _run(search: "ScheduleSearch", args: argparse.Namespace) -> int:
     """Search; Ctrl-C, SIGTERM and SIGHUP print one line (exit 130), a problem found on the way one line (exit 1)."""
     from torchx.schedulers.local_scheduler import SignalException
@@ -135,7 +123,7 @@ def _run(search: "ScheduleSearch", args: argparse.Namespace) -> int:
         with hangup_stops_the_sweep():
             failed = search.run()
     except (SweepInterrupted, KeyboardInterrupt, SignalException) as e:  # the record is saved; nothing is lost
-        name = e.signal_name if isinstance(e, SweepInterrupted) else getattr(getattr(e, "sigval", None), "name", "SIGINT")
+        name = e.signal_name if isinstance(e, SweepInterrupted) else signal_name(e)
         run = e.run if isinstance(e, SweepInterrupted) else None
         stopped = f"; stopped branch {run}, which resumes from its last checkpoint" if run else ""
         print(f"\nsearch: interrupted ({name}){stopped}. Rerun the same command to continue.", flush=True)

@@ -24,9 +24,9 @@ Example::
 import math
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, read_optional_json, state_path
+from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, epoch_end
 from dlrm_multiepoch.search.candidates import Candidate, sweep_epochs
 from dlrm_multiepoch.search.checks import check_lineage
 from dlrm_multiepoch.search.launches import BranchLauncher
@@ -82,6 +82,7 @@ class ScheduleSearch:
         self.out = out
         self.rungs = rung_points(self.tree, settings.rung_fraction)
         self.earlier = dict(earlier or {})
+        self._per_epoch: Dict[int, int] = {}  # seed -> steps per epoch, once a root branch has evaluated epoch 1
         self.record: Dict[str, Any] = {
             "budget": budget, "metric": settings.metric, "task_weights": settings.task_weights, "eta": settings.eta,
             "rung_fraction": settings.rung_fraction,
@@ -249,24 +250,18 @@ class ScheduleSearch:
             return state.epochs_done, state.status == "finished", False
         _, facts = read_branch(self._run_dir(c, seed), self.settings.metric, self.settings.task_weights, self.rungs)
         repair = facts["unreadable"] or not facts["last_step"]
-        return max(float(state.epochs_done), self._checkpointed_epochs(c, seed)), False, repair
+        return max(float(state.epochs_done), self._checkpointed_epochs(c, seed, facts["steps"])), False, repair
 
-    def _checkpointed_epochs(self, c: Candidate, seed: int) -> float:
+    def _checkpointed_epochs(self, c: Candidate, seed: int, steps: Mapping[int, int]) -> float:
         """Epochs up to the branch's newest checkpoint: its step over the steps per epoch (from a whole-epoch
-        evaluation, its parent's included, else from a whole-epoch checkpoint)."""
-        run_dir = self._run_dir(c, seed)
-        saved = complete_checkpoints(checkpoints_dir(run_dir))
+        evaluation's ``steps``, its parent's included, else from a whole-epoch checkpoint)."""
+        saved = complete_checkpoints(checkpoints_dir(self._run_dir(c, seed)))
         if not saved:
             return 0.0
-        _, facts = read_branch(run_dir, self.settings.metric, self.settings.task_weights)
-        per_epoch = next((step / epoch for epoch, step in sorted(facts["steps"].items()) if epoch), 0.0)
+        per_epoch = next((step / epoch for epoch, step in sorted(steps.items()) if epoch), 0.0)
         for step, path in saved if not per_epoch else []:
-            try:
-                progress = read_optional_json(state_path(path)).get("parts", {}).get("progress", {})
-            except (ValueError, AttributeError):
-                continue
-            epoch = progress.get("epoch") if isinstance(progress, dict) else None
-            if isinstance(epoch, int) and epoch > 0 and progress.get("batch_in_epoch") == 0:
+            epoch = epoch_end(path)
+            if epoch:
                 per_epoch = step / epoch
         if not per_epoch:
             return 0.0
@@ -342,6 +337,16 @@ class ScheduleSearch:
         write_record(self.dir, self.record)
 
     def _steps_per_epoch(self, seed: int) -> int:
+        """Steps per epoch of ``seed``'s data (0 until a root branch has evaluated epoch 1): read once, then kept
+        (``_save`` asks before and after every segment)."""
+        if seed not in self._per_epoch:
+            per_epoch = self._root_steps_per_epoch(seed)
+            if not per_epoch:
+                return 0
+            self._per_epoch[seed] = per_epoch
+        return self._per_epoch[seed]
+
+    def _root_steps_per_epoch(self, seed: int) -> int:
         for c in self.tree:
             if c.parent is None:
                 try:

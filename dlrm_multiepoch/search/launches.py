@@ -23,8 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchx.runner import Runner, get_runner
 
-from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, read_manifest, read_optional_json
-from dlrm_multiepoch.run_files import read_summary, state_path
+from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, epoch_end, read_manifest, read_summary
 from dlrm_multiepoch.search.candidates import Candidate
 from dlrm_multiepoch.search.record import BranchRecord, SearchError, run_name
 from dlrm_multiepoch.search.segments import SegmentLauncher, SegmentWorker, worker_launches
@@ -111,11 +110,7 @@ class BranchLauncher:
                 return started["path"]
         folder = checkpoints_dir(os.path.join(self.dir, run_name(str(c.parent), seed)))
         for _, path in complete_checkpoints(folder):
-            try:
-                progress = read_optional_json(state_path(path)).get("parts", {}).get("progress", {})
-            except (ValueError, AttributeError):
-                continue  # damaged: not one to start from
-            if isinstance(progress, dict) and progress.get("epoch") == c.fork and progress.get("batch_in_epoch") == 0:
+            if epoch_end(path) == c.fork:  # a damaged one is not one to start from
                 return path
         raise SearchError(
             f"branch {run_name(c.name, seed)} starts from its parent's checkpoint after epoch {c.fork}, but {folder} "

@@ -23,6 +23,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from dlrm_multiepoch.json_io import write_json
 from dlrm_multiepoch.run_files import read_optional_json, search_record_path
 
 # Expected types: a type (or tuple), ("list", item), ("map", value), ("opt", spec), or {field: spec} (all required).
@@ -52,13 +53,12 @@ class LoadedRecord:
     Args:
         record: the intact fields (empty when there is no file or nothing is intact); ``seeds``
             holds each seed whose whole entry is intact.
-        damage: one line naming the file and the first damaged field (None: intact or absent).
-        dropped: the seeds whose entries were damaged (rebuilt when those seeds are searched).
+        damage: one line naming the file and the first damaged field (None: intact or absent); a seed
+            whose entry was damaged is left out of ``record`` and rebuilt when it is searched.
     """
 
     record: Dict[str, Any] = field(default_factory=dict)
     damage: Optional[str] = None
-    dropped: List[str] = field(default_factory=list)
 
 
 def _kind(spec: Any) -> str:
@@ -160,8 +160,7 @@ def read_record(experiment_dir: str) -> LoadedRecord:
     if not damaged:
         return LoadedRecord(intact)
     more = f" (and {len(damaged) - 1} more damaged field(s))" if len(damaged) > 1 else ""
-    dropped = [name.split(".", 1)[1] for name, _ in damaged if name.startswith("seeds.")]
-    return LoadedRecord(intact, f"{path}: {damaged[0][1]}{more}", dropped)
+    return LoadedRecord(intact, f"{path}: {damaged[0][1]}{more}")
 
 
 def keep_damaged(experiment_dir: str) -> Optional[str]:
@@ -177,7 +176,5 @@ def write_record(experiment_dir: str, record: Mapping[str, Any]) -> str:
     """Write ``search.json`` atomically; returns its path."""
     os.makedirs(experiment_dir, exist_ok=True)
     path = search_record_path(experiment_dir)
-    with open(path + ".tmp", "w") as f:
-        json.dump(record, f, indent=2, allow_nan=False)
-    os.replace(path + ".tmp", path)
+    write_json(path, record)
     return path

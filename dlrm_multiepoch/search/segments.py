@@ -12,7 +12,7 @@ when the search ends or is gone. On other schedulers each segment stays a job of
 
 Example::
 
-    with SegmentWorker("runs/search", options, tag="s0") as worker:
+    with SegmentWorker("runs/search", options) as worker:
         failed = SegmentLauncher(plan, options, worker, runner=runner).run()
 """
 
@@ -25,10 +25,11 @@ from torchx.runner import Runner
 from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs import AppDef
 
+from dlrm_multiepoch.json_io import write_json
 from dlrm_multiepoch.launch_options import LOCAL, TRAIN_MODULE, LaunchOptions
 from dlrm_multiepoch.lock_holder import process_start
 from dlrm_multiepoch.run_files import LOGS_DIR
-from dlrm_multiepoch.search.worker import DRIVER_ENV, STOP_FILE, request_path, write_atomic
+from dlrm_multiepoch.search.worker import DRIVER_ENV, STOP_FILE, request_path
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, job_state, launch_log_dir, signal_name
 from dlrm_multiepoch.sweep.launch import SweepLauncher
@@ -43,14 +44,13 @@ class SegmentWorker:
     """The worker job of one search (see the module docstring): started on demand, one request per segment.
 
     Args:
-        experiment_dir: the search's folder; the job's queue and logs go to ``logs/worker-<tag>/``.
+        experiment_dir: the search's folder; the job's queue and logs go to ``logs/worker/``.
         options: the launch options of every branch (``-j``, ``--env``, ...).
-        tag: names the worker's folder (e.g. ``s0``).
     """
 
-    def __init__(self, experiment_dir: str, options: LaunchOptions, tag: str = "") -> None:
+    def __init__(self, experiment_dir: str, options: LaunchOptions) -> None:
         self.options = options
-        self.folder = os.path.join(experiment_dir, LOGS_DIR, f"worker-{tag}" if tag else "worker")
+        self.folder = os.path.join(experiment_dir, LOGS_DIR, "worker")
         self.runner: Optional[Runner] = None
         self.handle: Optional[str] = None
         self.queue = ""
@@ -83,7 +83,7 @@ class SegmentWorker:
     def post(self, run: RunSpec) -> int:
         """Hand ``run``'s flags to the job; returns the request's number."""
         self.number += 1
-        write_atomic(request_path(self.queue, self.number), {"run": run.name, "flags": list(run.flags)})
+        write_json(request_path(self.queue, self.number), {"run": run.name, "flags": list(run.flags)})
         return self.number
 
     def done(self, number: int) -> bool:
@@ -107,7 +107,7 @@ class SegmentWorker:
         """Let the job end (the stop file), or cancel it if it does not within a minute."""
         if self.runner is None or self.handle is None:
             return
-        write_atomic(os.path.join(self.queue, STOP_FILE), {"why": "the search is done"})
+        write_json(os.path.join(self.queue, STOP_FILE), {"why": "the search is done"})
         deadline = time.monotonic() + _STOP_WAIT_S
         while time.monotonic() < deadline:
             status, _ = job_state(self.runner, self.handle)

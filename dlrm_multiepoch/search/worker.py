@@ -15,7 +15,7 @@ other ranks): the search reads its error in the job's log.
 
 Example::
 
-    torchrun --nproc_per_node 2 -m dlrm_multiepoch.search.worker runs/search/logs/worker-s0/queue
+    torchrun --nproc_per_node 2 -m dlrm_multiepoch.search.worker runs/search/logs/worker/queue-1-PID-NS
 """
 
 import gc
@@ -27,6 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from dlrm_multiepoch.json_io import write_json
+
 DRIVER_ENV = "DLRM_SEARCH_DRIVER"  # "PID:START" of the search process posting the requests
 STOP_FILE = "stop"
 _POLL_S = 0.1
@@ -37,22 +39,14 @@ def request_path(queue: str, number: int, suffix: str = "json") -> str:
     return os.path.join(queue, f"{number:04d}.{suffix}")
 
 
-def write_atomic(path: str, value: Any) -> None:
-    """Write JSON so that a reader polling for ``path`` never sees it half written."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(value, f)
-    os.replace(path + ".tmp", path)
-
-
 def driver_alive(text: Optional[str]) -> bool:
     """Whether the search process ``PID:START`` still runs (no variable: assume it does)."""
-    from dlrm_multiepoch.lock_holder import process_start
+    from dlrm_multiepoch.lock_holder import process_alive
 
     if not text:
         return True
     pid, _, start = text.partition(":")
-    now = process_start(int(pid))
-    return now is not None and (not start or now in (-1, int(start)))
+    return process_alive(int(pid), int(start) if start else None)
 
 
 def next_request(queue: str, number: int, is_main: bool) -> Optional[Dict[str, Any]]:
@@ -62,7 +56,7 @@ def next_request(queue: str, number: int, is_main: bool) -> Optional[Dict[str, A
         if os.path.isfile(os.path.join(queue, STOP_FILE)):
             return None
         if is_main and not driver_alive(os.environ.get(DRIVER_ENV)):
-            write_atomic(os.path.join(queue, STOP_FILE), {"why": "the search is gone"})
+            write_json(os.path.join(queue, STOP_FILE), {"why": "the search is gone"})
             return None
         time.sleep(_POLL_S)
     with open(path) as f:
@@ -98,7 +92,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             gc.collect()
             dist.barrier()  # every rank is done with this run folder before the search reads it
             if env.is_main:
-                write_atomic(request_path(queue, number, "done"), {"ended_at": time.time()})
+                write_json(request_path(queue, number, "done"), {"ended_at": time.time()})
         dist.barrier()
     finally:
         dist.destroy_process_group()

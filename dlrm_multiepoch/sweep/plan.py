@@ -22,17 +22,16 @@ from typing import List, Optional, Sequence, Tuple
 from dlrm_multiepoch.config_section import SWEEP_SETS
 from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.run_files import (
+    checkpoint_progress,
     checkpoints_dir,
     complete_checkpoints,
     read_summary,
     run_folder_name,
-    state_path,
     summary_finished,
     whole_epoch_evaluations,
 )
-from dlrm_multiepoch.run_files import read_optional_json as read_json
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
-from dlrm_multiepoch.train.config import flags_with, parse_config
+from dlrm_multiepoch.train.config import TrainConfig, flags_with, parse_config
 
 # Flags each run gets from the sweep itself (their fields' SWEEP_SETS role); a strategy may set --epochs.
 SWEEP_FLAGS = flags_with(SWEEP_SETS)
@@ -168,15 +167,24 @@ def _refuse_repeated_flags(where: str, flags: Sequence[str]) -> None:
         raise ValueError(f"{where} set --{name} {len(values)} times ({', '.join(map(repr, values))}); set it once")
 
 
-def _check_app_flags(run: str, flags: Sequence[str], check_paths: bool = False) -> None:
-    """Parse ``flags`` with the training app's parser (no data is loaded); its error names the run."""
+def parse_app_flags(flags: Sequence[str], check_paths: bool = False) -> TrainConfig:
+    """The training app's config of ``flags`` (its parser; no data is loaded), its refusal as a ValueError
+    naming the flag (argparse's message without its usage block)."""
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            parse_config(list(flags), check_paths=check_paths)
+            return parse_config(list(flags), check_paths=check_paths)
     except SystemExit:
-        message = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else "invalid flags"
-        raise ValueError(f"run {run}: {message.split('error: ', 1)[-1]} (flags: {list(flags)})") from None
+        lines = err.getvalue().strip().splitlines()
+        raise ValueError(lines[-1].split("error: ", 1)[-1] if lines else "invalid flags") from None
+
+
+def _check_app_flags(run: str, flags: Sequence[str], check_paths: bool = False) -> None:
+    """Parse ``flags`` with the training app's parser; its error names the run."""
+    try:
+        parse_app_flags(flags, check_paths)
+    except ValueError as e:
+        raise ValueError(f"run {run}: {e} (flags: {list(flags)})") from None
 
 
 # -- state on disk ----------------------------------------------------------------
@@ -218,9 +226,8 @@ def run_state(experiment_dir: str, run: RunSpec) -> RunState:
     saved = complete_checkpoints(checkpoints_dir(run_dir))
     if saved:
         step, newest = saved[-1]
-        try:
-            epochs = int(read_json(state_path(newest))["parts"]["progress"]["epoch"])
-        except (ValueError, KeyError, TypeError, AttributeError):
-            epochs = 0  # damaged: the run falls back to an older checkpoint, or refuses naming it
+        epoch = checkpoint_progress(newest).get("epoch")
+        # Damaged (no epoch): the run falls back to an older checkpoint, or refuses naming it.
+        epochs = epoch if isinstance(epoch, int) else 0
         return RunState("resumable", epochs, f"checkpoint at step {step}, {epochs} epoch(s) done")
     return RunState("stale", done, "no checkpoint")

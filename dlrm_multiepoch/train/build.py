@@ -288,7 +288,7 @@ def build_nonfinite(
 ) -> TrainPart:
     """What a non-finite loss does: skip its batch (``--skip_nonfinite_batches``) or stop the run."""
     if cfg.pipeline.skip_nonfinite_batches:
-        return SkipNonFiniteBatches(model.module)
+        return SkipNonFiniteBatches(model)
     return StopOnNonFinite(steps_per_epoch, last_checkpoint)
 
 

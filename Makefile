@@ -150,7 +150,7 @@ test-fast: $(STAMP)
 # CI runs the whole suite on 1.8 (`make test`) and these on 1.9.
 TORCHREC_INTERNALS_TESTS := tests/test_install.py tests/test_dropin.py tests/test_pipeline_semi_sync.py \
 	tests/test_freeze.py tests/test_freeze_multipath.py tests/test_gates.py tests/test_lookup_fused.py \
-	tests/test_lookup_small_table.py tests/test_lookup_singleton.py tests/test_optim_falr.py tests/test_checkpoint.py \
+	tests/test_lookup_small_table.py tests/test_lookup_singleton.py tests/test_optim_falr.py tests/test_checkpoint.py tests/test_checkpoint_folders.py \
 	tests/test_example_deepfm.py tests/test_own_loop_checks.py
 test-1.9:
 	$(MAKE) test TORCHREC=1.9 PYTEST_ARGS='$(TORCHREC_INTERNALS_TESTS) $(PYTEST_ARGS)'

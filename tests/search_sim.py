@@ -22,12 +22,13 @@ import io
 import json
 import os
 import signal
-from contextlib import redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torch.utils.tensorboard import SummaryWriter
 from torchx.runner import get_runner
 
+from dlrm_multiepoch.command_faults import guarded
 from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, run_folder_name
 from dlrm_multiepoch.search.launches import BranchLauncher
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted
@@ -148,7 +149,11 @@ class _SimulatedSweep:
             if run_state(self.plan.experiment_dir, run).status == "finished":
                 continue
             run_dir = os.path.join(self.plan.experiment_dir, run.name)
-            train(run_dir, run.strategy, run.flags, self.launcher.trained, self.launcher.one_class)
+            try:
+                train(run_dir, run.strategy, run.flags, self.launcher.trained, self.launcher.one_class)
+            except OSError as e:  # the trainer's own write failed (a full disk): a failed launch, as the app's
+                print(f"[1/1] {run.name}: FAILED (FAILED) after 0 s: {type(e).__name__}: {e}", flush=True)
+                return [run.name]
         return []
 
 
@@ -202,24 +207,34 @@ def no_step_twice(trained: List[Tuple[str, int, int]]) -> bool:
 
 
 def run_search(argv: Sequence[str], **launcher: Any) -> Tuple[int, str, Optional[SimulatedLauncher]]:
-    """``dlrm-multiepoch search ARGV`` with a :class:`SimulatedLauncher` (``launcher``: its options):
-    ``(exit code, console, launcher)``; a refusal before any launch is exit code 2 with its message."""
+    """``dlrm-multiepoch search ARGV`` with a :class:`SimulatedLauncher` (``launcher``: its options), at the
+    command's boundary as ``main`` runs it (signals, ``OSError``: one line): ``(exit code, console, launcher)``;
+    a refusal before any launch is exit code 2 with its message."""
     from dlrm_multiepoch.search import command
 
     own, common = split_at_dashes(list(argv))
     args = command.build_parser().parse_args(own)
     runner = get_runner()
     out = io.StringIO()
+    found: Dict[str, Any] = {"sim": None, "refused": None}
+
+    def body() -> int:
+        try:
+            search = command._prepare(args, common, runner)
+        except ValueError as e:
+            found["refused"] = str(e)
+            return 2
+        found["sim"] = SimulatedLauncher(
+            search.dir, search.tree, search.budget, search.common, search.options, len(search.rungs), **launcher
+        )
+        search.launcher = found["sim"]
+        return command._run(search, args)
+
     try:
-        with redirect_stdout(out):
-            try:
-                search = command._prepare(args, common, runner)
-            except ValueError as e:
-                return 2, out.getvalue() + str(e), None
-            sim = SimulatedLauncher(
-                search.dir, search.tree, search.budget, search.common, search.options, len(search.rungs), **launcher
-            )
-            search.launcher = sim
-            return command._run(search, args), out.getvalue(), sim
+        with redirect_stdout(out), redirect_stderr(out):
+            code = guarded("search", body, command.RERUN)
     finally:
         runner.close()
+    if found["refused"] is not None:
+        return 2, out.getvalue() + found["refused"], None
+    return code, out.getvalue(), found["sim"]

@@ -113,7 +113,7 @@ class TaskComparison:
     runner_up: Optional[str] = None
     margin: Optional[float] = None  # winner minus runner-up, mean AUC on decided_on
     spread: Optional[float] = None  # the larger seed std of the two (None with one seed)
-    search_metric: Optional[str] = None  # a search's folder: it decides on this objective, over the tasks
+    no_winner: Optional[str] = None  # why no winner is named though strategies have figures (a search decides)
 
     @property
     def margin_exceeds_spread(self) -> Optional[bool]:
@@ -153,9 +153,16 @@ def compare_experiment(experiment_dir: str) -> Comparison:
     cut = [RunProblem(p.name, p.path, _cut_reason(*view.cut[p.name])) for p in problems if p.name in view.cut]
     comparison = compare_runs(runs, [p for p in problems if p.name not in view.cut], experiment_dir)
     comparison.search, comparison.cut = view, cut
+    why = (
+        f"the schedule search decides on validation {view.metric} over the tasks, among what each candidate deploys "
+        "(the search's table above names what it deployed)"
+        if view.readable
+        else "this is a schedule search's folder whose search.json is damaged (above): a winner per task may not be "
+        "what the search deploys"
+    )
     for task in comparison.tasks:
         task.winner = task.runner_up = task.margin = task.spread = None
-        task.search_metric = view.metric
+        task.no_winner = why
     return comparison
 
 
@@ -281,9 +288,10 @@ def _rank(comparison: TaskComparison) -> TaskComparison:
         else:
             ranked.append((row.strategy, figure))
     ranked.sort(key=lambda item: -item[1].mean)  # stable: ties keep the table's order
-    if ranked:
-        comparison.winner = ranked[0][0]
+    if len(ranked) == 1:
+        comparison.no_winner = f"{ranked[0][0]} is the only strategy with a figure: nothing to compare it with"
     if len(ranked) > 1:
+        comparison.winner = ranked[0][0]
         (_, first), (comparison.runner_up, second) = ranked[0], ranked[1]
         comparison.margin = first.mean - second.mean
         stds = [first.std, second.std]

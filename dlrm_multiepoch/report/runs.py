@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from dlrm_multiepoch.command_faults import shown
 from dlrm_multiepoch.run_files import (
     MANIFEST_FILE,
     OWN_FOLDERS,
@@ -273,26 +274,29 @@ def _shared_epochs(summary: Dict[str, Any], evals: Dict[MetricKey, Dict[int, flo
 def read_experiment(experiment_dir: str) -> Tuple[List[RunRecord], List[RunProblem]]:
     """Every run of an experiment folder, and what could not be used (missing, partial, corrupt runs;
     folders that are not runs of it)."""
+    if os.path.exists(experiment_dir) and not os.path.isdir(experiment_dir):
+        raise ValueError(f"{shown(experiment_dir)} is a file, not an experiment folder (a folder of run folders)")
     if not os.path.isdir(experiment_dir):
-        raise FileNotFoundError(f"experiment folder {experiment_dir!r} does not exist")
+        raise FileNotFoundError(f"experiment folder {shown(experiment_dir)!r} does not exist")
     manifest = _manifest(experiment_dir)
     folders = sorted(
         d for d in os.listdir(experiment_dir) if os.path.isdir(os.path.join(experiment_dir, d)) and d not in OWN_FOLDERS
     )
     problems = []
     if manifest is None:
-        entries = [{"name": d} for d in folders if has_event_files(os.path.join(experiment_dir, d))]
-        skipped, why = [d for d in folders if d not in {e["name"] for e in entries}], "no TensorBoard event files"
+        # A folder's name as shown (bytes that are not UTF-8 as \xff), and the folder itself.
+        entries = [{"name": shown(d), "folder": d} for d in folders if has_event_files(os.path.join(experiment_dir, d))]
+        skipped, why = [d for d in folders if d not in {e["folder"] for e in entries}], "no TensorBoard event files"
     else:
         entries = list(manifest["runs"].values())
         skipped, why = [d for d in folders if d not in manifest["runs"]], f"not a run of {MANIFEST_FILE}"
-    problems += [RunProblem(d, os.path.join(experiment_dir, d), f"skipped: {why}") for d in skipped]
+    problems += [RunProblem(shown(d), os.path.join(experiment_dir, d), f"skipped: {why}") for d in skipped]
     runs = []
     # Reading many event files logs nothing a user needs.
     logging.getLogger("tensorboard").setLevel(logging.ERROR)
     own_flags = (manifest or {}).get("strategies", {})
     for entry in entries:
-        path = os.path.join(experiment_dir, entry["name"])
+        path = os.path.join(experiment_dir, entry.get("folder", entry["name"]))
         strategy = entry.get("strategy")
         flags = own_flags.get(strategy, {}).get("flags") if strategy in own_flags else None
         try:

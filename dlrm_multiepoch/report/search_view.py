@@ -60,10 +60,12 @@ class SearchView:
     seeds: List[int]
     cut: Dict[str, Tuple[float, str]]
     damage: Optional[str] = None
+    readable: bool = True  # False: search.json is too damaged to know the search (no candidates, budget, rungs)
 
 
 def search_view(experiment_dir: str) -> Optional[SearchView]:
-    """The view of a search folder; None when ``experiment_dir`` holds no ``search.json`` (or none intact enough).
+    """The view of a search folder; None when ``experiment_dir`` holds no ``search.json``; a view that is not
+    ``readable`` (``damage`` says why) when it is too damaged to tell the search's candidates and rungs.
 
     Raises:
         ValueError: a branch's ``summary.json`` that is not as the training app writes it, naming the field.
@@ -72,12 +74,14 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
         return None
     loaded = read_record(experiment_dir)
     record = loaded.record
+    unreadable = SearchView("", [], {}, {}, [], {}, loaded.damage, readable=False)
     if not {"budget", "metric", "task_weights", "rung_fraction", "candidates"} <= set(record):
-        return None
+        return unreadable
     try:
         tree = select(candidate_tree(record["budget"]), list(record["candidates"]))
-    except ValueError:
-        return None  # candidates of another version of the search
+    except ValueError as e:  # candidates of another version of the search, or values no search has
+        unreadable.damage = unreadable.damage or f"{search_record_path(experiment_dir)}: {e}"
+        return unreadable
     seeds = sorted(int(s) for s in record["seeds"])
     rows = {c.name: SearchRow(c.name) for c in tree}
     vals: Dict[str, List[float]] = {c.name: [] for c in tree}

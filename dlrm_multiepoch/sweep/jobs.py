@@ -1,6 +1,6 @@
 """A sweep's view of its jobs and run folders: a job's state that never raises, the trainer
 already in a run folder, a failed run's own error line (and whether its data failed to load),
-and an interrupted sweep.
+and an interrupted sweep (the signals that interrupt it: :mod:`dlrm_multiepoch.command_faults`).
 
 Example::
 
@@ -9,11 +9,9 @@ Example::
         ...                                   # the run is stopped: resume or restart it from its folder
 """
 
-import contextlib
 import os
 import re
-import signal
-from typing import Iterator, Optional, Tuple
+from typing import Optional, Tuple
 
 from torchx.runner import Runner
 from torchx.specs import AppState, AppStatus, parse_app_handle
@@ -76,11 +74,6 @@ def failure_reason(log_file: Optional[str]) -> Optional[str]:
     return reason
 
 
-def signal_name(e: BaseException) -> str:
-    """The signal behind TorchX's ``SignalException`` (Ctrl-C's ``KeyboardInterrupt``: SIGINT)."""
-    return getattr(getattr(e, "sigval", None), "name", None) or "SIGINT"
-
-
 def launch_log_dir(log_dir: str, handle: str) -> str:
     """Where the local scheduler wrote one launch's logs: ``<log_dir>/<session>/<app id>``."""
     _, session, app_id = parse_app_handle(handle)
@@ -103,21 +96,3 @@ def data_failed(log_file: Optional[str]) -> bool:
         return False
     with open(log_file, errors="replace") as f:
         return any(DATA_ERROR_MARK in line for line in f)
-
-
-@contextlib.contextmanager
-def hangup_stops_the_sweep() -> Iterator[None]:
-    """A closed terminal (SIGHUP) stops the sweep the way Ctrl-C does (its current run is cancelled); so does
-    SIGTERM where nothing else handles it (TorchX's local scheduler does, raising its ``SignalException``)."""
-
-    def stop(signum: int, _frame: object) -> None:
-        raise SweepInterrupted(signal.Signals(signum).name)
-
-    before = {signal.SIGHUP: signal.signal(signal.SIGHUP, stop)}
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        before[signal.SIGTERM] = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)

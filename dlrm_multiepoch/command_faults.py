@@ -54,6 +54,15 @@ def shown(path: object) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+def is_utf8(path: str) -> bool:
+    """Whether a path's bytes are UTF-8 (TensorBoard's reader and JSON records take no other name)."""
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def fault_line(prog: str, e: OSError, then: str) -> str:
     """``prog: PATH: CAUSE (strerror); REMEDY, THEN`` for an ``OSError`` (the path it names, if any).
 
@@ -91,13 +100,11 @@ def check_folder(path: str, what: str) -> None:
     Raises:
         ValueError: naming the path and what to do.
     """
-    try:
-        os.fsencode(path).decode("utf-8")
-    except UnicodeDecodeError:
+    if not is_utf8(path):
         raise ValueError(
             f"{what} {shown(path)} is not UTF-8 text (the records and TensorBoard name their folders in UTF-8): "
             "rename it"
-        ) from None
+        )
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
@@ -158,4 +165,9 @@ def guarded(prog: str, body: Callable[[], int], then: str, out: Optional[Callabl
             return 1
         except KeyboardInterrupt as e:
             say(f"\n{prog}: interrupted ({signal_of(e)}); {then}")
+            return 130
+        except Exception as e:
+            if not isinstance(getattr(e, "sigval", None), signal.Signals):
+                raise
+            say(f"\n{prog}: interrupted ({signal_of(e)}); {then}")  # TorchX's SignalException: SIGTERM, SIGINT
             return 130

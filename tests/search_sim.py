@@ -9,8 +9,10 @@ evaluation, ``started_from``, the end's wall time and ``auto``'s ``best``), ``sw
 and a checkpoint after each whole epoch and pause whose ``trainer_state.json`` holds the
 progress and the evaluations so far. Like the trainer it resumes from its newest
 checkpoint (or its parent's, ``--start_from``), skips a finished run, rewrites an
-unreadable ``summary.json`` from its checkpoint, and records every step range it trains
-(``trained``): nothing may be trained twice.
+unreadable ``summary.json`` from its checkpoint, and records every step range it trains and
+saves (``trained``): nothing saved may be trained twice. Its writes are atomic as the app's
+(a record replaced whole, a checkpoint renamed once complete), so a write that fails (a full
+disk) fails its launch and loses only what was not saved yet.
 
 Validation AUC of candidate ``c`` after ``p`` epochs: :data:`AUC` per whole epoch, linear
 in between (a branch's own values start after its fork: before, it is its parent); cal_ne
@@ -22,10 +24,13 @@ import io
 import json
 import os
 import signal
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from torch.utils.tensorboard import SummaryWriter
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.summary.writer.record_writer import RecordWriter
 from torchx.runner import get_runner
 
 from dlrm_multiepoch.command_faults import guarded
@@ -70,9 +75,30 @@ def metrics(name: str, point: float, one_class: Sequence[str] = ()) -> Dict[str,
 
 
 def _write(path: str, value: Any) -> None:
+    """Atomically, as the app writes its records: a failed write (a full disk) leaves the old file."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
+    with open(path + ".tmp", "w") as f:
         json.dump(value, f)
+    os.replace(path + ".tmp", path)
+
+
+class _Events:
+    """A launch's event file, written as each scalar comes (TensorBoard's writer writes from a thread, which
+    prints its own traceback when the disk is full; the app's console never shows its log's)."""
+
+    def __init__(self, run_dir: str) -> None:
+        os.makedirs(run_dir, exist_ok=True)
+        name = f"events.out.tfevents.{time.time():.0f}.sim.{os.getpid()}.{time.monotonic_ns()}"
+        self.file = open(os.path.join(run_dir, name), "wb", buffering=0)  # nothing left to flush when it fails
+        self.records = RecordWriter(self.file)
+        self.records.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=value)])
+        self.records.write(Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
+
+    def close(self) -> None:
+        self.file.close()
 
 
 def _state(run_dir: str) -> Optional[Dict[str, Any]]:
@@ -100,39 +126,44 @@ def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str
     target = round(stop * SPE) if stop else cfg.epochs * SPE
     stops_itself = name == "auto" and target >= AUTO_STOP
     target = min(target, AUTO_STOP) if name == "auto" else target
-    if target > step:
-        trained.append((run_folder_name(name, cfg.seed), step, target))
-    writer = SummaryWriter(run_dir)  # the event files compare reads: this launch's own evaluations
-    for s in range(step + 1, target + 1):
-        if s % SPE and s != target:
-            continue
-        evaluations.append({"epoch": s / SPE, "step": s, "val": metrics(name, s / SPE, one_class),
-                            "test": metrics(name, s / SPE)})  # fmt: skip
-        writer.add_scalar("eval/epoch", s / SPE, s)
-        for split in ("val", "test"):
-            for task, values in evaluations[-1][split].items():
-                for metric, value in values.items():
-                    writer.add_scalar(f"{split}/{task}/{metric}", float("nan") if value is None else value, s)
-        parts = {"progress": {"step": s, "epoch": s // SPE, "batch_in_epoch": s % SPE},
-                 "metrics": {"evaluations": list(evaluations), "started_from": started}}  # fmt: skip
-        state_file = os.path.join(checkpoints_dir(run_dir), f"step_{s}", "trainer_state.json")
-        _write(state_file, {"format": 2, "step": s, "config": config, "parts": parts})
-    summary: Dict[str, Any] = {"config": config, "evaluations": evaluations}
-    if started:
-        summary["started_from"] = started
-    if stops_itself or target >= cfg.epochs * SPE:
-        summary["wall_time_s"] = 1.0
-    if stops_itself:
-        best = AUTO_BEST / SPE
-        summary["best"] = {"epoch": best, "step": AUTO_BEST, "val": metrics(name, best, one_class),
-                           "test": metrics(name, best)}  # fmt: skip
-        for split in ("val", "test"):
-            for task, values in summary["best"][split].items():
-                value = float("nan") if values["auc"] is None else values["auc"]
-                writer.add_scalar(f"best/{split}/{task}/auc", value, target)
-        os.makedirs(os.path.join(checkpoints_dir(run_dir), f"best_step_{AUTO_BEST}"), exist_ok=True)
-    writer.close()
-    _write(os.path.join(run_dir, "summary.json"), json.loads(json.dumps(summary).replace("NaN", "null")))
+    saved = step  # the steps whose checkpoint was written: what a launch that fails (a full disk) keeps
+    writer = _Events(run_dir)  # the event files compare reads: this launch's own evaluations
+    try:
+        for s in range(step + 1, target + 1):
+            if s % SPE and s != target:
+                continue
+            evaluations.append({"epoch": s / SPE, "step": s, "val": metrics(name, s / SPE, one_class),
+                                "test": metrics(name, s / SPE)})  # fmt: skip
+            writer.add_scalar("eval/epoch", s / SPE, s)
+            for split in ("val", "test"):
+                for task, values in evaluations[-1][split].items():
+                    for metric, value in values.items():
+                        writer.add_scalar(f"{split}/{task}/{metric}", float("nan") if value is None else value, s)
+            parts = {"progress": {"step": s, "epoch": s // SPE, "batch_in_epoch": s % SPE},
+                     "metrics": {"evaluations": list(evaluations), "started_from": started}}  # fmt: skip
+            saving = os.path.join(checkpoints_dir(run_dir), f"step_{s}.tmp")  # renamed once complete, as the app's
+            _write(os.path.join(saving, "trainer_state.json"), {"format": 2, "step": s, "config": config, "parts": parts})
+            os.replace(saving, saving[: -len(".tmp")])
+            saved = s
+        summary: Dict[str, Any] = {"config": config, "evaluations": evaluations}
+        if started:
+            summary["started_from"] = started
+        if stops_itself or target >= cfg.epochs * SPE:
+            summary["wall_time_s"] = 1.0
+        if stops_itself:
+            best = AUTO_BEST / SPE
+            summary["best"] = {"epoch": best, "step": AUTO_BEST, "val": metrics(name, best, one_class),
+                               "test": metrics(name, best)}  # fmt: skip
+            for split in ("val", "test"):
+                for task, values in summary["best"][split].items():
+                    value = float("nan") if values["auc"] is None else values["auc"]
+                    writer.add_scalar(f"best/{split}/{task}/auc", value, target)
+            os.makedirs(os.path.join(checkpoints_dir(run_dir), f"best_step_{AUTO_BEST}"), exist_ok=True)
+        _write(os.path.join(run_dir, "summary.json"), json.loads(json.dumps(summary).replace("NaN", "null")))
+    finally:
+        writer.close()
+        if saved > step:
+            trained.append((run_folder_name(name, cfg.seed), step, saved))
 
 
 class _SimulatedSweep:

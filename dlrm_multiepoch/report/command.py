@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
-from dlrm_multiepoch.command_faults import check_folder, guarded, naming
+from dlrm_multiepoch.command_faults import check_folder, guarded, naming, shown
 from dlrm_multiepoch.report.compare import compare_experiment
 from dlrm_multiepoch.report.hparams import write_hparams
 from dlrm_multiepoch.report.plots import plot_curves, plot_windows
@@ -63,7 +63,7 @@ def _compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     report = to_markdown(comparison)
     print(report)  # first: whatever cannot be written after, the table is on the console
     if not comparison.runs:
-        print(f"compare: no complete run to compare in {exp}", file=sys.stderr)
+        print(f"compare: no complete run to compare in {shown(exp)}", file=sys.stderr)
         return 1
     out = args.out or os.path.join(exp, COMPARE_DIR)
     try:
@@ -90,18 +90,18 @@ def _compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     read_only = [p for p in [exp, *(r.path for r in comparison.runs)] if not os.access(p, os.W_OK | os.X_OK)]
     if args.hparams and read_only:  # the sessions go beside the runs, or, where those are read-only, to --out
         if not args.out:
-            print(f"compare: {read_only[0]} is read-only: no HParams written (pass --out FOLDER: they go to "
+            print(f"compare: {shown(read_only[0])} is read-only: no HParams written (pass --out FOLDER: they go to "
                   "FOLDER/hparams)", file=sys.stderr)  # fmt: skip
             return 1
         logs = os.path.join(out, HPARAMS_DIR)
-        note = f"tensorboard --logdir {logs}; HPARAMS tab: {read_only[0]} is read-only"
+        note = f"tensorboard --logdir {logs}; HPARAMS tab: {shown(read_only[0])} is read-only"
         write_hparams(comparison, logs)
     elif args.hparams:
         write_hparams(comparison)
     width = max(len(k) for k in files)
     for what, path in files.items():
-        print(f"{what:<{width}}  {path}")
-    print(f"{'TensorBoard logs':<{width}}  {logs}  ({note})")
+        print(f"{what:<{width}}  {shown(path)}")
+    print(f"{'TensorBoard logs':<{width}}  {shown(logs)}  ({shown(note)})")
     return 0
 
 

@@ -17,13 +17,14 @@ Example::
 import glob
 import json
 import os
+import socket
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.summary.writer.record_writer import RecordWriter
 
 from dlrm_multiepoch.command_faults import naming
 from dlrm_multiepoch.report.compare import Comparison
@@ -116,15 +117,22 @@ def _last(run: RunRecord, tag: str) -> Optional[float]:
 
 
 def _write(folder: str, summaries: List[Summary], scalars: Dict[str, Any]) -> str:
-    with naming(folder):
+    """One event file of ``summaries`` and ``scalars`` in ``folder`` (replacing the old ones), written here and
+    now: TensorBoard's own writer writes from a thread, which prints its own traceback when the disk is full."""
+    values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items() if is_defined(v)]
+    now = time.time()
+    events = [Event(wall_time=now, file_version="brain.Event:2")]
+    events += [Event(wall_time=now, step=0, summary=summary) for summary in [*summaries, Summary(value=values)]]
+    path = os.path.join(folder, f"events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}{SUFFIX}")
+    with naming(path):
         for old in glob.glob(os.path.join(glob.escape(folder), f"*{SUFFIX}")):
             os.remove(old)
-        values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items() if is_defined(v)]
-        writer = EventFileWriter(folder, filename_suffix=SUFFIX)
-        for summary in [*summaries, Summary(value=values)]:
-            writer.add_event(Event(wall_time=time.time(), step=0, summary=summary))
-        writer.close()
-    return writer._file_name
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "wb") as f:
+            writer = RecordWriter(f)
+            for event in events:
+                writer.write(event.SerializeToString())
+    return path
 
 
 def _experiment(hparams: Dict[str, Dict[str, Any]], metric_tags: List[str]) -> List[Summary]:

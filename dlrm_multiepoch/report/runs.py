@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from dlrm_multiepoch.command_faults import shown
+from dlrm_multiepoch.command_faults import is_utf8, shown
 from dlrm_multiepoch.run_files import (
     MANIFEST_FILE,
     OWN_FOLDERS,
@@ -194,9 +194,11 @@ def read_run(
     Raises:
         RunError: missing folder, no event files, no evaluations, or an unreadable ``summary.json``.
     """
-    name = name or os.path.basename(os.path.normpath(run_dir))
+    name = name or shown(os.path.basename(os.path.normpath(run_dir)))
     if not os.path.isdir(run_dir):
         raise RunError("missing: no run folder")
+    if not is_utf8(run_dir):
+        raise RunError("its folder's name is not UTF-8: TensorBoard reads no event file there; rename the folder")
     if not has_event_files(run_dir):
         raise RunError("no TensorBoard event files")
     summary = _read_summary(run_dir)
@@ -278,6 +280,11 @@ def read_experiment(experiment_dir: str) -> Tuple[List[RunRecord], List[RunProbl
         raise ValueError(f"{shown(experiment_dir)} is a file, not an experiment folder (a folder of run folders)")
     if not os.path.isdir(experiment_dir):
         raise FileNotFoundError(f"experiment folder {shown(experiment_dir)!r} does not exist")
+    if not is_utf8(experiment_dir):
+        raise ValueError(
+            f"{shown(experiment_dir)}: its name is not UTF-8, and TensorBoard reads no event file under such a path; "
+            "rename it"
+        )
     manifest = _manifest(experiment_dir)
     folders = sorted(
         d for d in os.listdir(experiment_dir) if os.path.isdir(os.path.join(experiment_dir, d)) and d not in OWN_FOLDERS

@@ -12,7 +12,9 @@ Example::
 import csv
 from typing import Any, Dict, List, Optional
 
+from dlrm_multiepoch.command_faults import shown
 from dlrm_multiepoch.report.compare import TEST, VAL, Comparison, StrategyRow, TaskComparison
+from dlrm_multiepoch.report.runs import RunProblem
 from dlrm_multiepoch.report.search_view import SearchView
 from dlrm_multiepoch.report.stats import Stat
 from dlrm_multiepoch.report.windows import WindowFit
@@ -185,7 +187,7 @@ def window_markdown(fit: WindowFit) -> str:
 
 def to_markdown(comparison: Comparison) -> str:
     """The whole report: per configuration group, one section per task and the update-window fit; then the runs left out."""
-    parts = [f"## Strategy comparison: {comparison.experiment_dir}"]
+    parts = [f"## Strategy comparison: {shown(comparison.experiment_dir)}"]
     if comparison.search is not None:
         parts += [search_markdown(comparison.search), "## Every branch trained to its end, per task"]
     groups = comparison.groups
@@ -207,10 +209,14 @@ def to_markdown(comparison: Comparison) -> str:
             parts.append("## Update-window sweep")
             parts += [window_markdown(f) for f in fits]
     if comparison.cut:
-        parts.append("Branches the search cut:\n" + "\n".join(f"- {p.name}: {p.reason} ({p.path})" for p in comparison.cut))
+        parts.append("Branches the search cut:\n" + "\n".join(_problem(p) for p in comparison.cut))
     if comparison.problems:
-        parts.append("Runs left out:\n" + "\n".join(f"- {p.name}: {p.reason} ({p.path})" for p in comparison.problems))
+        parts.append("Runs left out:\n" + "\n".join(_problem(p) for p in comparison.problems))
     return "\n\n".join(parts) + "\n"
+
+
+def _problem(p: RunProblem) -> str:
+    return f"- {p.name}: {p.reason} ({shown(p.path)})"
 
 
 def search_markdown(view: SearchView) -> str:

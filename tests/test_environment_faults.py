@@ -11,8 +11,11 @@ an injected ``ENOSPC`` (``tests/fs_faults.py``); ``--group`` is a real TorchX ``
 import io
 import json
 import os
+import re
 import shutil
 import signal
+import threading
+import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -185,20 +188,41 @@ def test_a_signal_at_any_moment_of_a_command_is_one_line(capsys):
 
 
 @pytest.mark.launch
-def test_a_group_sweep_trains_on_local_cwd(tmp_path):
-    """Row 4: ``--group`` (the remedy every sweep refusal suggests) launched for real: the run trains, its job's
-    state reads back (it used to be LOST after 0 s: the app id held the group's ``/``), a rerun skips it."""
-    exp = tmp_path / "exp"
-    argv = [str(exp), "j=--freeze_schedule joint", "--epochs", "1", "-j", "1x1", "--group", "g", "--", *TINY]
-    for attempt in range(2):
+def test_a_group_sweep_on_a_disk_that_fills_names_the_disk_and_the_rerun_finishes_it(tmp_path):
+    """Rows 4 and 10 on real launches (TorchX ``local_cwd``): a ``--group`` sweep (the remedy every sweep refusal
+    suggests; its job's state never read back: the app id held the group's ``/``, LOST after 0 s) on a disk that
+    fills once its first checkpoint is saved. Its log, on the same disk, cannot take the trainer's error, so the
+    sweep names the full disk; freed, the rerun resumes from that checkpoint, ends, and reads its job back."""
+    with small_disk(tmp_path / "disk", "16m") as disk:
+        exp, filler = disk / "exp", []
+        first = exp / "g" / "j-s0" / "checkpoints" / "step_4" / "trainer_state.json"
+
+        def fill_after_the_first_checkpoint() -> None:
+            deadline = time.monotonic() + 300
+            while not first.exists() and time.monotonic() < deadline:
+                time.sleep(0.005)
+            filler.append(fill(disk))
+
+        watcher = threading.Thread(target=fill_after_the_first_checkpoint)
+        watcher.start()
+        argv = [str(exp), "j=--freeze_schedule joint", "--epochs", "3", "-j", "1x1", "--group", "g", "--", *TINY]
         out = io.StringIO()
         with redirect_stdout(out):
             code = sweep_main(argv)
-        assert code == 0, out.getvalue()
-    text = out.getvalue()
-    assert "[1/1] g/j-s0: finished earlier (1 epoch), skipped" in text, text
-    summary = json.loads((exp / "g" / "j-s0" / "summary.json").read_text())
-    assert "wall_time_s" in summary and summary["config"]["tensorboard_dir"] == str(exp / "g")
+        watcher.join()
+        text = out.getvalue()
+        assert code == 1 and "Traceback" not in text, text
+        full = rf"g/j-s0: FAILED \((FAILED|LOST)\) after \d+ s: the disk of {exp}/g/j-s0 is full \(\d+ bytes free\): free space"
+        assert re.search(full, text), text
+        filler[0].unlink()
+        out = io.StringIO()
+        with redirect_stdout(out):
+            code = sweep_main(argv)
+        text = out.getvalue()
+        assert code == 0 and re.search(r"\[1/1\] g/j-s0: resuming after epoch [12], 3 epochs", text), text
+        assert "    done in " in text
+        summary = json.loads((exp / "g" / "j-s0" / "summary.json").read_text())
+        assert [e["epoch"] for e in summary["evaluations"]] == [1, 2, 3] and "wall_time_s" in summary
 
 
 def test_a_refused_preprocess_leaves_nothing_beside_its_output(tmp_path, capsys):

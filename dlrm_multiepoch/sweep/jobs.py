@@ -11,6 +11,7 @@ Example::
 
 import os
 import re
+import shutil
 from typing import Optional, Tuple
 
 from torchx.runner import Runner
@@ -20,6 +21,7 @@ from dlrm_multiepoch.lock_holder import LockHolder
 from dlrm_multiepoch.run_files import DATA_ERROR_MARK
 
 _ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Busy)): (.+)$")
+_FULL_BELOW = 1 << 20  # bytes: a run's disk with less free space is full (its next checkpoint or record will not fit)
 # torchrun's and TorchX's own wrappers around a worker's error: never the reason.
 _WRAPPERS = ("ChildFailedError", "SignalException", "RendezvousClosedError")
 
@@ -72,6 +74,21 @@ def failure_reason(log_file: Optional[str]) -> Optional[str]:
             if match and not match.group(1).endswith(_WRAPPERS):
                 reason = f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
     return reason
+
+
+def disk_full(folder: str) -> Optional[str]:
+    """Why a run failed without a word in its log: the disk of its folder is full (the log, on the same disk, could
+    not take its error); None when it is not."""
+    existing = folder
+    while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return None
+    if free >= _FULL_BELOW:
+        return None
+    return f"the disk of {existing} is full ({free} bytes free): free space, then rerun the same command"
 
 
 def launch_log_dir(log_dir: str, handle: str) -> str:

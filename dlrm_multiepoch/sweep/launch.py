@@ -33,7 +33,7 @@ from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.run_files import LOGS_DIR, read_manifest
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, data_failed, failure_reason, holder_is_job
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, data_failed, disk_full, failure_reason, holder_is_job
 from dlrm_multiepoch.sweep.jobs import job_state, launch_log_dir
 from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
 from dlrm_multiepoch.sweep.plan import RunSpec, RunState, SweepPlan, run_state
@@ -181,7 +181,7 @@ class SweepLauncher:
     def _failed(self, run: RunSpec, tag: str, log: Optional[str], how: str) -> str:
         """A launch of ``run`` that did not succeed, from its log: ``busy`` (another trainer holds or held its
         folder: the caller looks again), ``data`` (its data failed to load) or ``failed``, with one line."""
-        reason = failure_reason(log)
+        reason = failure_reason(log) or disk_full(os.path.join(self.plan.experiment_dir, run.name))
         holder = live_holder(os.path.join(self.plan.experiment_dir, run.name))
         if holder is not None or (reason or "").startswith(f"{RunFolderBusy.__name__}:"):
             who = f" ({holder.describe()})" if holder is not None else ""

@@ -9,7 +9,8 @@ evaluation, ``started_from``, the end's wall time and ``auto``'s ``best``), ``sw
 and a checkpoint after each whole epoch and pause whose ``trainer_state.json`` holds the
 progress and the evaluations so far. Like the trainer it resumes from its newest
 checkpoint (or its parent's, ``--start_from``), skips a finished run, rewrites an
-unreadable ``summary.json`` from its checkpoint, and records every step range it trains and
+unreadable ``summary.json`` from its checkpoint (the app rewrites it after every evaluation,
+before that evaluation's checkpoint), and records every step range it trains and
 saves (``trained``): nothing saved may be trained twice. Its writes are atomic as the app's
 (a record replaced whole, a checkpoint renamed once complete), so a write that fails (a full
 disk) fails its launch and loses only what was not saved yet.
@@ -34,7 +35,7 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 from torchx.runner import get_runner
 
 from dlrm_multiepoch.command_faults import guarded
-from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, run_folder_name
+from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, run_folder_name, step_of
 from dlrm_multiepoch.search.launches import BranchLauncher
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted
 from dlrm_multiepoch.sweep.manifest import update_manifest
@@ -101,12 +102,28 @@ class _Events:
         self.file.close()
 
 
-def _state(run_dir: str) -> Optional[Dict[str, Any]]:
-    saved = complete_checkpoints(checkpoints_dir(run_dir))
-    if not saved:
+def read_state(checkpoint: str) -> Optional[Dict[str, Any]]:
+    """A checkpoint's state as the app checks it on load (its format, step, progress and evaluations); None when
+    it is damaged: the app passes it over for an older one (``--resume``), or refuses it (``--start_from``)."""
+    try:
+        with open(os.path.join(checkpoint, "trainer_state.json")) as f:
+            state = json.load(f)
+        parts = state["parts"]
+        intact = state["format"] == 2 and state["step"] == step_of(checkpoint) == parts["progress"]["step"]
+        intact = intact and isinstance(parts["metrics"]["evaluations"], list)
+        intact = intact and (parts["metrics"].get("started_from") is None or isinstance(parts["metrics"]["started_from"], dict))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    with open(os.path.join(saved[-1][1], "trainer_state.json")) as f:
-        return json.load(f)
+    return state if intact and type(state["step"]) is int else None
+
+
+def _state(run_dir: str) -> Optional[Dict[str, Any]]:
+    """The newest intact checkpoint's state (None: none to resume from)."""
+    for _, path in reversed(complete_checkpoints(checkpoints_dir(run_dir))):
+        state = read_state(path)
+        if state is not None:
+            return state
+    return None
 
 
 def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str, int, int]], one_class=()) -> None:
@@ -116,8 +133,9 @@ def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str
     start_from = cfg.checkpoint.start_from
     state, started = _state(run_dir), None
     if state is None and start_from:
-        with open(os.path.join(start_from, "trainer_state.json")) as f:
-            state = json.load(f)
+        state = read_state(start_from)
+        if state is None:
+            raise ValueError(f"--start_from {start_from}: the checkpoint is missing or damaged")
         started = {"path": start_from, "step": state["step"]}
     step = state["step"] if state else 0
     evaluations = list(state["parts"]["metrics"]["evaluations"]) if state else []
@@ -139,13 +157,17 @@ def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str
                 for task, values in evaluations[-1][split].items():
                     for metric, value in values.items():
                         writer.add_scalar(f"{split}/{task}/{metric}", float("nan") if value is None else value, s)
+            summary: Dict[str, Any] = {"config": config, "evaluations": evaluations}
+            if started:
+                summary["started_from"] = started
+            _write(os.path.join(run_dir, "summary.json"), summary)  # after each evaluation, before its checkpoint
             parts = {"progress": {"step": s, "epoch": s // SPE, "batch_in_epoch": s % SPE},
                      "metrics": {"evaluations": list(evaluations), "started_from": started}}  # fmt: skip
             saving = os.path.join(checkpoints_dir(run_dir), f"step_{s}.tmp")  # renamed once complete, as the app's
             _write(os.path.join(saving, "trainer_state.json"), {"format": 2, "step": s, "config": config, "parts": parts})
             os.replace(saving, saving[: -len(".tmp")])
             saved = s
-        summary: Dict[str, Any] = {"config": config, "evaluations": evaluations}
+        summary = {"config": config, "evaluations": evaluations}
         if started:
             summary["started_from"] = started
         if stops_itself or target >= cfg.epochs * SPE:
@@ -182,7 +204,7 @@ class _SimulatedSweep:
             run_dir = os.path.join(self.plan.experiment_dir, run.name)
             try:
                 train(run_dir, run.strategy, run.flags, self.launcher.trained, self.launcher.one_class)
-            except OSError as e:  # the trainer's own write failed (a full disk): a failed launch, as the app's
+            except (OSError, ValueError) as e:  # a write failed (a full disk), a refusal: a failed launch, as the app's
                 print(f"[1/1] {run.name}: FAILED (FAILED) after 0 s: {type(e).__name__}: {e}", flush=True)
                 return [run.name]
         return []

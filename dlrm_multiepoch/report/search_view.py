@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from dlrm_multiepoch.auto.config import METRIC_SIGN
 from dlrm_multiepoch.report.stats import Stat, stat_of
-from dlrm_multiepoch.run_files import search_record_path
+from dlrm_multiepoch.run_files import read_manifest, search_record_path
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree, select
 from dlrm_multiepoch.search.pruning import Curve, choose, rung_points
 from dlrm_multiepoch.search.record import read_branch, run_name
@@ -64,14 +64,19 @@ class SearchView:
 
 
 def search_view(experiment_dir: str) -> Optional[SearchView]:
-    """The view of a search folder; None when ``experiment_dir`` holds no ``search.json``; a view that is not
-    ``readable`` (``damage`` says why) when it is too damaged to tell the search's candidates and rungs.
+    """The view of a search folder; None when ``experiment_dir`` is not a search's; a view that is not
+    ``readable`` (``damage`` says why) when its ``search.json`` is missing or too damaged to tell the search's
+    candidates and rungs.
 
     Raises:
         ValueError: a branch's ``summary.json`` that is not as the training app writes it, naming the field.
     """
-    if not os.path.isfile(search_record_path(experiment_dir)):
-        return None
+    path = search_record_path(experiment_dir)
+    if not os.path.isfile(path):
+        if not _branch_launches(experiment_dir):
+            return None
+        missing = f"{path} is missing, and sweep.json records a search's branch launches"
+        return SearchView("", [], {}, {}, [], {}, missing, readable=False)
     loaded = read_record(experiment_dir)
     record = loaded.record
     unreadable = SearchView("", [], {}, {}, [], {}, loaded.damage, readable=False)
@@ -92,10 +97,18 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     for seed in seeds:
         entry = record["seeds"][str(seed)]
         curves, points = _curves(experiment_dir, tree, seed, record, rungs)
-        choice = choose(tree, curves) if entry["deploy"] is not None else None  # the search's own choice
+        recorded = entry["deploy"]
+        choice = choose(tree, curves) if recorded is not None else None  # the search's own choice
+        if recorded is not None and (choice is None or (choice.branch, choice.epoch) != (recorded["branch"], recorded["epoch"])):
+            now = f"{choice.branch} after epoch {choice.epoch:g}" if choice is not None else "no deployable model"
+            undecided[seed] = (
+                f"search.json records deploying {recorded['branch']} after epoch {recorded['epoch']:g}, but its run "
+                f"folders now give {now} (a branch's record changed or is gone since): rerun the search to decide again"
+            )
+            choice = None
         if choice is not None:
             deployed[seed] = (choice.branch, choice.epoch, sign * choice.objective)
-        else:
+        elif seed not in undecided:
             undecided[seed] = entry.get("no_decision") or "the search has not decided yet (interrupted?)"
         for c in tree:
             row, branch = rows[c.name], entry["branches"].get(c.name, {})
@@ -117,6 +130,16 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
         rows[c.name].val = stat_of(vals[c.name]) if vals[c.name] else None
         rows[c.name].test_auc = {t: stat_of(aucs) for t, aucs in tests[c.name].items()}
     return SearchView(record["metric"], list(rows.values()), deployed, undecided, seeds, cut, loaded.damage)
+
+
+def _branch_launches(experiment_dir: str) -> bool:
+    """Whether ``sweep.json`` records a search's launches (a branch pauses at a rung: ``--stop_at_epoch``)."""
+    try:
+        strategies = read_manifest(experiment_dir).get("strategies")
+    except ValueError:
+        return False
+    flags = [s.get("flags") for s in strategies.values()] if isinstance(strategies, dict) else []
+    return any(isinstance(f, list) and "--stop_at_epoch" in f for f in flags)
 
 
 def _curves(

@@ -60,7 +60,9 @@ class ExperimentOptions:
             raise ValueError("--seeds must name at least one seed")
         bad = [s for s in self.seed_list if not 0 <= s <= MAX_SEED]
         if bad:
-            raise ValueError(f"--seeds {self.seeds!r}: {bad[0]} is not a seed (seeds are integers from 0 to {MAX_SEED})")
+            raise ValueError(
+                f"--seeds {self.seeds!r}: {bad[0]} is not a seed (seeds are integers from 0 to {MAX_SEED})"
+            )
         if len(set(self.seed_list)) < len(self.seed_list):
             raise ValueError(f"--seeds {self.seeds!r} names a seed twice (its runs would be one run)")
 

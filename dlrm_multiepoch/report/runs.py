@@ -21,7 +21,6 @@ Example::
 """
 
 import logging
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -31,18 +30,16 @@ import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from dlrm_multiepoch.command_faults import is_utf8, shown
+from dlrm_multiepoch.report.recorded import checked_manifest, checked_summary
 from dlrm_multiepoch.run_files import (
     MANIFEST_FILE,
     OWN_FOLDERS,
     has_event_files,
     manifest_path,
     parse_run_folder_name,
-    read_manifest,
-    read_summary,
     summary_finished,
     whole_epoch_evaluations,
 )
-from dlrm_multiepoch.search.record_file import field_text
 from dlrm_multiepoch.sweep.strategies import flag_names
 
 EPOCH_TAG = "eval/epoch"
@@ -365,67 +362,15 @@ def partial_reason(run: RunRecord) -> Optional[str]:
     return None
 
 
-# What compare reads of a sweep.json entry (the sweep writes each; an older one may lack the last three).
-_ENTRY_FIELDS = {"name": (str,), "strategy": (str,), "seed": (int, type(None)), "epochs": (int, type(None)),
-                 "window": (int, float, type(None))}  # fmt: skip
-
-
 def _manifest(experiment_dir: str) -> Optional[Dict[str, Any]]:
-    """``sweep.json`` (None: none), each entry checked as compare reads it (ValueError names a damaged field)."""
-    path = manifest_path(experiment_dir)
-    if not os.path.isfile(path):
-        return None
-    manifest = read_manifest(experiment_dir)
-    if not isinstance(manifest.get("runs"), dict):
-        raise ValueError(f"{path} is not a sweep manifest (no 'runs'); fix or remove it")
-    for key, entry in manifest["runs"].items():
-        if not isinstance(entry, dict):
-            raise ValueError(f"{path}: runs.{key} is {field_text(entry)}, expected an object (damaged); fix or remove it")
-        for field_name, kinds in _ENTRY_FIELDS.items():
-            value = entry.get(field_name) if field_name not in ("name", "strategy") else entry.get(field_name, 0)
-            bad = not _is(value, kinds) or (isinstance(value, float) and not math.isfinite(value))
-            if bad or (field_name == "name" and value != key):
-                expected = "its key" if not bad else " or ".join(k.__name__ for k in kinds).replace("NoneType", "null")
-                raise ValueError(
-                    f"{path}: runs.{key}.{field_name} is {field_text(value)}, expected {expected} (damaged); fix or "
-                    "remove it"
-                )
-    strategies = manifest.get("strategies", {})
-    if not isinstance(strategies, dict) or not all(
-        isinstance(s, dict) and isinstance(s.get("flags", []), list) and all(isinstance(f, str) for f in s.get("flags", []))
-        for s in strategies.values()
-    ):
-        raise ValueError(f"{path}: strategies is not a map of each strategy's flags (damaged); fix or remove it")
-    return manifest
-
-
-# What compare reads of a summary.json, by field: the types the app writes (each field may be absent).
-_SUMMARY_FIELDS = {
-    "config": (dict, "an object"), "evaluations": (list, "a list"), "best": ((dict, type(None)), "an object or null"),
-    "wall_time_s": ((int, float), "a number"), "started_from": (dict, "an object"),
-}  # fmt: skip
-_CONFIG_FIELDS = ("epochs", "seed")  # integers, where a sweep's manifest does not say them
+    return checked_manifest(experiment_dir) if os.path.isfile(manifest_path(experiment_dir)) else None
 
 
 def _read_summary(run_dir: str) -> Dict[str, Any]:
-    """A run's ``summary.json``, its fields checked as compare reads them (RunError names a damaged one)."""
     try:
-        summary = read_summary(run_dir)
+        return checked_summary(run_dir)
     except ValueError as e:
         raise RunError(f"corrupt summary.json: {e}") from None
-    found = [(k, summary[k], what) for k, (kind, what) in _SUMMARY_FIELDS.items() if k in summary and not _is(summary[k], kind)]
-    config = summary.get("config", {})
-    found += [(f"config.{k}", config[k], "an integer") for k in _CONFIG_FIELDS if k in config and not _is(config[k], int)]
-    best = summary.get("best") or {}
-    found += [("best.epoch", best["epoch"], "a number") for _ in [0] if "epoch" in best and not _is(best["epoch"], (int, float))]
-    if found:
-        field, value, what = found[0]
-        raise RunError(f"corrupt summary.json: {field} is {field_text(value)}, expected {what} (damaged)")
-    return summary
-
-
-def _is(value: Any, kind: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, kind)
 
 
 def _by_flag(config: Dict[str, Any]) -> Dict[str, Any]:

@@ -99,7 +99,8 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
         curves, points = _curves(experiment_dir, tree, seed, record, rungs)
         recorded = entry["deploy"]
         choice = choose(tree, curves) if recorded is not None else None  # the search's own choice
-        if recorded is not None and (choice is None or (choice.branch, choice.epoch) != (recorded["branch"], recorded["epoch"])):
+        same = choice is not None and (choice.branch, choice.epoch) == (recorded["branch"], recorded["epoch"])
+        if recorded is not None and not same:
             now = f"{choice.branch} after epoch {choice.epoch:g}" if choice is not None else "no deployable model"
             undecided[seed] = (
                 f"search.json records deploying {recorded['branch']} after epoch {recorded['epoch']:g}, but its run "

@@ -117,7 +117,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, common: Lis
             parser.error(str(e))
         return _launch(plan, options, runner, args)
     except (KeyboardInterrupt, SignalException) as e:  # before or between runs: nothing to stop
-        print(f"\nsweep: interrupted ({signal_of(e)}; no run was running). Rerun the same command to continue.", flush=True)
+        print(f"\nsweep: interrupted ({signal_of(e)}; no run was running). Rerun the same command to continue.")
         return 130
     finally:
         runner.close()

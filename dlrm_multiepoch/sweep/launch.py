@@ -33,8 +33,8 @@ from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.run_files import LOGS_DIR, read_manifest
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, data_failed, disk_full, failure_reason, holder_is_job
-from dlrm_multiepoch.sweep.jobs import job_state, launch_log_dir
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, data_failed, disk_full, failure_reason
+from dlrm_multiepoch.sweep.jobs import holder_is_job, job_state, launch_log_dir
 from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
 from dlrm_multiepoch.sweep.plan import RunSpec, RunState, SweepPlan, run_state
 from dlrm_multiepoch.sweep.strategies import flag_value
@@ -256,8 +256,9 @@ def _how(run: RunSpec, state: RunState) -> str:
     elif state.status == "stale":
         how = "starting over (no checkpoint)"
     elif start_from:
-        checkpoint = os.path.normpath(start_from)
-        how = f"starting from {os.path.basename(os.path.dirname(os.path.dirname(checkpoint)))}'s {os.path.basename(checkpoint)}"
+        checkpoint = os.path.normpath(start_from)  # <run folder>/checkpoints/step_S
+        how = f"starting from {os.path.basename(os.path.dirname(os.path.dirname(checkpoint)))}'s "
+        how += os.path.basename(checkpoint)
     else:
         how = "training"
     return f"{how}, {f'to epoch {stop} of {run.epochs}' if stop else _epochs(run.epochs)}"

@@ -27,6 +27,7 @@ import os
 import signal
 import time
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tensorboard.compat.proto.event_pb2 import Event
@@ -55,6 +56,7 @@ AUC = {
 }
 AUTO_STOP, AUTO_BEST = 25, 22  # steps
 COMMON = ["--dataset", "movielens", "--val_fraction", "0.1"]
+ARGS = ["--epochs", "3", "--", *COMMON]  # the search of the tests: 6 candidates, 3 epochs
 
 
 def auc(name: str, point: float) -> float:
@@ -291,3 +293,17 @@ def run_search(argv: Sequence[str], **launcher: Any) -> Tuple[int, str, Optional
     if found["refused"] is not None:
         return 2, out.getvalue() + found["refused"], None
     return code, out.getvalue(), found["sim"]
+
+
+def finished_search(tmp_path_factory: Any) -> Path:
+    """A finished search of :data:`ARGS` in a folder of its own (a test module's reference)."""
+    exp = tmp_path_factory.mktemp("searched") / "exp"
+    code, out, _ = run_search([str(exp), *ARGS])
+    assert code == 0, out
+    return exp
+
+
+def deployed(exp: Path) -> Tuple[Any, ...]:
+    """What ``search.json`` records as deployed: branch, epoch, validation metric, checkpoint (relative to ``exp``)."""
+    deploy = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
+    return deploy["branch"], deploy["epoch"], deploy["val_metric"], os.path.relpath(deploy["checkpoint"], exp)

@@ -8,54 +8,29 @@ Run folders as the app writes them (``tests/run_writer.py``); a search folder fr
 (``tests/search_sim.py``); the read-only folder is the kernel's (a bind mount for root, permissions otherwise).
 """
 
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from dlrm_multiepoch.report.command import main as compare_main
 from tests.fs_faults import NOT_UTF8, FullDiskAt, read_only
 from tests.fuzz_settings import folder_bytes
-from tests.run_writer import hparams_sessions, write_run
-from tests.search_sim import COMMON, run_search
-
-ARGS = ["--epochs", "3", "--", *COMMON]
-
+from tests.run_writer import hparams_sessions, run_compare, write_run
+from tests.search_sim import ARGS, deployed, finished_search, run_search
 
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    exp = tmp_path_factory.mktemp("searched") / "exp"
-    code, out, _ = run_search([str(exp), *ARGS])
-    assert code == 0, out
-    return exp
-
-
-def _compare(*argv: str):
-    """``dlrm-multiepoch compare ARGV``: (exit code, stdout, stderr); argparse's refusals are exit code 2."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = compare_main(list(argv))
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
+    return finished_search(tmp_path_factory)
 
 
 def _runs(exp: Path, names=("joint-s0", "delayed-s0")) -> None:
     """Finished runs of two strategies with a validation split (delayed wins on validation)."""
     for i, name in enumerate(names):
         write_run(exp / name, [0.70 + 0.01 * i, 0.71 + 0.02 * i], val_auc=[0.69 + 0.01 * i, 0.70 + 0.02 * i])
-
-
-def _deploy(exp: Path) -> tuple:
-    deploy = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
-    return deploy["branch"], deploy["epoch"], deploy["val_metric"], os.path.relpath(deploy["checkpoint"], exp)
 
 
 @pytest.mark.parametrize(
@@ -66,7 +41,7 @@ def _deploy(exp: Path) -> tuple:
         ("cal_ne", "0.1", "evaluations.4.val.like.cal_ne is '0.1', expected a number, or null where undefined"),  # 14
     ],
 )
-def test_a_damaged_validation_metric_is_named_by_the_search_and_compare(searched, tmp_path, where, value, says):
+def test_a_damaged_validation_metric_is_named_by_the_search_andrun_compare(searched, tmp_path, where, value, says):
     """Rows 5 and 14: ``"val": {}`` or ``[]`` (a ZeroDivisionError in both) and a metric edited to a string (read
     as undefined without a word: the deploy moved) in the deployed branch's ``summary.json``."""
     exp = tmp_path / "exp"
@@ -82,11 +57,11 @@ def test_a_damaged_validation_metric_is_named_by_the_search_and_compare(searched
     code, out, sim = run_search([str(exp), *ARGS])
     assert code == 1 and sim.trained == [] and "Traceback" not in out
     assert out.rstrip().splitlines()[-1] == f"search: {line}"
-    code, _, err = _compare(str(exp))
+    code, _, err = run_compare(str(exp))
     assert code == 2 and "Traceback" not in err and err.rstrip().splitlines()[-1] == f"dlrm-multiepoch compare: error: {line}"
     path.rename(path.with_name("summary.json.aside"))  # as the line says: the rerun deploys what it did before
     code, out, sim = run_search([str(exp), *ARGS])
-    assert code == 0 and _deploy(exp) == _deploy(searched) and sim.trained == [], out
+    assert code == 0 and deployed(exp) == deployed(searched) and sim.trained == [], out
 
 
 def test_compare_says_a_truncated_search_record_is_damaged_and_names_no_winner(searched, tmp_path):
@@ -95,7 +70,7 @@ def test_compare_says_a_truncated_search_record_is_damaged_and_names_no_winner(s
     shutil.copytree(searched, exp)
     record = exp / "search.json"
     record.write_text(record.read_text()[:100])
-    code, out, err = _compare(str(exp))
+    code, out, err = run_compare(str(exp))
     assert code == 0 and "Traceback" not in err
     assert f"**The schedule search's record is damaged** ({record} is not valid JSON (100 bytes" in out
     assert "Rerun the same `dlrm-multiepoch search` command: it rebuilds search.json from the run folders" in out
@@ -120,7 +95,7 @@ def test_a_run_folder_whose_name_is_not_utf8_is_named_with_escapes_and_left_out(
     assert left_out in done.stdout and "delayed wins on validation" in done.stdout
     assert left_out in (exp / "compare" / "comparison.md").read_text()
     (tmp_path / NOT_UTF8).mkdir()  # the experiment folder's own name
-    code, _, err = _compare(str(tmp_path / NOT_UTF8))
+    code, _, err = run_compare(str(tmp_path / NOT_UTF8))
     assert code == 2 and err.rstrip().endswith(
         "run\\xff-s0: its name is not UTF-8, and TensorBoard reads no event file under such a path; rename it"
     )
@@ -132,7 +107,7 @@ def test_a_read_only_experiment_is_compared_elsewhere_in_full_and_in_place_print
     _runs(exp)
     before = folder_bytes(exp)
     with read_only(exp):
-        code, table, err = _compare(str(exp))
+        code, table, err = run_compare(str(exp))
         assert code == 1 and "delayed wins on validation" in table and "Traceback" not in err
         assert err.strip() == (
             f"compare: the report folder {exp}/compare: cannot write into {exp} (where {exp}/compare is to be "
@@ -140,7 +115,7 @@ def test_a_read_only_experiment_is_compared_elsewhere_in_full_and_in_place_print
             "(pass --out FOLDER to write its files elsewhere)"
         )
         assert folder_bytes(exp) == before
-        code, text, err = _compare(str(exp), "--out", str(out))
+        code, text, err = run_compare(str(exp), "--out", str(out))
         assert code == 0 and err == "" and folder_bytes(exp) == before
     assert text.startswith(table)
     assert sorted(p.name for p in out.iterdir()) == ["comparison.csv", "comparison.md", "hparams", "test_auc.png"]
@@ -154,7 +129,7 @@ def test_a_full_disk_under_out_names_the_file_after_the_table(tmp_path):
     exp, out = tmp_path / "exp", tmp_path / "report"
     _runs(exp)
     with FullDiskAt(out, at=1):
-        code, table, err = _compare(str(exp), "--out", str(out))
+        code, table, err = run_compare(str(exp), "--out", str(out))
     assert code == 1 and "delayed wins on validation" in table
     assert err.strip() == f"compare: {out}/comparison.md: the disk is full (No space left on device); free space, then rerun the same command"
 
@@ -163,10 +138,10 @@ def test_one_run_names_no_winner_and_a_file_is_not_an_experiment(tmp_path):
     """Row 17: a folder with one run named a "winner"; a path that is a file "does not exist"."""
     exp = tmp_path / "exp"
     _runs(exp, ("joint-s0",))
-    code, out, _ = _compare(str(exp))
+    code, out, _ = run_compare(str(exp))
     assert code == 0 and "winner**" not in out and " wins " not in out
     assert "like: no winner: joint is the only strategy with a figure: nothing to compare it with." in out
-    code, _, err = _compare(str(exp / "joint-s0" / "summary.json"))
+    code, _, err = run_compare(str(exp / "joint-s0" / "summary.json"))
     assert code == 2 and err.rstrip().endswith(
         f"error: {exp}/joint-s0/summary.json is a file, not an experiment folder (a folder of run folders)"
     )

@@ -28,27 +28,18 @@ from dlrm_multiepoch.sweep import checks as sweep_checks
 from dlrm_multiepoch.sweep.command import main as sweep_main
 from tests.fs_faults import NOT_UTF8, FullDiskAt, fill, read_only, small_disk
 from tests.fuzz_settings import folder_bytes
-from tests.search_sim import COMMON, no_step_twice, run_search
+from tests.search_sim import ARGS, deployed, finished_search, no_step_twice, run_search
 
-ARGS = ["--epochs", "3", "--", *COMMON]
 TINY = [
     "--dataset", "movielens", "--max_rows", "3000", "--batch_size", "256", "--limit_train_batches", "4",
     "--train_eval_rows", "200", "--no-progress_bar",
 ]  # fmt: skip
 
 
-def _deploy(exp: Path) -> tuple:
-    deploy = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
-    return deploy["branch"], deploy["epoch"], deploy["val_metric"], os.path.relpath(deploy["checkpoint"], exp)
-
-
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    """A finished simulated search, the reference: what the undamaged search deploys."""
-    exp = tmp_path_factory.mktemp("searched") / "exp"
-    code, out, _ = run_search([str(exp), *ARGS])
-    assert code == 0, out
-    return exp
+    """The reference: what the undisturbed search deploys."""
+    return finished_search(tmp_path_factory)
 
 
 def _last(out: str) -> str:
@@ -73,7 +64,7 @@ def test_a_disk_that_fills_during_a_search_names_the_file_and_the_rerun_continue
         assert not list(exp.rglob("*.tmp"))  # no half-written record
         filler[0].unlink()
         code, again, rerun = run_search([str(exp), *ARGS])
-        assert code == 0 and _deploy(exp) == _deploy(searched), again
+        assert code == 0 and deployed(exp) == deployed(searched), again
         assert no_step_twice(sim.trained + rerun.trained)
 
 

@@ -23,14 +23,12 @@ per case. Deterministic (``derandomize``) and bounded; ``DLRM_BAD_INPUT_EXAMPLES
 (docs/RELIABILITY.md lists the counts).
 """
 
-import io
 import json
 import math
 import os
 import re
 import shutil
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -39,16 +37,13 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from dlrm_multiepoch.report import compare_experiment
-from dlrm_multiepoch.report.command import main as compare_main
 from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints
 from tests.fs_faults import FullDiskAt, read_only
 from tests.fuzz_settings import CASES, EXAMPLES, folder_bytes
-from tests.run_writer import manifest, write_run
-from tests.search_sim import COMMON, interrupt_at, no_step_twice, read_state, run_search
+from tests.run_writer import manifest, run_compare, write_run
+from tests.search_sim import ARGS, deployed, finished_search, interrupt_at, no_step_twice, read_state, run_search
 
-ARGS = ["--epochs", "3", "--", *COMMON]
 BRANCHES = ["joint-s0", "delayed-s0", "auto-s0", "early-s0", "reinit-s0", "window@1-s0"]
-DEPLOY_KEYS = ("branch", "epoch", "val_metric")
 # What a field is replaced by: other shapes, a string for a number, NaN, a negative, an unknown name.
 FIELD_VALUES = [{}, [], "abc", math.nan, -1, "nosuch"]
 FILE_VALUES = ["{}", "[]", '"x"', "3", "null"]
@@ -56,29 +51,11 @@ FILE_VALUES = ["{}", "[]", '"x"', "3", "null"]
 HALF, QUARTER = settings(CASES, max_examples=max(EXAMPLES // 2, 1)), settings(CASES, max_examples=max(EXAMPLES // 4, 1))
 
 
-def _deploy(exp: Path) -> Tuple[Any, ...]:
-    deploy = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
-    return tuple(deploy[k] for k in DEPLOY_KEYS)
-
-
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
-    """A finished simulated search, its deploy, and its files (relative paths; compare's own excluded)."""
-    exp = tmp_path_factory.mktemp("searched") / "exp"
-    code, out, _ = run_search([str(exp), *ARGS])
-    assert code == 0, out
-    files = sorted(str(p.relative_to(exp)) for p in exp.rglob("*") if p.is_file())
-    return exp, _deploy(exp), files
-
-
-def _compare(*argv: str) -> Tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = compare_main(list(argv))
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
+    """A finished simulated search, its deploy, and its files (relative paths)."""
+    exp = finished_search(tmp_path_factory)
+    return exp, deployed(exp), sorted(str(p.relative_to(exp)) for p in exp.rglob("*") if p.is_file())
 
 
 def _names_something(line: str) -> bool:
@@ -164,10 +141,10 @@ def _saved(exp: Path) -> Dict[str, int]:
     return found
 
 
-def _check_compare(exp: Path, deploy: Tuple[Any, ...], damages) -> None:
+def _checkrun_compare(exp: Path, deploy: Tuple[Any, ...], damages) -> None:
     """``compare`` on a damaged search folder: no traceback; what it says the search deployed is what it did, or
     it says why not; a refusal is one line naming the file or field."""
-    code, out, err = _compare(str(exp), "--no-hparams")
+    code, out, err = run_compare(str(exp), "--no-hparams")
     assert "Traceback" not in out + err and code in (0, 1, 2), (damages, code, err)
     if code == 2:
         event("compare: refused naming it")
@@ -192,7 +169,7 @@ def test_a_damaged_search_folder_is_compared_and_searched_again_or_named(searche
         done = _apply(case, *damage)
         if done:
             event(done)
-    _check_compare(case, deploy, damages)
+    _checkrun_compare(case, deploy, damages)
     before, saved = folder_bytes(case, skip=("events.out",)), _saved(case)
     code, out, sim = run_search([str(case), *ARGS])
     assert "Traceback" not in out and code in (0, 1, 2), (damages, code, out)
@@ -206,7 +183,7 @@ def test_a_damaged_search_folder_is_compared_and_searched_again_or_named(searche
         assert last.startswith("search: ") and _names_something(last), (damages, out)
     else:
         event("search: deployed as the undamaged search")
-        assert _deploy(case) == deploy, (damages, out)
+        assert deployed(case) == deploy, (damages, out)
     assert no_step_twice(sim.trained), (damages, sim.trained)
     assert all(a >= saved[run] for run, a, _ in sim.trained), (damages, sim.trained, saved)  # nothing saved trained again
 
@@ -232,7 +209,7 @@ def test_a_damaged_sweep_folder_is_compared_naming_what_it_leaves_out(tmp_path, 
         done = _apply(exp, *damage)
         if done:
             event(done)
-    code, out, err = _compare(str(exp), "--no-hparams")
+    code, out, err = run_compare(str(exp), "--no-hparams")
     assert "Traceback" not in out + err and code in (0, 1, 2), (damages, code, err)
     if code == 2:
         event("refused naming it")
@@ -273,7 +250,7 @@ def test_a_disk_that_fills_at_any_write_of_a_search_is_one_line_and_the_rerun_co
     event("named " + re.sub(r"^search: .*/(\S+?): the disk.*", r"\1", last))
     first = list(sim.trained) if sim is not None else []
     code, out, sim = run_search([str(exp), *ARGS])
-    assert code == 0 and _deploy(exp) == searched[1], (at, out)
+    assert code == 0 and deployed(exp) == searched[1], (at, out)
     assert no_step_twice(first + sim.trained), (at, first, sim.trained)
 
 
@@ -282,11 +259,11 @@ def test_a_disk_that_fills_at_any_write_of_compare_prints_the_table_and_one_line
     exp, out = tmp_path / "exp", tmp_path / "report"
     _sweep_folder(exp)
     with FullDiskAt(tmp_path) as disk:
-        assert _compare(str(exp), "--out", str(out))[0] == 0
+        assert run_compare(str(exp), "--out", str(out))[0] == 0
     assert disk.opened == 3 + 1 + 3  # comparison.md, .csv, test_auc.png; HParams: the experiment, each run
     for at in range(1, disk.opened + 1):
         with FullDiskAt(tmp_path, at=at):
-            code, table, err = _compare(str(exp), "--out", str(out))
+            code, table, err = run_compare(str(exp), "--out", str(out))
         assert code == 1 and "delayed wins on validation" in table and "Traceback" not in err, (at, err)
         full = rf"compare: {tmp_path}/\S+: the disk is full \(No space left on device\); free space, then rerun the same command\n"
         assert re.fullmatch(full, err), (at, err)
@@ -330,5 +307,5 @@ def test_a_read_only_folder_is_refused_named_or_needs_no_write_and_the_rerun_con
         event("done: nothing to write there")
     trained = interrupted[1] + (list(sim.trained) if sim is not None else [])
     code, out, sim = run_search([str(exp), *ARGS])
-    assert code == 0 and _deploy(exp) == searched[1], out
+    assert code == 0 and deployed(exp) == searched[1], out
     assert no_step_twice(trained + sim.trained), (trained, sim.trained)

@@ -21,7 +21,7 @@ import errno
 import os
 import signal
 import sys
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator
 
 # errno -> (what it means here, what to do about it)
 _CAUSES = {
@@ -142,7 +142,7 @@ def signal_of(e: BaseException) -> str:
     return getattr(getattr(e, "sigval", None), "name", None) or "SIGINT"
 
 
-def guarded(prog: str, body: Callable[[], int], then: str, out: Optional[Callable[[str], None]] = None) -> int:
+def guarded(prog: str, body: Callable[[], int], then: str) -> int:
     """Run a command's ``body`` at its boundary: streams that print any path, signals that stop it in one line
     (exit 130), an ``OSError`` as one line (exit 1; see the module docstring); ``body``'s exit code otherwise.
 
@@ -150,24 +150,19 @@ def guarded(prog: str, body: Callable[[], int], then: str, out: Optional[Callabl
         prog: the command's name, the line's prefix.
         body: the command; its own interruptions and errors it reports itself.
         then: how to go on once the cause is fixed ("then rerun the same command to continue").
-        out: where the line goes (default: stderr).
     """
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
-    say = out or (lambda line: print(line, file=sys.stderr, flush=True))
     with signals_stop():
         try:
             return body()
         except OSError as e:
-            say(fault_line(prog, e, then))
+            print(fault_line(prog, e, then), file=sys.stderr, flush=True)
             return 1
-        except KeyboardInterrupt as e:
-            say(f"\n{prog}: interrupted ({signal_of(e)}); {then}")
-            return 130
-        except Exception as e:
-            if not isinstance(getattr(e, "sigval", None), signal.Signals):
+        except BaseException as e:  # Ctrl-C, Stopped, TorchX's SignalException (its SIGTERM and SIGINT)
+            if not isinstance(e, KeyboardInterrupt) and not isinstance(getattr(e, "sigval", None), signal.Signals):
                 raise
-            say(f"\n{prog}: interrupted ({signal_of(e)}); {then}")  # TorchX's SignalException: SIGTERM, SIGINT
+            print(f"\n{prog}: interrupted ({signal_of(e)}); {then}", file=sys.stderr, flush=True)
             return 130

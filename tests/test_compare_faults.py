@@ -38,12 +38,15 @@ def _runs(exp: Path, names=("joint-s0", "delayed-s0")) -> None:
     [
         ("val", {}, "evaluations.4.val is {}, expected an object of each task's metrics"),  # row 5
         ("val", [], "evaluations.4.val is [], expected an object of each task's metrics"),  # row 5
-        ("cal_ne", "0.1", "evaluations.4.val.like.cal_ne is '0.1', expected a number, or null where undefined"),  # 14
+        ("cal_ne", "0.1", "evaluations.4.val.like.cal_ne is '0.1', expected a number from 0, or null where undefined"),
+        ("cal_ne", -1, "evaluations.4.val.like.cal_ne is -1, expected a number from 0, or null where undefined"),
+        ("auc", float("nan"), "evaluations.4.val.like.auc is NaN, expected a number from 0 to 1, or null where undefined"),
     ],
 )
 def test_a_damaged_validation_metric_is_named_by_the_search_andrun_compare(searched, tmp_path, where, value, says):
     """Rows 5 and 14: ``"val": {}`` or ``[]`` (a ZeroDivisionError in both) and a metric edited to a string (read
-    as undefined without a word: the deploy moved) in the deployed branch's ``summary.json``."""
+    as undefined without a word: the deploy moved), a negative cal_ne or a NaN AUC (what the app never writes:
+    ranked, they would move the deploy) in the deployed branch's ``summary.json``."""
     exp = tmp_path / "exp"
     shutil.copytree(searched, exp)
     path = exp / "reinit-s0" / "summary.json"
@@ -51,7 +54,7 @@ def test_a_damaged_validation_metric_is_named_by_the_search_andrun_compare(searc
     if where == "val":
         summary["evaluations"][4]["val"] = value
     else:
-        summary["evaluations"][4]["val"]["like"]["cal_ne"] = value
+        summary["evaluations"][4]["val"]["like"][where] = value
     path.write_text(json.dumps(summary))
     line = f"{path}: {says} (damaged); move the file aside: the branch's next launch rewrites it from its newest checkpoint"
     code, out, sim = run_search([str(exp), *ARGS])

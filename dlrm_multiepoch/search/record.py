@@ -154,10 +154,15 @@ def _evaluation(e: Any, i: Any, run_dir: str, where: str = "evaluations") -> Tup
     return float(epoch), int(step), e  # type: ignore[arg-type]
 
 
+# Where the evaluator's metrics lie (the others: any finite number).
+_RANGES = {"auc": (0.0, 1.0), "positive_rate": (0.0, 1.0), "logloss": (0.0, math.inf), "ne": (0.0, math.inf),
+           "cal_ne": (0.0, math.inf), "rows": (0.0, math.inf), "auc_error_bound": (0.0, math.inf)}  # fmt: skip
+
+
 def _check_metrics(e: Mapping[str, Any], where: str, run_dir: str) -> None:
     """SearchError naming the field when an evaluation's validation or test metrics are not as the app writes
-    them: per task, metric -> a number or null (null: undefined). Never read as undefined: a value the app did
-    not write would silently change what the search ranks and deploys."""
+    them: per task, metric -> a finite number in its range, or null (undefined). Never read as undefined nor
+    ranked: a value the app did not write would silently change what the search ranks and deploys."""
     for split in (VAL, TEST):
         if split not in e:
             continue
@@ -168,9 +173,11 @@ def _check_metrics(e: Mapping[str, Any], where: str, run_dir: str) -> None:
             if not isinstance(metrics, dict):
                 found = (f"{where}.{split}.{task}", metrics, "an object of metrics")
                 break
-            bad = next((k for k, v in metrics.items() if v is not None and not _is_number(v)), None)
+            bad = next((k for k, v in metrics.items() if v is not None and not _in_range(k, v)), None)
             if bad is not None:
-                found = (f"{where}.{split}.{task}.{bad}", metrics[bad], "a number, or null where undefined")
+                low, high = _RANGES.get(bad, (-math.inf, math.inf))
+                within = f" from {low:g}" + (f" to {high:g}" if math.isfinite(high) else "") if math.isfinite(low) else ""
+                found = (f"{where}.{split}.{task}.{bad}", metrics[bad], f"a number{within}, or null where undefined")
                 break
         if found is not None:
             field_name, value, expected = found
@@ -180,8 +187,11 @@ def _check_metrics(e: Mapping[str, Any], where: str, run_dir: str) -> None:
             )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _in_range(metric: str, value: Any) -> bool:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    low, high = _RANGES.get(metric, (-math.inf, math.inf))
+    return low <= value <= high
 
 
 def _aucs(e: Mapping[str, Any]) -> Dict[str, Optional[float]]:

@@ -143,7 +143,7 @@ def test_one_run_names_no_winner_and_a_file_is_not_an_experiment(tmp_path):
     _runs(exp, ("joint-s0",))
     code, out, _ = run_compare(str(exp))
     assert code == 0 and "winner**" not in out and " wins " not in out
-    assert "like: no winner: joint is the only strategy with a figure: nothing to compare it with." in out
+    assert "like: no winner: joint is the only strategy with a figure (validation AUC 0.7000, test AUC 0.7100): nothing to" in out
     code, _, err = run_compare(str(exp / "joint-s0" / "summary.json"))
     assert code == 2 and err.rstrip().endswith(
         f"error: {exp}/joint-s0/summary.json is a file, not an experiment folder (a folder of run folders)"

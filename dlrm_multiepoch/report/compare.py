@@ -289,7 +289,12 @@ def _rank(comparison: TaskComparison) -> TaskComparison:
             ranked.append((row.strategy, figure))
     ranked.sort(key=lambda item: -item[1].mean)  # stable: ties keep the table's order
     if len(ranked) == 1:
-        comparison.no_winner = f"{ranked[0][0]} is the only strategy with a figure: nothing to compare it with"
+        (name, figure), row = ranked[0], comparison.row(ranked[0][0])
+        on = "validation" if comparison.decided_on == VAL else "test"
+        test = f", test AUC {row.test_auc.mean:.4f}" if on == "validation" and row and row.test_auc else ""
+        comparison.no_winner = (
+            f"{name} is the only strategy with a figure ({on} AUC {figure.mean:.4f}{test}): nothing to compare it with"
+        )
     if len(ranked) > 1:
         comparison.winner = ranked[0][0]
         (_, first), (comparison.runner_up, second) = ranked[0], ranked[1]

@@ -228,8 +228,9 @@ def record_start(start: StartPoint, progress: TrainProgress, logger: MetricsLogg
         logger.record("resumed_from", logger.summary.get("resumed_from", []) + [where])
         return
     parent_wall_time, progress.wall_time_s = progress.wall_time_s, 0.0  # this run's cost is its own training
-    logger.restore({"evaluations": [e for e in info.parts["metrics"].get("evaluations", []) if e["step"] <= info.step]})
-    logger.record("started_from", where | {"parent_wall_time_s": parent_wall_time})
+    inherited = [e for e in info.parts["metrics"].get("evaluations", []) if e["step"] <= info.step]
+    # One write: a reader never sees the parent's evaluations without where they stop (the sweep's console follower).
+    logger.restore({"evaluations": inherited, "started_from": where | {"parent_wall_time_s": parent_wall_time}})
 
 
 def start_message(start: StartPoint, progress: TrainProgress, cfg: TrainConfig, changes: Sequence[str]) -> str:

@@ -1,7 +1,8 @@
 """The comparison as a Markdown report and a CSV table (one row per configuration group, task and strategy).
 
-Differences are shown in AUC points (1 pt = 0.01 AUC) and in percent of the baseline;
-undefined figures as ``n/a`` (an empty CSV cell).
+Differences are shown in AUC points (1 pt = 0.01 AUC) and in percent of the baseline, a
+margin in another deciding metric (``compare --metric``) in that metric's units; undefined
+figures as ``n/a`` (an empty CSV cell).
 
 Example::
 

@@ -25,6 +25,7 @@ from dlrm_multiepoch.data.fetch import CACHE_ENV
 from dlrm_multiepoch.data.movielens import MOVIELENS_WHEEL
 from tests.data_inputs import make_bookcrossing_wheel, make_movielens_wheel
 from tests.torchx_cli import scheduler_request
+from tests.tour import warning_lines
 
 SITE = Path(os.environ.get("DLRM_WHEEL_SITE", "/nonexistent"))
 TINY = "--batch_size 64 --no-progress_bar"  # tiny data: a few steps per epoch; no bars in the logs
@@ -43,10 +44,12 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def sh(command: str, cwd: Path) -> str:
-    """Run a README command with bash in ``cwd``; its output, which must hold no traceback."""
+    """Run a README command with bash in ``cwd``; its output, which must hold no traceback and no Python
+    warning line (``tests/tour.py``)."""
     proc = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Traceback" not in output, f"$ {command}\n{output}"
+    assert not warning_lines(output), f"$ {command}: warning lines in its console:\n" + "\n".join(warning_lines(output))
     return output
 
 

@@ -34,14 +34,11 @@ Example::
     from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline
 """
 
-from importlib import metadata as _metadata
-
 from dlrm_multiepoch.lazy import lazy_exports
 
-try:  # one source: pyproject.toml's version, as the installed distribution records it
-    __version__ = _metadata.version("dlrm-multiepoch")
-except _metadata.PackageNotFoundError:  # the source tree on sys.path, not installed
-    __version__ = "0+unknown"
+# The one place the version is written: pyproject.toml reads it from here (setuptools' dynamic version).
+# It changes with every user-visible change, and CHANGELOG.md says what changed (tests/test_public_api.py).
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "FreezeSchedule": "dlrm_multiepoch.schedule",

@@ -118,9 +118,11 @@ def parts_loop(
         TableReinit, TrainParts, TrainProgress, Validator, eval_outputs, init_optimizer_state,
     )
 
+    # optimizer: CombinedOptimizer([model.fused_optimizer, dense_optimizer]), as in the block above
     steps = len(loader)
     freeze = AutoFreezeSchedule(model, steps, epochs, tasks, optimizer=optimizer)  # tables frozen, then trained, on val
-    accumulation = GradientAccumulation(model, optimizer, steps=2)                 # a dense step every 2 batches
+    # a dense step every 2 batches; DistributedModelParallel built with DefaultDataParallelWrapper(static_graph=False)
+    accumulation = GradientAccumulation(model, optimizer, steps=2)
     parts = TrainParts([                                                           # their hooks run in this order
         SkipNonFiniteBatches(model),                                               # a NaN loss trains nothing
         TableLRScheduler(model, TableLRSchedule.parse("0.5", "cosine", 0.1), steps, epochs, factor=accumulation.lr_factor),

@@ -2,7 +2,8 @@
 
 The objective of one evaluation is the weighted mean over tasks of one validation metric
 (``--auto_metric``: ``cal_ne``, ``auc``, ``logloss``, ``ne``) with ``--auto_task_weights``,
-signed so that higher is better (its ``sign`` in :data:`~dlrm_multiepoch.metrics.METRICS`). One rule for tasks that cannot count:
+signed so that higher is better (its ``sign`` in :data:`~dlrm_multiepoch.metrics.METRICS`). One rule
+for tasks that cannot count:
 
 - a task of **weight 0** is not read at all: its metric may be missing or undefined;
 - a task of positive weight whose metric is **undefined** (missing, ``None`` in

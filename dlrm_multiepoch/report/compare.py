@@ -53,7 +53,7 @@ class StrategyRow:
 
     ``epochs``: whole epochs trained (the most of its seeds); ``deployed_epoch``: mean epoch
     of restored best-validation weights (None: each run deploys its last epoch);
-    ``val_metric``/``test_metric``: the deciding metric (``metric``) of the deployed models;
+    ``val_metric``/``test_metric``: the deciding metric (its task's ``metric``) of the deployed models;
     ``best_epoch``: the whole epoch with the best mean ``metric`` on ``best_on`` (the
     deciding split), ``auc_best``/``logloss_best`` the test figures there; ``curve``
     and ``val_curve``: mean AUC per whole epoch (None where undefined).
@@ -75,7 +75,6 @@ class StrategyRow:
     samples_per_s: Optional[float]
     curve: Dict[int, Optional[Stat]]
     val_curve: Dict[int, Optional[Stat]]
-    metric: str = "auc"
     val_metric: Optional[Stat] = None
     test_metric: Optional[Stat] = None
     deployed_epoch: Optional[float] = None
@@ -244,7 +243,6 @@ def _strategy_row(strategy: str, task: str, runs: List[RunRecord], on: str, metr
         samples_per_s=float(np.mean(speeds)) if speeds else None,
         curve=curve,
         val_curve=val_curve,
-        metric=metric,
         val_metric=stat_of(final(VAL, metric)),
         test_metric=stat_of(final(TEST, metric)),
         deployed_epoch=float(np.mean(restored)) if restored else None,

@@ -82,9 +82,8 @@ def task_markdown(task: TaskComparison) -> str:
     # Another deciding metric than AUC gets its own columns, before the AUC ones.
     label, other = _label(task), task.metric != "auc"
     seeds = sorted({r.seeds for r in task.rows})
-    what = "test AUC and logloss of the deployed models" + (f", and their validation {label} that picks" if with_val else "")
-    if other and not with_val:
-        what += f", picked on test {label}"
+    what = "test AUC and logloss of the deployed models"
+    what += f", and their validation {label} that picks" if with_val else f", picked on test {label}" if other else ""
     best = "best val ep" if task.decided_on == VAL else "best ep"
     header = ["strategy", "seeds", "epochs", "deployed"] + ([f"val {label}"] if with_val else [])
     header += ([f"test {label}"] if other else []) + (["val AUC"] if other and with_val else [])
@@ -170,7 +169,8 @@ def verdict(task: TaskComparison) -> str:
         if exceeds is None:
             text += " (one seed: the seed spread is unknown, run more seeds before trusting it)"
         else:
-            text += f" ({'more' if exceeds else 'less'} than the seed spread, {_by(task, task.spread)})"  # type: ignore[arg-type]
+            spread = _by(task, task.spread)  # type: ignore[arg-type]
+            text += f" ({'more' if exceeds else 'less'} than the seed spread, {spread})"
     if task.decided_on == VAL or task.metric != "auc":
         text += f"; its test AUC {fmt(win.test_auc)}"
     if task.joint_best is not None and win.vs_joint_best is not None:
@@ -293,7 +293,8 @@ def csv_rows(comparison: Comparison) -> List[Dict[str, Any]]:
             row |= {"metric": task.metric}
             row |= {"best_epoch_on": r.best_on, "best_epoch": r.best_epoch}
             for key, stat in (
-                ("val_metric_last", r.val_metric), ("test_metric_last", r.test_metric), ("val_auc_last", r.val_auc), ("test_auc_last", r.test_auc), ("test_logloss_last", r.test_logloss),
+                ("val_metric_last", r.val_metric), ("test_metric_last", r.test_metric),
+                ("val_auc_last", r.val_auc), ("test_auc_last", r.test_auc), ("test_logloss_last", r.test_logloss),
                 ("test_auc_best", r.auc_best), ("test_logloss_best", r.logloss_best), ("train_minus_test_auc", r.gap),
             ):  # fmt: skip
                 row[f"{key}_mean"] = stat.mean if stat else None

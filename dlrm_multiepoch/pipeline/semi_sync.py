@@ -208,7 +208,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         """Fraction of the rows looked up for the last sampled batch that the batch before it updated.
 
         Rows are (table shard, row) pairs of the overlapping modules summed over ranks,
-        padding ids included; data-parallel tables are left out. NaN when not measured.
+        padding ids included; data-parallel tables are left out. NaN when not measured (also
+        before the first sampled step, step 1).
         """
         return self.staleness_meter.last
 

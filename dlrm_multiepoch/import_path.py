@@ -73,7 +73,8 @@ def find_import_path(flag: str, text: str) -> str:
             spec = None
     for depth in range(1, len(parts) + 1):
         if spec is None:
-            where = "the working directory, PYTHONPATH or the environment" if depth == 1 else f"package {'.'.join(parts[: depth - 1])}"
+            parent = ".".join(parts[: depth - 1])
+            where = f"package {parent}" if parent else "the working directory, PYTHONPATH or the environment"
             raise ValueError(f"{flag} {text!r}: no module {'.'.join(parts[:depth])!r} in {where} ({os.getcwd()}); {_FIX}")
         if depth < len(parts):
             locations: List[str] = list(spec.submodule_search_locations or [])

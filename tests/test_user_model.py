@@ -94,12 +94,16 @@ def test_imports_and_builders_of_the_wrong_shape_are_refused_naming_the_flag(tmp
     for path, message in cases.items():
         with pytest.raises(ValueError, match=re.escape(message)):
             import_object("--model", path)
-    with pytest.raises(ValueError, match=re.escape("--model 'tests.user_models:NOT_A_BUILDER' is an object of type int, not a builder build(data, cfg, device)")):
-        import_builder("tests.user_models:NOT_A_BUILDER")
-    with pytest.raises(ValueError, match=re.escape("--model 'tests.user_models:takes_two' takes (data, cfg), not (data, cfg, device): too many positional arguments")):
-        import_builder("tests.user_models:takes_two")
+    shapes = {
+        "NOT_A_BUILDER": "is an object of type int, not a builder build(data, cfg, device)",
+        "takes_two": "takes (data, cfg), not (data, cfg, device): too many positional arguments",
+    }
+    for name, message in shapes.items():
+        with pytest.raises(ValueError, match=re.escape(f"--model 'tests.user_models:{name}' {message}")):
+            import_builder(f"tests.user_models:{name}")
     data = synthetic_data(64, {"user": 10, "item": 20}, tasks=("like",))
-    with pytest.raises(ValueError, match=re.escape("--model 'tests.user_models:returns_a_dict' returned an object of type dict; a builder returns the torch.nn.Module")):
+    returned = "returned an object of type dict; a builder returns the torch.nn.Module"
+    with pytest.raises(ValueError, match=re.escape(f"--model 'tests.user_models:returns_a_dict' {returned}")):
         build_user_model("tests.user_models:returns_a_dict", data, ModelConfig(), torch.device("cpu"))
     model = build_user_model("tests.user_models:TinyModel", data, ModelConfig(embedding_dim=4), torch.device("cpu"))
     assert [c.name for c in model.ebc.embedding_bag_configs()] == ["user", "item"]
@@ -134,7 +138,8 @@ def test_step_outputs_are_checked_naming_what_came_back():
         ((torch.zeros(4), out()), "forward(batch)'s loss is a tensor of shape [4]; expected a one-element tensor"),
         ((torch.tensor(0.5), logits), "returned (loss, a tensor of shape [4, 2])"),
         ((torch.tensor(0.5), out(weights=None)), "output Out has no tensor ['weights']"),
-        ((torch.tensor(0.5), out(logits=torch.zeros(4))), "output.logits has shape [4] on a batch of 4 rows; expected [4, 2] (tasks ['like', 'love'])"),
+        ((torch.tensor(0.5), out(logits=torch.zeros(4))),
+         "output.logits has shape [4] on a batch of 4 rows; expected [4, 2] (tasks ['like', 'love'])"),
         ((torch.tensor(0.5), out(labels=torch.zeros(4, 1))), "output.labels has shape [4, 1] on a batch of 4 rows; expected [4, 2]"),
         ((torch.tensor(0.5), out(weights=torch.ones(4, 1))), "output.weights has shape [4, 1] on a batch of 4 rows; expected [4]"),
     ]

@@ -46,7 +46,7 @@ class ModelBuilder(Protocol):
             return BatchAdapter(MyModel(data.tables, cfg.embedding_dim), to_my_batch)
     """
 
-    def __call__(self, data: InteractionData, cfg: ModelConfig, device: torch.device) -> nn.Module: ...
+    def __call__(self, data: InteractionData, cfg: ModelConfig, device: torch.device, /) -> nn.Module: ...
 
 
 def import_builder(path: str) -> ModelBuilder:
@@ -57,17 +57,15 @@ def import_builder(path: str) -> ModelBuilder:
     if not callable(builder):
         raise ValueError(f"{FLAG} {path!r} is an object of type {type(builder).__name__}, not {expected}")
     try:
-        inspect.signature(builder).bind(None, None, None)
+        signature = inspect.signature(builder)
+    except (TypeError, ValueError):  # no signature to read (a builtin): calling it will tell
+        return builder  # type: ignore[return-value]
+    try:
+        signature.bind(None, None, None)
     except TypeError as e:
-        raise ValueError(f"{FLAG} {path!r} takes {_parameters(builder)}, not (data, cfg, device): {e}; expected {expected}") from None
-    except ValueError:  # no signature to read (a builtin): calling it will tell
-        pass
+        takes = ", ".join(signature.parameters)
+        raise ValueError(f"{FLAG} {path!r} takes ({takes}), not (data, cfg, device): {e}; expected {expected}") from None
     return builder  # type: ignore[return-value]
-
-
-def _parameters(builder: object) -> str:
-    """``(data, cfg)``: the parameter names of a callable whose signature bound."""
-    return f"({', '.join(inspect.signature(builder).parameters)})"  # type: ignore[arg-type]
 
 
 def build_user_model(path: str, data: InteractionData, cfg: ModelConfig, device: torch.device) -> nn.Module:

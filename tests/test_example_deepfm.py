@@ -11,8 +11,8 @@ schedule's decisions, ``summary.json``'s evaluations). The parts loop is interru
 the way a crash would: its loader fails at the start of epoch 2, after epoch 1's
 checkpoint. Its logs hold what the app logs (table LRs, freeze states, the skipped-batch
 count, the overlap line). The parts loop's equality with the app's ``Trainer`` on the
-same model is ``tests/test_dropin.py``'s (the example's DeepFM is one of its
-``TEST_MODEL_SPECS``).
+same model is ``tests/test_dropin.py``'s (the app's ``Trainer`` trains the example's DeepFM by
+``--model app_model:build``).
 """
 
 import contextlib

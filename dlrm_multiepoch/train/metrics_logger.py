@@ -7,10 +7,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 from dlrm_multiepoch.json_io import json_safe, write_json
 from dlrm_multiepoch.metrics import METRICS
-from dlrm_multiepoch.models.dlrm import ModelOutput
-from dlrm_multiepoch.run_files import summary_path
 from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
+from dlrm_multiepoch.run_files import summary_path
 from dlrm_multiepoch.saved_state import StateMismatch, check_state
+from dlrm_multiepoch.step_output import StepOutput
 from dlrm_multiepoch.train.evaluate import undefined_metrics
 from dlrm_multiepoch.train.nonfinite import finite_mean
 
@@ -141,12 +141,13 @@ def format_metrics(title: str, results: Mapping[str, Mapping[str, Mapping[str, f
     return "\n".join(lines)
 
 
-def train_scalars(window: Sequence[ModelOutput], epoch: int, seconds: float, world_size: int) -> Dict[str, float]:
-    """TensorBoard's train scalars of a logging window: mean (finite) loss per task, samples/s, epoch."""
+def train_scalars(window: Sequence[StepOutput], epoch: int, seconds: float, world_size: int) -> Dict[str, float]:
+    """TensorBoard's train scalars of a logging window: mean (finite) loss, per named loss where the outputs
+    have ``losses`` (the app's ``ModelOutput``: one per task), samples/s, epoch."""
     # Local real samples times ranks: exact except in an epoch's last, padded step.
     samples = sum(float(o.weights.sum()) for o in window) * world_size
     values = {"train/loss": finite_mean([o.loss for o in window]), "train/samples_per_sec": samples / max(seconds, 1e-9)}
     values["train/epoch"] = epoch
-    for name in window[0].losses:
+    for name in getattr(window[0], "losses", {}):
         values[f"train/loss_{name}"] = finite_mean([o.losses[name] for o in window])
     return values

@@ -24,6 +24,7 @@ from dlrm_multiepoch.data.bookcrossing import BOOKCROSSING_WHEEL
 from dlrm_multiepoch.data.fetch import CACHE_ENV
 from dlrm_multiepoch.data.movielens import MOVIELENS_WHEEL
 from tests.data_inputs import make_bookcrossing_wheel, make_movielens_wheel
+from tests.test_user_model import check_your_model_runs, run_your_model_commands
 from tests.torchx_cli import scheduler_request
 from tests.tour import warning_lines
 
@@ -110,3 +111,11 @@ def test_wheel_kubernetes_extra_gives_the_dry_run(user):
     for task in job["spec"]["tasks"]:
         (container,) = task["template"]["spec"]["containers"]
         assert container["image"] == "reg/dlrm:cpu" and " -m dlrm_multiepoch.train" in container["command"][2]
+
+
+def test_wheel_your_model_sweep_search_and_compare(tmp_path):
+    """docs/YOUR_MODEL.md's commands as written, from a folder holding only the example's three files: a sweep of
+    two strategies and the full search over the example's DeepFM (``--model app_model:build``), then compare."""
+    folder = tmp_path / "my-deepfm"
+    folder.mkdir()
+    check_your_model_runs(folder, run_your_model_commands(folder, tmp_path / "cache"))

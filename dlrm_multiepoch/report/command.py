@@ -5,6 +5,7 @@ Usage::
     dlrm-multiepoch compare runs/bx                 # print the table; write runs/bx/compare/*
     dlrm-multiepoch compare runs/bx --out report/   # write the files elsewhere
     dlrm-multiepoch compare runs/mine               # any folder of run folders (no sweep.json needed)
+    dlrm-multiepoch compare runs/bx --metric cal_ne # pick on validation cal_ne (lower is better), and show it
 
 Prints the table, then writes ``comparison.md``, ``comparison.csv``, ``test_auc.png`` (and,
 for an update-window sweep, ``update_window.png`` and ``update_window.csv``) to
@@ -12,7 +13,8 @@ for an update-window sweep, ``update_window.png`` and ``update_window.csv``) to
 files (in ``--out``'s ``hparams/`` when the run folders are read-only: a read-only
 experiment folder is compared with ``--out`` elsewhere; without it the table is printed and
 one line says what was not written). Each run is judged by the model it
-deploys, the winner is picked on validation when the runs have a validation split, and
+deploys, the winner is picked on validation when the runs have a validation split (on
+``--metric``: AUC, or in a search's folder the search's own metric), and
 runs are averaged only with runs of the same configuration. Runs that are missing,
 partial or corrupt, and folders that are not runs, are named under "Runs left out"; the
 rest are compared.
@@ -24,6 +26,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 from dlrm_multiepoch.command_faults import check_folder, guarded, naming, shown
+from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.report.compare import compare_experiment
 from dlrm_multiepoch.report.hparams import write_hparams
 from dlrm_multiepoch.report.plots import plot_curves, plot_windows
@@ -41,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("experiment_dir", help="folder of run folders (a sweep's experiment folder)")
     parser.add_argument("--out", default="", help="folder for the report files (default: EXPERIMENT_DIR/compare)")
+    parser.add_argument(
+        "--metric",
+        choices=list(METRICS),
+        help="validation metric that picks each task's winner and best epoch, shown beside AUC "
+        f"({'; '.join(f'{m.name}: {m.help}' for m in METRICS.values())}); default: auc, or a search's own metric",
+    )
     parser.add_argument("--no-hparams", dest="hparams", action="store_false", help="do not write HParams summaries")
     return parser
 
@@ -57,7 +66,7 @@ def _compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         if args.out:
             check_folder(args.out, "--out")
-        comparison = compare_experiment(exp)
+        comparison = compare_experiment(exp, args.metric)
     except (FileNotFoundError, ValueError) as e:
         parser.error(str(e))
     report = to_markdown(comparison)

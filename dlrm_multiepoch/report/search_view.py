@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from dlrm_multiepoch.auto.config import METRIC_SIGN
+from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.report.stats import Stat, stat_of
 from dlrm_multiepoch.run_files import read_manifest, search_record_path
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree, select
@@ -93,7 +93,7 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     tests: Dict[str, Dict[str, List[Optional[float]]]] = {c.name: {} for c in tree}
     deployed, undecided, cut = {}, {}, {}
     rungs = rung_points(tree, record["rung_fraction"])
-    sign = METRIC_SIGN.get(record["metric"], 1.0)
+    sign = METRICS[record["metric"]].sign if record["metric"] in METRICS else 1.0
     for seed in seeds:
         entry = record["seeds"][str(seed)]
         curves, points = _curves(experiment_dir, tree, seed, record, rungs)

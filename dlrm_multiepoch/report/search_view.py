@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Tuple
 
 from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.report.stats import Stat, stat_of
-from dlrm_multiepoch.run_files import read_manifest, search_record_path
+from dlrm_multiepoch.run_files import manifest_path, read_manifest, read_summary, search_record_path, summary_path
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree, select
 from dlrm_multiepoch.search.pruning import Curve, choose, rung_points
 from dlrm_multiepoch.search.record import read_branch, run_name
@@ -73,9 +73,10 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     """
     path = search_record_path(experiment_dir)
     if not os.path.isfile(path):
-        if not _branch_launches(experiment_dir):
+        launches = _branch_launches(experiment_dir)
+        if launches is None:
             return None
-        missing = f"{path} is missing, and sweep.json records a search's branch launches"
+        missing = f"{path} is missing, and {launches} records a search's branch launches (--stop_at_epoch)"
         return SearchView("", [], {}, {}, [], {}, missing, readable=False)
     loaded = read_record(experiment_dir)
     record = loaded.record
@@ -133,14 +134,24 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     return SearchView(record["metric"], list(rows.values()), deployed, undecided, seeds, cut, loaded.damage)
 
 
-def _branch_launches(experiment_dir: str) -> bool:
-    """Whether ``sweep.json`` records a search's launches (a branch pauses at a rung: ``--stop_at_epoch``)."""
+def _branch_launches(experiment_dir: str) -> Optional[str]:
+    """Which record says ``experiment_dir`` holds a search's branch launches (each pauses at a rung:
+    ``--stop_at_epoch``): ``sweep.json``'s strategies, else a run folder's ``summary.json``; None: none does."""
     try:
         strategies = read_manifest(experiment_dir).get("strategies")
     except ValueError:
-        return False
-    flags = [s.get("flags") for s in strategies.values()] if isinstance(strategies, dict) else []
-    return any(isinstance(f, list) and "--stop_at_epoch" in f for f in flags)
+        strategies = None
+    flags = [s.get("flags") for s in strategies.values() if isinstance(s, dict)] if isinstance(strategies, dict) else []
+    if any(isinstance(f, list) and "--stop_at_epoch" in f for f in flags):
+        return manifest_path(experiment_dir)
+    for name in sorted(os.listdir(experiment_dir)):
+        try:
+            config = read_summary(os.path.join(experiment_dir, name)).get("config")
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("stop_at_epoch"):
+            return summary_path(os.path.join(experiment_dir, name))
+    return None
 
 
 def _curves(

@@ -6,11 +6,13 @@ search's own :class:`~dlrm_multiepoch.search.launches.BranchLauncher` (flags, fo
 checkpoint, launch records) whose sweep launch is replaced by :func:`train`: the run
 folder a trainer leaves after ``--stop_at_epoch``: ``summary.json`` (config, every
 evaluation, ``started_from``, the end's wall time and ``auto``'s ``best``), ``sweep.json``,
-and a checkpoint after each whole epoch and pause whose ``trainer_state.json`` holds the
-progress and the evaluations so far. Like the trainer it resumes from its newest
-checkpoint (or its parent's, ``--start_from``), skips a finished run, rewrites an
-unreadable ``summary.json`` from its checkpoint, and records every step range it trains
-(``trained``): nothing may be trained twice.
+and a checkpoint after each whole epoch and pause: a shard file and a ``trainer_state.json``
+holding the progress, the evaluations so far and the shard's size and sha256. Like the
+trainer it records the identity of its data (:func:`~dlrm_multiepoch.data.identity.data_identity`,
+in the summary and each checkpoint), resumes from its newest intact checkpoint (or its
+parent's, ``--start_from``), refuses to resume onto other data (its launch fails, one line),
+skips a finished run, rewrites an unreadable ``summary.json`` from its checkpoint, and
+records every step range it trains (``trained``): nothing may be trained twice.
 
 Validation AUC of candidate ``c`` after ``p`` epochs: :data:`AUC` per whole epoch, linear
 in between (a branch's own values start after its fork: before, it is its parent); cal_ne
@@ -28,7 +30,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from torch.utils.tensorboard import SummaryWriter
 from torchx.runner import get_runner
 
-from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, run_folder_name
+from dlrm_multiepoch.data.identity import IDENTITY, data_identity, identity_changes
+from dlrm_multiepoch.file_digests import file_digest
+from dlrm_multiepoch.run_files import checkpoint_problem, checkpoints_dir, complete_checkpoints, run_folder_name
 from dlrm_multiepoch.search.launches import BranchLauncher
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted
 from dlrm_multiepoch.sweep.manifest import update_manifest
@@ -38,6 +42,7 @@ from dlrm_multiepoch.sweep.strategies import Strategy
 from dlrm_multiepoch.train.config import parse_config
 
 SPE = 10  # steps per epoch
+SHARD = "__0_0.distcp"  # each checkpoint's one shard file
 AUC = {
     "joint": {0: 0.5, 1: 0.610, 2: 0.598, 3: 0.590, 4: 0.585},
     "delayed": {0: 0.5, 1: 0.540, 2: 0.552, 3: 0.640},
@@ -75,23 +80,42 @@ def _write(path: str, value: Any) -> None:
 
 
 def _state(run_dir: str) -> Optional[Dict[str, Any]]:
-    saved = complete_checkpoints(checkpoints_dir(run_dir))
-    if not saved:
-        return None
-    with open(os.path.join(saved[-1][1], "trainer_state.json")) as f:
-        return json.load(f)
+    """The newest intact checkpoint's state, as the trainer's ``--resume auto`` finds it (damaged ones passed over)."""
+    for _, path in reversed(complete_checkpoints(checkpoints_dir(run_dir))):
+        if checkpoint_problem(path) is None:
+            with open(os.path.join(path, "trainer_state.json")) as f:
+                return json.load(f)
+    return None
+
+
+def _save(folder: str, state: Dict[str, Any]) -> None:
+    """A checkpoint as the trainer saves it: a shard, then the state file with the shard's size and sha256."""
+    os.makedirs(folder, exist_ok=True)
+    shard = os.path.join(folder, SHARD)
+    with open(shard, "w") as f:
+        f.write(json.dumps(state["parts"]["progress"]) * 40)  # a few KB, other bytes at each step
+    files = {SHARD: {"bytes": os.path.getsize(shard), "sha256": file_digest(shard)}}
+    _write(os.path.join(folder, "trainer_state.json"), {**state, "files": files})
 
 
 def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str, int, int]], one_class=()) -> None:
     """What the training app leaves in ``run_dir`` for ``flags`` (see the module docstring)."""
-    cfg = parse_config(list(flags))
+    cfg = parse_config(list(flags), check_paths=True)  # a --start_from that is not there fails, as the app's does
     config = json.loads(json.dumps(cfg.to_dict()))
+    identity = data_identity(cfg.data)
     start_from = cfg.checkpoint.start_from
     state, started = _state(run_dir), None
+    if state is not None and identity_changes(state[IDENTITY], identity):
+        raise ValueError(f"--resume: the checkpoint was trained on other data: {identity_changes(state[IDENTITY], identity)}")
     if state is None and start_from:
+        problem = checkpoint_problem(start_from)  # the trainer verifies the checkpoint it branches from
+        if problem is not None:
+            raise ValueError(f"--start_from {start_from!r}: {problem}")
         with open(os.path.join(start_from, "trainer_state.json")) as f:
             state = json.load(f)
         started = {"path": start_from, "step": state["step"]}
+        if identity_changes(state[IDENTITY], identity):  # a fine-tuning, as the trainer records it
+            started["other_data"] = identity_changes(state[IDENTITY], identity)
     step = state["step"] if state else 0
     evaluations = list(state["parts"]["metrics"]["evaluations"]) if state else []
     started = started or (state["parts"]["metrics"].get("started_from") if state else None)
@@ -114,9 +138,9 @@ def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str
                     writer.add_scalar(f"{split}/{task}/{metric}", float("nan") if value is None else value, s)
         parts = {"progress": {"step": s, "epoch": s // SPE, "batch_in_epoch": s % SPE},
                  "metrics": {"evaluations": list(evaluations), "started_from": started}}  # fmt: skip
-        state_file = os.path.join(checkpoints_dir(run_dir), f"step_{s}", "trainer_state.json")
-        _write(state_file, {"format": 2, "step": s, "config": config, "parts": parts})
-    summary: Dict[str, Any] = {"config": config, "evaluations": evaluations}
+        state = {"format": 2, "step": s, "config": config, "parts": parts, IDENTITY: identity}
+        _save(os.path.join(checkpoints_dir(run_dir), f"step_{s}"), state)
+    summary: Dict[str, Any] = {"config": config, "evaluations": evaluations, IDENTITY: identity}
     if started:
         summary["started_from"] = started
     if stops_itself or target >= cfg.epochs * SPE:
@@ -129,7 +153,9 @@ def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str
             for task, values in summary["best"][split].items():
                 value = float("nan") if values["auc"] is None else values["auc"]
                 writer.add_scalar(f"best/{split}/{task}/auc", value, target)
-        os.makedirs(os.path.join(checkpoints_dir(run_dir), f"best_step_{AUTO_BEST}"), exist_ok=True)
+        parts = {"progress": {"step": AUTO_BEST, "epoch": AUTO_BEST // SPE, "batch_in_epoch": AUTO_BEST % SPE}}
+        best_state = {"format": 2, "step": AUTO_BEST, "config": config, "parts": parts, IDENTITY: identity}
+        _save(os.path.join(checkpoints_dir(run_dir), f"best_step_{AUTO_BEST}"), best_state)
     writer.close()
     _write(os.path.join(run_dir, "summary.json"), json.loads(json.dumps(summary).replace("NaN", "null")))
 
@@ -148,7 +174,11 @@ class _SimulatedSweep:
             if run_state(self.plan.experiment_dir, run).status == "finished":
                 continue
             run_dir = os.path.join(self.plan.experiment_dir, run.name)
-            train(run_dir, run.strategy, run.flags, self.launcher.trained, self.launcher.one_class)
+            try:
+                train(run_dir, run.strategy, run.flags, self.launcher.trained, self.launcher.one_class)
+            except ValueError as e:  # the app's refusal: the sweep's launcher names the run and the reason
+                print(f"{run.name}: FAILED: ValueError: {e}")
+                return [run.name]
         return []
 
 

@@ -9,7 +9,8 @@ refused naming what is wrong (the style of tests/test_sweep_bad_input.py).
   ``search.json``, ``sweep.json``, branches' ``summary.json``, checkpoints or run folders are deleted,
   truncated, replaced by other JSON or changed to other flags, 1-3 damages at once), rerun: refused
   before anything runs (exit 2, nothing on disk changed) naming the file, field or flag; or stopped with
-  one line naming it (exit 1); or done (exit 0), deploying what the undamaged search deployed. Never a
+  one line naming it (exit 1); or done (exit 0), deploying what the undamaged search deployed (or the next
+  best, naming the damaged checkpoint it passed over: issue 35). Never a
   traceback, never a step trained twice, and only branches whose checkpoints were lost train again.
 
 Deterministic (``derandomize``) and bounded; ``DLRM_BAD_INPUT_EXAMPLES`` for longer runs

@@ -7,8 +7,8 @@ epoch (a branch cut before its end deploys nothing). This view applies the searc
 functions (:func:`~dlrm_multiepoch.search.record.deploy_choice`: the best deployable whose
 checkpoint verifies, each better one whose checkpoint is gone or damaged passed over and
 named; the run folders read by :func:`~dlrm_multiepoch.search.record.read_branch`) to the
-run folders, so its winner is what the search deployed, seed by seed; ``search.json`` adds which rung cut which branch
-and why. Torch-free.
+run folders, so its winner is what the search deployed, seed by seed; ``search.json`` adds
+which rung cut which branch and why. Torch-free.
 
 Example::
 
@@ -103,8 +103,8 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
             deployed[seed] = (choice["branch"], choice["epoch"], choice["val_metric"])
         else:
             undecided[seed] = entry.get("no_decision") or "the search has not decided yet (interrupted?)"
-            if passed[seed]:
-                undecided[seed] = "no deployable checkpoint verifies"
+            if passed[seed]:  # the search deployed one; every deployable checkpoint has been damaged since
+                undecided[seed] = "no deployable checkpoint verifies any more (damaged since the search decided?)"
         for c in tree:
             row, branch = rows[c.name], entry["branches"].get(c.name, {})
             point = points.get(c.name)

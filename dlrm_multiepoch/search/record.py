@@ -198,7 +198,8 @@ def deploy_choice(
 
     Returns:
         ``(deploy, passed_over)``: the deploy (``branch``, ``epoch``, ``checkpoint`` folder: a whole-epoch
-        ``step_N`` or ``auto``'s ``best_step_N``, ``metric``, ``val_metric`` as measured, ``test_auc``,
+        ``step_N`` or ``auto``'s ``best_step_N``, ``metric``, ``val_metric``: the metric as measured, the
+        console's and the curves' figure, the objective being ``sign * val_metric``; ``test_auc``,
         ``passed_over``) or None when none verifies; each passed-over deployable (``branch``, ``epoch``,
         ``checkpoint``, ``problem``: one line naming the file).
     """

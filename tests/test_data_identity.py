@@ -162,10 +162,15 @@ def test_a_resume_onto_rewritten_data_is_refused_and_start_from_fine_tunes_sayin
         capsys.readouterr()
         tuned = Trainer(_app(data, tmp_path, "--run_name", "b", "--epochs", "2", "--start_from", str(checkpoint)), env)
         summary = tuned.train()
-    said = f"--start_from {checkpoint}: fine-tuning on other data than the checkpoint's: {data} has other content"
-    assert said in capsys.readouterr().out
-    assert summary["started_from"]["other_data"][0].startswith(f"{data} has other content")
-    assert summary[IDENTITY]["options"]["source_sha256"] == file_digest(data)
+        said = f"--start_from {checkpoint}: fine-tuning on other data than the checkpoint's: {data} has other content"
+        assert said in capsys.readouterr().out
+        assert summary["started_from"]["other_data"][0].startswith(f"{data} has other content")
+        assert summary[IDENTITY]["options"]["source_sha256"] == file_digest(data)
+        tomorrow = tmp_path / "tomorrow.csv"  # tomorrow's export at its own path: a fine-tuning too
+        shutil.copy(data, tomorrow)
+        Trainer(_app(tomorrow, tmp_path, "--run_name", "c", "--epochs", "2", "--start_from", str(checkpoint)), env)
+    assert f"fine-tuning on other data than the checkpoint's: --data_path {data} -> {tomorrow} (other content)" \
+        in capsys.readouterr().out
 
 
 # -- the sweep and the search, before anything launches --------------------------------

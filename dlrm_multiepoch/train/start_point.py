@@ -7,7 +7,7 @@
   data position and the remedies' state come from it, so the branch continues that
   training bitwise. Its freeze schedule and ``--reinit`` are its own flags (the schedule
   *suffix*), and must do what the parent did up to the checkpoint; every other setting
-  must be the parent's. Its ``summary.json`` starts with the parent's evaluations up to
+  must be the parent's, but where its data lives (``--data_path``). Its ``summary.json`` starts with the parent's evaluations up to
   the checkpoint, so its curve reads from step 0; its wall time counts its own training.
   Once the branch has saved a checkpoint, ``--resume auto`` continues from that.
 - **Data**: a resume continues on the data its checkpoint was trained on (each source file's

@@ -57,7 +57,9 @@ TOP = {
     "common_flags": ("list", str), "candidates": ("list", str),
 }  # fmt: skip
 # Recorded since a version that older records predate: checked when present.
-OPTIONAL_TOP = {"j": ("where", str, lambda v: re.fullmatch(r"(\d+:)?\d+x\d+|\d+", v) is not None, "a -j value, e.g. 1x2")}
+OPTIONAL_TOP = {
+    "j": ("where", str, lambda v: re.fullmatch(r"(\d+:)?\d+x\d+|\d+", v) is not None, "a -j value, e.g. 1x2"),
+}
 DAMAGED_SUFFIX = ".damaged"
 
 

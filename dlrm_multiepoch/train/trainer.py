@@ -110,9 +110,11 @@ class Trainer:
         log = print if env.is_main else lambda _: None
         self.run, self.start = open_checked_run(cfg, env.world_size, spec, log)
         torch.manual_seed(cfg.seed)
-        with _data_errors(env):  # a resume onto other data is refused before any row is parsed
-            identity = (data.identity if data is not None else data_identity(cfg.data)) if self.start else {}
-        other_data = check_same_data(self.start, identity, log) if self.start is not None else []
+        other_data: List[str] = []  # how a branch's data differs from its parent's (a fine-tuning)
+        if self.start is not None:  # a resume onto other data is refused before any row is parsed
+            with _data_errors(env):
+                identity = data.identity if data is not None else data_identity(cfg.data)
+            other_data = check_same_data(self.start, identity, log)
         with _data_errors(env):
             self.data, train_split = prepare_data(cfg, env, data, spec)
         self.train_loader, self.eval_loaders = build_loaders(cfg, self.data, env, train_split, spec)

@@ -5,13 +5,13 @@
 #   make test-fast     the tests that spawn no processes and download nothing (markers: multiprocess, launch, network), under a minute
 #   make test-1.9      the tests that reach into TorchRec's internals, on the TorchRec 1.9 stack (.venv-1.9/)
 #   make test-wheel    build the wheel, install it (no -e) into fresh TorchRec 1.8 and 1.9 venvs, run the README's tour from outside the checkout
-#   make test-image    build the Dockerfile's CPU image with buildah, run the app in it (needs root)
+#   make test-image    build the Dockerfile's default (CPU) image with buildah, run the app in it (needs root, not .venv/)
 #   make test-cluster  start a Slurm cluster on this machine, run tests/cluster on it, stop it (needs root)
 #   make bench         the speed benchmarks (benchmarks/bench_*.py) at quick sizes, then a line each: its ratio, wall time
 #   make install       only create .venv/ and install into it (the targets above do it first)
 #   make stack         print the stack's pip arguments, one install step a line (with TORCHREC=, DEVICE=)
 #
-# Each target creates .venv/ on first use and installs the stack into it; a stamp file
+# Each target but test-image creates .venv/ on first use and installs the stack into it; a stamp file
 # makes later calls skip the install until pyproject.toml or this Makefile changes.
 #
 #   TORCHREC=1.8          (default) torchrec 1.8.0 with torch 2.13.0 and fbgemm 1.8.0, in .venv/
@@ -164,10 +164,11 @@ test-wheel: $(STAMP)
 	tools/wheel/run.sh '$(PY)' $(WHEEL_RELEASES)
 
 # The Dockerfile's CPU image built with buildah as root (a debootstrap base; no Docker engine or
-# registry needed), then `python -m dlrm_multiepoch.train --help` and a tiny 1-rank training in it.
-test-image: $(STAMP)
+# registry needed), then `python -m dlrm_multiepoch.train --help` and a tiny 1-rank training in it,
+# its data written in the image too: no .venv/ install first.
+test-image:
 	@[ "$$(id -u)" = 0 ] || { echo "make test-image: needs root (buildah with --isolation chroot); nothing was run" >&2; exit 1; }
-	tools/image/run.sh '$(PY)'
+	tools/image/run.sh
 
 # A real Slurm on this machine (tools/slurm/start.sh: munged, MariaDB, slurmdbd,
 # slurmctld, two slurmd), tests/cluster run on it, and every daemon it started stopped

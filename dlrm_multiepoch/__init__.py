@@ -1,7 +1,8 @@
 """dlrm-multiepoch: multi-epoch training components for TorchRec DLRM-style models.
 
 The top level exports the components a TorchRec user puts into their own model and
-training loop, and nothing else (``tests/test_public_api.py`` checks this list):
+training loop, and what their model needs under the training app, and nothing else
+(``tests/test_public_api.py`` checks this list):
 
 - freeze schedule: ``FreezeSchedule``, ``Window``, ``FreezeScheduleWrapper``,
   ``ScheduleSource``, ``FixedSchedule``
@@ -19,6 +20,10 @@ training loop, and nothing else (``tests/test_public_api.py`` checks this list):
 - what they read from your model's output: ``StepOutput`` (a protocol), ``ModelOutput`` (the
   app's models' output, one that fits it)
 - resuming with one ``dcp.load``: ``init_optimizer_state``
+- your model under the training app, sweep and search (``--model MODULE:NAME``,
+  docs/YOUR_MODEL.md): ``ModelBuilder`` (what the path names), what it is called with
+  (``InteractionData``, ``ModelConfig``), the batch its model receives (``Batch``) and
+  ``BatchAdapter`` (a model over its own batch type)
 
 Everything else lives in its subpackage: the datasets and loaders in
 :mod:`dlrm_multiepoch.data`, the models in :mod:`dlrm_multiepoch.models`, the training
@@ -34,14 +39,11 @@ Example::
     from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline
 """
 
-from importlib import metadata as _metadata
-
 from dlrm_multiepoch.lazy import lazy_exports
 
-try:  # one source: pyproject.toml's version, as the installed distribution records it
-    __version__ = _metadata.version("dlrm-multiepoch")
-except _metadata.PackageNotFoundError:  # the source tree on sys.path, not installed
-    __version__ = "0+unknown"
+# The one place the version is written: pyproject.toml reads it from here (setuptools' dynamic version).
+# It changes with every user-visible change, and CHANGELOG.md says what changed (tests/test_public_api.py).
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "FreezeSchedule": "dlrm_multiepoch.schedule",
@@ -75,6 +77,11 @@ _EXPORTS = {
     "StepOutput": "dlrm_multiepoch.step_output",
     "ModelOutput": "dlrm_multiepoch.models.dlrm",
     "init_optimizer_state": "dlrm_multiepoch.train.checkpoint.load",
+    "ModelBuilder": "dlrm_multiepoch.models.user_model",
+    "InteractionData": "dlrm_multiepoch.data.dataset",
+    "ModelConfig": "dlrm_multiepoch.models.config",
+    "Batch": "dlrm_multiepoch.data.batch",
+    "BatchAdapter": "dlrm_multiepoch.models.batch_adapter",
     "Validator": "dlrm_multiepoch.train.validator",
     "Decisions": "dlrm_multiepoch.train.validator",
     "AutoRun": "dlrm_multiepoch.train.auto_run",

@@ -27,6 +27,7 @@ Example::
 
 import math
 import re
+import warnings
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -253,6 +254,17 @@ class FreezeSchedule:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FreezeSchedule) and self.groups == other.groups
+
+    def __call__(self) -> "FreezeSchedule":
+        """Deprecated: ``freeze.schedule()`` keeps working for 0.2.x (it returns this schedule and warns); the
+        schedule is the property ``FreezeScheduleWrapper.schedule``. Calling a schedule fails from 0.3.0."""
+        warnings.warn(
+            "FreezeScheduleWrapper.schedule is a property: write `freeze.schedule`, not `freeze.schedule()` "
+            "(calling it stops working in dlrm-multiepoch 0.3.0)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self
 
     def resolve(self, steps_per_epoch: int, num_epochs: float) -> "ResolvedSchedule":
         """Turn every window into whole steps and validate it against the run length.

@@ -23,9 +23,11 @@ Example::
         print(m.path, m.kind, m.table_names)      # sparse.fp_ebc fp_ebc ['t1']
 """
 
+import contextlib
 import importlib
+import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from torch import nn
 from torchrec.distributed.embedding import ShardedEmbeddingCollection
@@ -275,3 +277,18 @@ def check_sharded(model: nn.Module, part: str) -> None:
             f"{part} needs the model sharded by DistributedModelParallel, but {names} is not: build it after "
             f"`model = DistributedModelParallel(model, ...)` and pass that model"
         )
+
+
+@contextlib.contextmanager
+def quiet_sharded_tensors() -> Iterator[None]:
+    """Silence, inside the block, torch's deprecation of ``ShardedTensor`` (TorchRec's sharded tables are
+    ``ShardedTensor``s; every access to one, and DCP reading them, warns): a note for TorchRec, not for a user.
+
+    Example::
+
+        with quiet_sharded_tensors():
+            dcp.load({"model": dmp.state_dict()}, checkpoint_id=path)
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Please use DTensor instead", category=FutureWarning)
+        yield

@@ -23,11 +23,11 @@ all-to-all, and its ``detach()`` leaves a row-wise FP-EBC marked pipelined, whos
 forward then fails ("doesn't have weights"). ``SemiSyncTrainPipeline`` does it in every
 cell but the managed-collision one (where the eval forward itself moves the remapper).
 
-:data:`TEST_MODEL_SPECS` runs TorchRec's ``TestSparseNN`` and the example's DeepFM
-(``examples/deepfm``) on the app's data instead (a ``TrainSpec`` building them for the
-dataset's tables, behind :class:`ModelInputTrain` or :class:`TorchRecBatchTrain`, thin
-adapters from the app's ``Batch`` to TorchRec's ``ModelInput`` or ``Batch``), for the
-app's Trainer and README's parts loop alike.
+:data:`TRAINER_MODELS` runs TorchRec's ``TestSparseNN`` and the example's DeepFM
+(``examples/deepfm``) on the app's data instead, for the app's Trainer and README's parts loop
+alike: ``TestSparseNN`` through a ``TrainSpec`` behind :class:`ModelInputTrain` (a thin adapter
+from the app's ``Batch`` to TorchRec's ``ModelInput``), the DeepFM by ``--model app_model:build``,
+as a user names their model (its ``BatchAdapter`` builds TorchRec's ``Batch``).
 
 Row-wise sharding does run on CPU: TorchRec's planner never proposes it there (the EBC
 sharder lists row-wise for CUDA only), but an explicit ``row_wise()`` plan shards and
@@ -42,7 +42,6 @@ import torch.nn.functional as F
 from fbgemm_gpu.split_embedding_configs import EmbOptimType
 from torch import nn
 from torchrec.datasets.random import RandomRecDataset
-from torchrec.datasets.utils import Batch as TorchRecBatch
 from torchrec.distributed import DistributedModelParallel
 from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
@@ -65,11 +64,11 @@ from torchrec.optim.optimizers import in_backward_optimizer_filter
 
 from benchmarks.tools.dlrm_job import copy_into_shards
 from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.data.dataset import HISTORY_FEATURE, InteractionData
+from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import ModelOutput, embedding_bag_configs
 from dlrm_multiepoch.tables import embedding_modules
-from dlrm_multiepoch.train.spec import TrainSpec
+from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
 
 ROWS, DIM, BATCH, STEPS_PER_EPOCH = 40, 8, 8, 2
 FUSED = {"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": 0.05}
@@ -301,30 +300,6 @@ class ModelInputTrain(nn.Module):
         return loss, out
 
 
-class TorchRecBatchTrain(nn.Module):
-    """A model over TorchRec's own ``Batch`` (one label) behind the contract of the app's models, like
-    :class:`ModelInputTrain`: the example's DeepFM already returns ``(loss, StepOutput)``; this adds the
-    per-task losses the app's logger reads and the ``[B, 1]`` columns of its metrics.
-
-    Args:
-        model: ``forward(torchrec.datasets.utils.Batch) -> (loss, output)``, the output a ``StepOutput``.
-        task: the ``Batch`` label it is trained on.
-
-    Example::
-
-        train_model = TorchRecBatchTrain(DeepFM(pooled, sequence), "like")
-        loss, out = train_model(batch)
-    """
-
-    def __init__(self, model: nn.Module, task: str) -> None:
-        super().__init__()
-        self.model, self.task = model, task
-
-    def forward(self, batch: Batch) -> Tuple[torch.Tensor, ModelOutput]:
-        loss, out = self.model(TorchRecBatch(batch.dense_features, batch.sparse_features, batch.labels[self.task]))
-        return loss, ModelOutput(out.loss, {self.task: out.loss}, out.logits[:, None], out.labels[:, None], batch.weights)
-
-
 class TorchRecTestModelSpec(TrainSpec):
     """The app's supervised run on a model it never builds, built for the dataset's tables.
 
@@ -332,7 +307,6 @@ class TorchRecTestModelSpec(TrainSpec):
         name: the model's name (run names, the console).
         build: ``(dataset, model config, dense device) -> the training module`` (``forward(Batch) ->
             (loss, ModelOutput)``), its tables on the meta device.
-        data: ``synthetic_data`` arguments of the dataset its test trains on.
 
     Example::
 
@@ -340,10 +314,8 @@ class TorchRecTestModelSpec(TrainSpec):
         Trainer(cfg, env, data=data, spec=spec).train()
     """
 
-    def __init__(
-        self, name: str, build: Callable[[InteractionData, ModelConfig, torch.device], nn.Module], data: Dict[str, Any]
-    ) -> None:
-        self.name, self.build, self.data = name, build, data
+    def __init__(self, name: str, build: Callable[[InteractionData, ModelConfig, torch.device], nn.Module]) -> None:
+        self.name, self.build = name, build
 
     def label(self, cfg: Any) -> str:
         return self.name
@@ -360,20 +332,11 @@ def _sparse_nn_for(data: InteractionData, cfg: ModelConfig, device: torch.device
     return ModelInputTrain(model, data.tasks[0])
 
 
-def _deepfm_for(data: InteractionData, cfg: ModelConfig, device: torch.device) -> nn.Module:
-    """The example's DeepFM: a pooled table per feature, the history (item ids) as its sequence table."""
-    from tests.readme_blocks import import_example
-
-    deepfm, _ = import_example()
-    pooled = {f: t.num_embeddings for t in data.tables for f in t.feature_names if f != HISTORY_FEATURE}
-    sequence = {f: t.num_embeddings for t in data.tables for f in t.feature_names if f == HISTORY_FEATURE}
-    model = deepfm.DeepFM(pooled, sequence, len(data.dense_names), dim=cfg.embedding_dim)
-    return TorchRecBatchTrain(model, data.tasks[0])
-
-
-TEST_MODEL_SPECS: Dict[str, TorchRecTestModelSpec] = {
-    "sparse_nn": TorchRecTestModelSpec("sparse_nn", _sparse_nn_for, {}),
-    "deepfm": TorchRecTestModelSpec("deepfm", _deepfm_for, {"history_length": 3}),
+TRAINER_MODELS: Dict[str, Tuple[TrainSpec, str, Dict[str, Any]]] = {
+    "sparse_nn": (TorchRecTestModelSpec("sparse_nn", _sparse_nn_for), "dlrm", {}),
+    "deepfm": (TRAIN, "app_model:build", {"history_length": 3}),
 }
-"""Models the app's Trainer and README's parts loop train on the app's data (``test_dropin.py``):
-TorchRec's ``TestSparseNN`` and the example's DeepFM (an EBC and an EC sequence feature)."""
+"""Models the app's Trainer and README's parts loop train on the app's data (``test_dropin.py``), each as
+``(its TrainSpec, --model, synthetic_data arguments)``: TorchRec's ``TestSparseNN`` through a ``TrainSpec``, the
+example's DeepFM (an EBC and an EC sequence feature) by the import path a user names it by
+(``examples/deepfm/app_model.py``; ``tests.readme_blocks.import_example`` puts its folder on the path)."""

@@ -1,4 +1,5 @@
-"""README's drop-in code blocks and the example they are excerpts of (``examples/deepfm/train_deepfm.py``).
+"""README's drop-in code blocks and the example they are excerpts of (``examples/deepfm/train_deepfm.py``), and
+docs/YOUR_MODEL.md's commands over the example's model (:data:`YOUR_MODEL_RUN`).
 
 README.md marks each block with an HTML comment (:data:`LOOP`, :data:`PARTS`); the
 example marks the same code with ``# [README: <name>]`` ... ``# [README: end]`` inside a
@@ -22,15 +23,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+YOUR_MODEL = ROOT / "docs" / "YOUR_MODEL.md"
 EXAMPLE_DIR = ROOT / "examples" / "deepfm"
 EXAMPLE = EXAMPLE_DIR / "train_deepfm.py"
 LOOP, PARTS = "drop-in loop", "drop-in parts"
+YOUR_MODEL_RUN = "your model"  # docs/YOUR_MODEL.md's bash block, run from a folder holding the example's files
 
 
-def readme_block(name: str) -> str:
-    """README's code block marked ``<!-- NAME: ... -->``, verbatim."""
-    match = re.search(r"<!-- " + re.escape(name) + r":[^>]*-->\s*```python\n(.*?)```", README.read_text(), re.S)
-    assert match, f"README.md has no code block marked <!-- {name}: ... -->"
+def readme_block(name: str, page: Path = README) -> str:
+    """The code block of ``page`` (README.md by default) marked ``<!-- NAME: ... -->``, verbatim."""
+    match = re.search(r"<!-- " + re.escape(name) + r":[^>]*-->\s*```\w+\n(.*?)```", page.read_text(), re.S)
+    assert match, f"{page.name} has no code block marked <!-- {name}: ... -->"
     return match.group(1)
 
 

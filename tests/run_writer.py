@@ -15,13 +15,14 @@ from torch.utils.tensorboard import SummaryWriter
 
 def write_run(
     folder, test_auc, train_auc=None, wall=10.0, planned=None, seed=0, finished=True, logloss=None, best=None,
-    val_auc=None, task="like", config=None, extra=None,
+    val_auc=None, task="like", config=None, extra=None, more=None,
 ):
     """A run folder as the training app writes it: one evaluation per whole epoch (plus one mid-epoch).
 
     ``best``: ``(epoch, test AUC[, val AUC])`` of restored best-validation weights, as the auto schedule
     logs them; ``val_auc``: validation AUC per epoch; ``config``: more flags of its ``summary.json``;
-    ``extra``: ``{split: {task: [AUC per epoch]}}`` evaluated besides (slices, other tasks).
+    ``extra``: ``{split: {task: [AUC per epoch]}}`` evaluated besides (slices, other tasks); ``more``:
+    ``{(split, metric): [value per epoch]}`` of ``task`` besides AUC (e.g. ``("val", "cal_ne")``).
     """
     os.makedirs(folder, exist_ok=True)
     evaluations = [{"epoch": 0.5, "step": 5, "test": {task: {"auc": 0.1}}}]
@@ -39,6 +40,8 @@ def write_run(
                 entry["val"] = {task: {"auc": val_auc[i]}}
             for split, per_task in (extra or {}).items():
                 entry.setdefault(split, {}).update({t: {"auc": aucs[i]} for t, aucs in per_task.items()})
+            for (split, metric), values in (more or {}).items():
+                entry.setdefault(split, {}).setdefault(task, {})[metric] = values[i]
             w.add_scalar("eval/epoch", i + 1, step)
             for split, per_task in entry.items():
                 for t, metrics in per_task.items():

@@ -122,7 +122,8 @@ def test_update_window_slope_per_seed(tmp_path):
             runs.append((name, f"window@{w:g}", seed, 2, w))
     manifest(exp, runs)
     comparison = compare_experiment(str(exp))
-    assert comparison.tasks[0].rows == []  # window runs are not strategies of the main table
+    (task,) = comparison.tasks  # window runs are strategies of the table too, and get their own fit
+    assert [r.strategy for r in task.rows] == ["window@0", "window@0.5", "window@1"] and task.winner == "window@1"
     (fit,) = comparison.windows
     # Seed 0: slope 0.04 per epoch; seed 1: 0.05 (float32 values, so not exactly).
     assert fit.slopes[0] == pytest.approx(0.04, abs=1e-6) and fit.slopes[1] == pytest.approx(0.05, abs=1e-6)
@@ -133,7 +134,59 @@ def test_update_window_slope_per_seed(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 6 and {float(r["seed_slope"]) for r in rows} == {fit.slopes[0], fit.slopes[1]}
     assert os.path.getsize(exp / "compare" / "update_window.png") > 10_000
-    assert not (exp / "compare" / "test_auc.png").exists()  # no strategy rows to plot
+    assert os.path.getsize(exp / "compare" / "test_auc.png") > 10_000
+
+
+def test_a_window_run_beside_the_presets_can_be_the_pick(tmp_path):
+    """Issue 38, row 14: `sweep --windows 1` beside presets; the search may deploy window@1, so compare may pick it."""
+    runs = [("joint", [0.70, 0.72], None), ("delayed", [0.50, 0.73], None), ("window@1", [0.50, 0.75], 1.0)]
+    for name, val, window in runs:
+        for seed in (0, 1):
+            write_run(tmp_path / f"{name}-s{seed}", [0.7, 0.7], val_auc=val, seed=seed)
+    manifest(tmp_path, [(f"{n}-s{s}", n, s, 2, w) for n, _, w in runs for s in (0, 1)])
+    comparison = compare_experiment(str(tmp_path))
+    (task,) = comparison.tasks
+    assert [r.strategy for r in task.rows] == ["joint", "delayed", "window@1"]
+    assert (task.decided_on, task.winner, task.runner_up) == ("val", "window@1", "delayed")
+    assert [fit.final_auc.keys() for fit in comparison.windows] == [{1.0}]  # and the update-window fit as before
+    assert "**like: window@1 wins on validation** with validation AUC 0.7500 ± 0.0000" in to_markdown(comparison)
+
+
+def test_compare_picks_and_shows_the_metric_it_is_given(tmp_path, capsys):
+    """Issue 37, item 3 (issue 38, row 12): `compare --metric cal_ne` picks on validation cal_ne (lower is better,
+    by the metric table's sign) and shows it; AUC would pick the other strategy."""
+    cal_ne = {"joint": ([0.93, 0.94], [0.92, 0.95]), "delayed": ([0.99, 0.96], [0.98, 0.97])}
+    val_auc = {"joint": [0.70, 0.72], "delayed": [0.50, 0.74]}
+    for name in ("joint", "delayed"):
+        val, test = cal_ne[name]
+        for seed in (0, 1):
+            metrics = {("val", "cal_ne"): val, ("test", "cal_ne"): test}
+            write_run(tmp_path / f"{name}-s{seed}", [0.74, 0.73], val_auc=val_auc[name], seed=seed, more=metrics)
+    by_auc = compare_experiment(str(tmp_path)).tasks[0]
+    assert (by_auc.metric, by_auc.winner, by_auc.row("joint").best_epoch) == ("auc", "delayed", 2)
+    comparison = compare_experiment(str(tmp_path), "cal_ne")
+    (task,) = comparison.tasks
+    joint = task.row("joint")
+    assert (task.metric, task.decided_on, task.winner, task.runner_up) == ("cal_ne", "val", "joint", "delayed")
+    assert joint.val_metric.mean == f32(0.94) and joint.test_metric.mean == f32(0.95)
+    assert joint.best_epoch == 1  # its lowest validation cal_ne; AUC's best epoch is 2
+    assert task.margin == pytest.approx(f32(0.96) - f32(0.94))
+    text = to_markdown(comparison)
+    assert "| strategy | seeds | epochs | deployed | val cal_ne | test cal_ne | val AUC | test AUC | test logloss |" in text
+    assert "| joint | 2 | 2 | ep 2 | 0.9400 ± 0.0000 | 0.9500 ± 0.0000 | 0.7200 ± 0.0000 | 0.7300 ± 0.0000 |" in text
+    assert "**like: joint wins on validation** with validation cal_ne 0.9400 ± 0.0000, 0.0200 below delayed" in text
+    assert "Picked on validation: the validation cal_ne of the model each run deploys" in text
+    assert compare_main([str(tmp_path), "--metric", "cal_ne", "--no-hparams"]) == 0
+    with open(tmp_path / "compare" / "comparison.csv") as f:
+        rows = {r["strategy"]: r for r in csv.DictReader(f)}
+    assert (rows["joint"]["metric"], rows["joint"]["winner"], rows["joint"]["val_metric_last_mean"]) == (
+        "cal_ne", "True", repr(f32(0.94)),
+    )  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        compare_main([str(tmp_path), "--metric", "acc"])
+    assert exit_info.value.code == 2 and "argument --metric: invalid choice: 'acc'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--metric must be one of auc, logloss, ne, cal_ne; got 'acc'"):
+        compare_experiment(str(tmp_path), "acc")
 
 
 def test_the_winner_is_picked_on_validation_by_what_each_run_deploys(tmp_path):

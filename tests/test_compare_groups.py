@@ -3,9 +3,13 @@
 import csv
 import json
 
+import pytest
+
 from dlrm_multiepoch.report import compare_experiment, read_experiment
 from dlrm_multiepoch.report.command import main as compare_main
-from tests.run_writer import hparams_sessions, manifest, write_run
+from dlrm_multiepoch.report.tables import to_markdown
+from tests.run_writer import hparams_sessions, manifest, mean32, write_run
+from tests.search_sim import COMMON, run_search
 
 
 def test_a_folder_of_runs_without_manifest_is_grouped_by_name(tmp_path):
@@ -55,3 +59,43 @@ def test_runs_with_other_common_flags_are_never_averaged(tmp_path, capsys):
     assert {run: (h["data_path"], h["group"]) for run, h in sessions.items()} == {
         name: (data, f"data_path={data}") for name, data, _ in runs
     }
+
+
+def test_a_branchs_seeds_are_one_row_whatever_folder_they_started_from(tmp_path):
+    """Issue 38, row 13: each seed's branch starts from its own seed's parent (``--start_from .../joint-s1/...``):
+    still one row, the mean over seeds, as in a sweep; a start point shared by every seed is compared as given."""
+    exp = tmp_path / "exp"
+    for seed in (0, 1, 2):
+        write_run(exp / f"joint-s{seed}", [0.70, 0.71], seed=seed)
+        start = {"start_from": str(exp / f"joint-s{seed}" / "checkpoints" / "step_10")}
+        write_run(exp / f"reinit-s{seed}", [0.70, 0.72 + 0.01 * seed], seed=seed, config=start)
+        write_run(exp / f"tuned-s{seed}", [0.70, 0.73], seed=seed, config={"start_from": "/shared/pretrained/step_5"})
+    comparison = compare_experiment(str(exp))
+    (group,) = comparison.groups
+    assert (group.label, list(group.rows), group.strategy_flags) == ("", ["joint", "reinit", "tuned"], ["start_from"])
+    reinit = comparison.tasks[0].row("reinit")
+    assert reinit.seeds == 3 and reinit.test_auc.mean == pytest.approx(mean32(0.72, 0.73, 0.74), abs=1e-12)
+    # Another parent is another configuration, never averaged with this one.
+    write_run(exp / "reinit-s3", [0.70, 0.75], seed=3, config={"start_from": str(exp / "delayed-s3" / "checkpoints" / "step_10")})
+    rows = {(g.label, name): [r.seed for r in runs] for g in compare_experiment(str(exp)).groups for name, runs in g.rows.items()}
+    assert rows[("start_from=joint/checkpoints/step_10", "reinit")] == [0, 1, 2]
+    assert rows[("start_from=delayed/checkpoints/step_10", "reinit")] == [3]
+
+
+def test_compare_on_a_search_of_three_seeds_shows_the_mean_over_seeds_on_the_searchs_metric(tmp_path):
+    """Issue 38, rows 12 and 13, on a simulated search of 3 seeds: the per-task tables hold one row per finished
+    branch (3 seeds) and show the search's metric (validation cal_ne), which picks their best epochs."""
+    exp = tmp_path / "exp"
+    code, out, _ = run_search([str(exp), "--epochs", "3", "--seeds", "0,1,2", "--", *COMMON])
+    assert code == 0, out
+    comparison = compare_experiment(str(exp))
+    assert comparison.search.deployed == {s: ("reinit", 3, pytest.approx(0.374)) for s in (0, 1, 2)}
+    for task in comparison.tasks:
+        (row,) = task.rows
+        assert (task.metric, row.strategy, row.seeds, row.best_epoch) == ("cal_ne", "reinit", 3, 3)
+    like = comparison.tasks[0]
+    assert like.row("reinit").val_metric.mean == pytest.approx(1 - 0.636, abs=1e-6)  # cal_ne is 1 - AUC here
+    text = to_markdown(comparison)
+    assert "| reinit | 3 | 3 | ep 3 | 0.3640 ± 0.0000 | 0.3640 ± 0.0000 | 0.6360 ± 0.0000 |" in text
+    assert str(exp) not in text.split("## Every branch trained to its end, per task")[1].split("Branches the search cut")[0]
+    assert compare_experiment(str(exp), "auc").tasks[0].metric == "auc"  # --metric still decides

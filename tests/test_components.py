@@ -255,6 +255,22 @@ def test_kubernetes_dryrun_writes_a_volcano_job():
         assert app_args == ["--epochs=3", "--freeze_schedule", "delayed"]
 
 
+def test_launch_pages_kubernetes_line_gives_each_pod_its_cpus_memory_and_gpus():
+    """Issue 38, row 5: docs/LAUNCH.md's Kubernetes line, as a dry run: every 8-GPU pod gets the CPUs and memory
+    the line gives (as its Slurm line does), not TorchX's default 2 CPUs and 8 GB; --workspace "" runs the image."""
+    page = (REPO_ROOT / "docs" / "LAUNCH.md").read_text()
+    block = re.search(r"<!-- kubernetes:[^>]*-->\s*```bash\n(.*?)```", page, re.S).group(1)
+    line = shlex.split(block.replace("\\\n", " "))
+    assert line[:3] == ["torchx", "run", "-s"] and line[line.index("--workspace") + 1] == ""
+    job = yaml.safe_load(scheduler_request(torchx("run", "--dryrun", *line[2:]).stdout))
+    for task in job["spec"]["tasks"]:
+        (container,) = task["template"]["spec"]["containers"]
+        resources = container["resources"]
+        assert resources["limits"] == {"cpu": "64000m", "memory": "400000M", "nvidia.com/gpu": "8"}, resources
+        assert resources["requests"] == {"cpu": "63900m", "memory": "398976M", "nvidia.com/gpu": "8"}, resources
+    assert [t["name"] for t in job["spec"]["tasks"]] == ["train-0", "train-1"]
+
+
 _PROBE_APP = """\
 import json, os, sys
 path = os.path.join(os.environ["PROBE_OUT"], "rank%s.json" % os.environ["RANK"])

@@ -23,10 +23,11 @@ with the user's validation) gives bitwise the app ``Trainer``'s per-step losses,
 and automatic decisions (a frozen->joint transition among them) with the matching flags,
 on TorchRec's ``TestSparseNN`` and the example's DeepFM (``examples/deepfm``: an EBC and an
 EC sequence feature, over TorchRec's ``Batch``) trained on a synthetic one-task dataset:
-the Trainer runs them through a ``TrainSpec``
-(``tests/dropin_models.py``'s ``TEST_MODEL_SPECS``), the README block on the same spec's
-model from ``build_sharded_model``; both pipelines overlap every sharded lookup. The app's
-own DLRM goes through the same Trainer and parts in the Trainer's tests.
+the Trainer runs ``TestSparseNN`` through a ``TrainSpec`` and the DeepFM by
+``--model app_model:build``, as a user names their model (``tests/dropin_models.py``'s
+``TRAINER_MODELS``), the README block the same model from ``build_sharded_model``; both
+pipelines overlap every sharded lookup. The app's own DLRM goes through the same Trainer and
+parts in the Trainer's tests.
 """
 
 import contextlib
@@ -56,9 +57,9 @@ from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.train.build import build_loaders, build_sharded_model
 from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
-from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, TEST_MODEL_SPECS, dense_optimizer, shard
+from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, TRAINER_MODELS, dense_optimizer, shard
 from tests.freeze_helpers import changed
-from tests.readme_blocks import LOOP, PARTS, readme_block
+from tests.readme_blocks import LOOP, PARTS, import_example, readme_block
 from tests.resume_helpers import assert_bitwise_equal
 from tests.sharding_helpers import differing_keys, snapshot
 
@@ -316,20 +317,22 @@ def _record_losses(model) -> List[torch.Tensor]:
 
 
 def _parts_loop_equals_trainer(rank: int, world_size: int, tmp: str) -> None:
-    """Per TorchRec test model: the app's Trainer, then README's parts loop from the same seed, on the same data."""
+    """Per model: the app's Trainer, then README's parts loop from the same seed, on the same data."""
     env = init_distributed()
+    import_example()  # the example's folder on the path: --model app_model:build imports from it
     remedies = OptimConfig(
         learning_rate=0.03, embedding_learning_rate=0.5, table_lr_warmup="0.5", table_lr_decay="cosine",
         table_lr_final=0.1, falr="log", reinit="tables@1", grad_accum_steps=2,
     )  # fmt: skip
-    for name, spec in TEST_MODEL_SPECS.items():
+    for name, (spec, model_flag, data_args) in TRAINER_MODELS.items():
         # 8 steps per epoch of 256 rows (128 per rank), no padding: these models' losses count padding rows.
         tables = {"user": 200, "item": 300, "age": 8}
-        data = synthetic_data(3200, tables, tasks=("like",), test_fraction=0.2, val_fraction=0.2, **spec.data)
-        # data: the record of `data` (handed to the Trainer, not loaded); of the model flags the spec reads only
-        # embedding_dim, but validation holds the app's layer sizes to it.
+        data = synthetic_data(3200, tables, tasks=("like",), test_fraction=0.2, val_fraction=0.2, **data_args)
+        # data: the record of `data` (handed to the Trainer, not loaded); of the model flags the models read only
+        # embedding_dim, but validation holds the app's layer sizes to it (sparse_nn is --model dlrm to the app).
         cfg = TrainConfig.from_flags(
-            data=DataConfig(val_fraction=0.2), model=ModelConfig(embedding_dim=8, dense_arch_layer_sizes="8"),
+            data=DataConfig(val_fraction=0.2),
+            model=ModelConfig(model=model_flag, embedding_dim=8, dense_arch_layer_sizes="8"),
             optim=remedies, tensorboard_dir=tmp, run_name=name, epochs=2, batch_size=256, eval_batch_size=1024,
             train_eval_rows=0, progress_bar=False, sharding_types="table_wise", freeze_schedule="auto",
             pipeline="semi_sync", skip_nonfinite_batches=True, id_dropout="0.1", checkpoint=False,

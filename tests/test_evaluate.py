@@ -156,3 +156,19 @@ def test_cal_ne_is_undefined_with_one_class_and_one_for_uninformative_scores() -
     flat = BinaryMetrics(["t"])
     flat.update(torch.full((100, 1), 0.3), (torch.arange(100) % 4 == 0).float()[:, None], torch.ones(100))
     assert flat.compute()["t"]["cal_ne"] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_evaluation_computes_every_metric_of_the_table_and_the_logger_shows_each() -> None:
+    """The one metric table (``metrics.py``) names what evaluation returns, TensorBoard gets and the console shows."""
+    from dlrm_multiepoch.metrics import METRICS
+    from dlrm_multiepoch.train.metrics_logger import format_metrics, metric_scalars
+
+    logits, labels = sample(500, 1)
+    metrics = BinaryMetrics(["like", "love"])
+    metrics.update(torch.from_numpy(logits), torch.from_numpy(labels), torch.ones(500))
+    results = {"val": metrics.compute()}
+    assert set(METRICS) <= set(results["val"]["like"])
+    assert set(metric_scalars(results)) == {f"val/{t}/{m}" for t in ("like", "love") for m in METRICS}
+    line = format_metrics("eval:", results).splitlines()[1]
+    assert line.split(": ", 1)[1] == "  ".join(f"{m} {results['val']['like'][m]:.4f}" for m in METRICS)
+    assert format_metrics("eval:", {"val": {"like": {"auc": float("nan")}}}).endswith("like: auc n/a")

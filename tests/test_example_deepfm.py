@@ -11,8 +11,8 @@ schedule's decisions, ``summary.json``'s evaluations). The parts loop is interru
 the way a crash would: its loader fails at the start of epoch 2, after epoch 1's
 checkpoint. Its logs hold what the app logs (table LRs, freeze states, the skipped-batch
 count, the overlap line). The parts loop's equality with the app's ``Trainer`` on the
-same model is ``tests/test_dropin.py``'s (the example's DeepFM is one of its
-``TEST_MODEL_SPECS``).
+same model is ``tests/test_dropin.py``'s (the app's ``Trainer`` trains the example's DeepFM by
+``--model app_model:build``).
 """
 
 import contextlib
@@ -54,7 +54,14 @@ class _Lines(logging.Handler):
 
 def _freeze_loop_resumes(tmp: str, rank: int) -> None:
     _, example = import_example()
-    full = example.main(["--loop", "freeze", "--checkpoint_dir", f"{tmp}/freeze", *ROWS])
+    console = io.StringIO()
+    with contextlib.redirect_stdout(console):
+        full = example.main(["--loop", "freeze", "--checkpoint_dir", f"{tmp}/freeze", *ROWS])
+    # What the user reads at the end (issue 38, row 11): the validation metrics, from rank 0 only.
+    click = full["validation"]["click"]
+    expected = f"after 2 epochs: validation click: auc {click['auc']:.4f}  logloss {click['logloss']:.4f}  ne {click['ne']:.4f}"
+    assert console.getvalue().splitlines() == ([expected] if rank == 0 else []), console.getvalue()
+    assert 0 < click["auc"] < 1 and click["logloss"] > 0
     model = full["model"]
     # The case the fix is for: this rank holds no shard of some table (DCP's planner then reads the old layout).
     empty = [k for k, v in model.state_dict().items() if hasattr(v, "local_shards") and not v.local_shards()]
@@ -109,9 +116,10 @@ def _check_logs(tmp: str, summary: Dict[str, Any], lines: List[str]) -> None:
     resumed = json.loads(Path(f"{tmp}/crashed/logs/summary.json").read_text())
     assert len(written["evaluations"]) == len(summary["evaluations"]) >= 2
     assert resumed["evaluations"] == written["evaluations"] and resumed["best"] == written["best"]
-    for tag in ("lr/user", "lr/history", "freeze/tables", "train/skipped_nonfinite_batches"):
+    # lr/category too: its one shard lives on rank 1, the logger on rank 0 (issue 38, row 1).
+    for tag in ("lr/user", "lr/history", "lr/category", "lr/item", "freeze/tables", "train/skipped_nonfinite_batches"):
         assert scalars(f"{tmp}/full/logs", tag), tag
-    assert any(line.startswith("table LR: warmup 0.5") for line in lines), lines  # the parts describe themselves
+    assert any(line.startswith("table LR: warmup 0.5") and "category" in line for line in lines), lines  # parts describe themselves
     overlap = [line for line in lines if "overlaps" in line]
     assert overlap == ["SemiSyncTrainPipeline: every lookup overlaps the previous backward (ebc, ec)"], lines
 

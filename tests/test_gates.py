@@ -1,5 +1,6 @@
 """GradientGate on a small two-path model over shared tables: forward unchanged, one path's gradient cut."""
 
+import logging
 from typing import Dict
 
 import pytest
@@ -97,6 +98,22 @@ def test_schedule_drives_gates_by_name() -> None:
     assert seen == [(True, True, 1), (True, True, 1), (False, True, 0), (False, True, 0)]
     with pytest.raises(ValueError, match="no GradientGate named 'tower' in the model; gates: \\['cross', 'deep'\\]"):
         FreezeScheduleWrapper(gated, "gate:tower=closed", steps_per_epoch=2, num_epochs=2)
+
+
+def test_a_gate_closed_for_the_whole_run_stays_closed_at_its_end(caplog) -> None:
+    """Issue 38, row 4: `delayed; gate:cross=closed` holds the gate closed for the whole run; reaching the end
+    (the step count after the last step, where no step runs) changes nothing and logs nothing."""
+    gated, _ = _pair()
+    opt = torch.optim.SGD(gated.parameters(), lr=0.1)
+    with caplog.at_level(logging.INFO, logger="dlrm_multiepoch.freeze.wrapper"):
+        freeze = FreezeScheduleWrapper(gated, "delayed; gate:cross=closed", steps_per_epoch=2, num_epochs=2, optimizer=opt)
+        for _ in range(4):
+            freeze.step()
+    assert freeze.global_step == 4 and freeze.states() == {"tables": 1, "gate:cross": 0} and not gated.cross_gate.open
+    assert [r.getMessage() for r in caplog.records] == [
+        "freeze schedule at step 0 (epoch 0.000): tables frozen, gate:cross closed",
+        "freeze schedule at step 2 (epoch 1.000): tables train",
+    ]
 
 
 def test_step_applies_the_same_state_as_jumping_to_each_step() -> None:

@@ -1,6 +1,7 @@
 """The installed stack is consistent: one TorchRec release with its torch and FBGEMM (README "Install")."""
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -115,28 +116,49 @@ def test_install_docs_install_exactly_the_makefile_stacks():
         assert [line[2:] for line in lines] == [*steps, ["dlrm-multiepoch[kubernetes]", *steps[0]]], stack
 
 
+STUB_WHEEL = "/dist/dlrm_multiepoch-1.2.3-py3-none-any.whl"  # what the stubbed `ls` finds in the image
+
+
 def _dockerfile_install_steps(release: str, device: str) -> List[List[str]]:
-    """The pip arguments of each install step of the Dockerfile's RUN, run by bash with pip and the filesystem stubbed."""
+    """The pip arguments of each install step of the Dockerfile's RUN, run by bash with pip and the filesystem
+    stubbed, the build arguments at their defaults (``docker build .``) but ``TORCHREC`` and ``DEVICE``."""
     text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    defaults = dict(re.findall(r"^ARG (\w+)=(.*)$", text, re.M))
     (run,) = [line[len("RUN ") :] for line in text.splitlines() if line.startswith("RUN ") and "$TORCHREC" in line]
     stubs = (
         'python() { if [ "${1-} ${2-} ${3-}" = "-m pip install" ]; then shift 3; printf "%q " "$@"; echo; fi; }; '
-        "python3() { :; }; ls() { echo /dist/dlrm_multiepoch-0.1.0-py3-none-any.whl; }; rm() { :; }; "
+        f"python3() {{ :; }}; ls() {{ echo {STUB_WHEEL}; }}; rm() {{ :; }}; "
     )
-    env = {"PATH": os.environ["PATH"], "TORCHREC": release, "DEVICE": device, "TORCH_INDEX_URL": "", "PIP_OPTIONS": ""}
+    env = {**defaults, "PATH": os.environ["PATH"], "TORCHREC": release, "DEVICE": device}
     out = subprocess.run(["bash", "-c", stubs + run], capture_output=True, text=True, check=True, env=env).stdout
     quiet = {"--no-cache-dir", "--disable-pip-version-check"}
     return [[a for a in shlex.split(line) if a not in quiet] for line in out.splitlines()]
 
 
 def test_dockerfile_installs_exactly_the_makefile_stacks_and_the_wheel():
-    for stack in STACKS:
-        first, deps, torchrec = _make_stack(*stack)
-        wheel = "/dist/dlrm_multiepoch-0.1.0-py3-none-any.whl[kubernetes]"
-        assert _dockerfile_install_steps(*stack) == [first, [*deps, wheel], torchrec], stack
+    for release, device in STACKS:
+        first, deps, torchrec = _make_stack(release, device)
+        wheel = f"{STUB_WHEEL}[kubernetes]"
+        # `docker build .` makes a CPU image: its torch from the PyTorch CPU index, never PyPI's CUDA build
+        # (issue 38, row 9); a CUDA image takes PyPI's.
+        index = ["--extra-index-url", "https://download.pytorch.org/whl/cpu"] if device == "cpu" else []
+        assert _dockerfile_install_steps(release, device) == [[*index, *first], [*deps, wheel], torchrec], device
 
 
-def test_version_comes_from_the_package_metadata():
+def test_the_installed_distribution_has_the_packages_version():
     import dlrm_multiepoch
 
+    # One value: pyproject.toml reads dlrm_multiepoch.__version__ (setuptools' dynamic version).
     assert dlrm_multiepoch.__version__ == metadata.version("dlrm-multiepoch")
+
+
+def test_make_test_image_installs_no_venv(tmp_path):
+    """Issue 38, row 9: `make test-image` builds and runs the image, and installs no .venv/ first (it did, only
+    to write the tiny data file, which the image's own Python now writes)."""
+    out = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(REPO), "test-image", f"VENV={tmp_path}/none"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out.splitlines()[-1] == "tools/image/run.sh" and "pip" not in out and "venv" not in out, out
+    script = (REPO / "tools" / "image" / "run.sh").read_text()
+    assert "from tests.data_inputs import make_movielens_wheel" in script and '"$PY"' not in script

@@ -41,6 +41,12 @@ def _tables(dmp) -> Dict[str, torch.Tensor]:
 
 
 def _check_lr_schedule(dmp, batch) -> None:
+    # Issue 38, row 1: without base_lrs, every fused table is listed on every rank, also one whose only shard lives
+    # on the other rank (table-wise: each rank holds one of the two), at the LR its kernel was built with.
+    local = {s.name for s in _fused(dmp)}
+    assert local < set(BASE_LRS), local
+    got = TableLRScheduler(dmp, None, 3, 2).lrs()
+    assert got == pytest.approx(BASE_LRS, rel=1e-6), (got, local)  # the kernels hold float32 LRs
     sched = TableLRScheduler(dmp, TableLRSchedule.parse("2step", "linear", 0.5), 3, 2, base_lrs=BASE_LRS, factor=0.5)
     kernels = {id(s.kernel): s for s in _fused(dmp)}
     # Tables with different LRs get their own kernel (one LR per TBE).

@@ -152,7 +152,7 @@ def _check_sync_equivalence(rank: int, world_size: int) -> None:
     assert torch.equal(torch.stack(rec0["loss"]), torch.stack(ref["loss"]))
     _assert_same(rec0["weights"][0], ref_after_frozen, "staleness=0 vs TrainPipelineSparseDist, epoch 1")
     _assert_same(rec0["weights"][1], ref_after, "staleness=0 vs TrainPipelineSparseDist, epoch 2")
-    assert rec0["stale"] == [0.0] * 12
+    assert math.isnan(rec0["stale"][0]) and rec0["stale"][1:] == [0.0] * 11  # sampled from step 1 (one in 20)
     assert rec0["samples"] == [len(job0.data.splits["train"])] * 2 and rec0["steps"] == [6, 6]
 
     # staleness=1 while frozen: lookups overlap freely, are exact, and record 0 (detected
@@ -162,7 +162,7 @@ def _check_sync_equivalence(rank: int, world_size: int) -> None:
     rec1 = _run_pipeline(semi, job1, rank, FreezeByDetach(job1), schedule[:1])
     assert torch.equal(torch.stack(rec1["loss"]), torch.stack(ref["loss"][:6]))
     _assert_same(rec1["weights"][0], ref_after_frozen, "frozen staleness=1 vs TrainPipelineSparseDist")
-    assert rec1["stale"] == [0.0] * 6 and semi.mean_stale_fraction == 0.0
+    assert math.isnan(rec1["stale"][0]) and rec1["stale"][1:] == [0.0] * 5 and semi.mean_stale_fraction == 0.0
 
     # Short segments (as the trainer's mid-epoch evaluations make): every batch runs once.
     loader = BatchLoader(job1.data, "train", GLOBAL_BATCH, rank, 2, shuffle=True)
@@ -210,6 +210,15 @@ def _check_stale_reference(rank: int, world_size: int) -> None:
     assert expected[:warmup] == [0.0] * warmup and expected[6] == expected[12] == 0.0
     assert expected[6:12] == [0.0] * 6 and all(e > 0 for e in expected[warmup:6] + expected[13:])
 
+    # Issue 38, row 2: a short run at the default interval (one step in 20) measures step 1, the first that can be
+    # stale; sampling step 0 (always fresh) made it say 0.0, "never stale".
+    short_job = build_job()
+    short = SemiSyncTrainPipeline(short_job.model, short_job.optimizer, short_job.env.device)
+    _run_pipeline(short, short_job, rank, FreezeByDetach(short_job), [set()])
+    fractions = _expected_stale_fractions(short_job.data, [set()], 0, world_size)
+    assert short.staleness_meter.take_history() == [(1, fractions[1])] and fractions[1] > 0
+    assert short.mean_stale_fraction == fractions[1]
+
 
 def _check_freeze_schedule_wrapper(rank: int, world_size: int) -> None:
     """With the real FreezeScheduleWrapper ("delayed": tables frozen in epoch 1)."""
@@ -243,10 +252,10 @@ def _check_freeze_schedule_wrapper(rank: int, world_size: int) -> None:
     (sync_losses, _, sync_weights, _), (losses, stale, weights, history) = results["sparse_dist"], results["semi_sync"]
     assert torch.equal(losses[:6], sync_losses[:6])
     _assert_same(weights[0], sync_weights[0], "frozen epoch: semi_sync vs sparse_dist")
-    # Sampled every 5th step (0, 5, 10): exactly the per-step values there; stale_fraction holds the last.
+    # Sampled every 5th step from step 1 (1, 6, 11): exactly the per-step values there; stale_fraction holds the last.
     expected = _expected_stale_fractions(job.data, [ALL, set()], 0, world_size)
-    assert history == [(s, expected[s]) for s in (0, 5, 10)] and expected[10] > 0, (history, expected)
-    assert stale == [expected[5 * (i // 5)] for i in range(12)], (stale, expected)
+    assert history == [(s, expected[s]) for s in (1, 6, 11)] and expected[11] > 0, (history, expected)
+    assert math.isnan(stale[0]) and stale[1:] == [expected[1 + 5 * ((i - 1) // 5)] for i in range(1, 12)], (stale, expected)
 
 
 def test_staleness0_and_frozen_match_sparse_dist():

@@ -37,7 +37,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from dlrm_multiepoch.auto.config import METRIC_SIGN, AutoScheduleConfig  # noqa: E402
+from dlrm_multiepoch.auto.config import AutoScheduleConfig  # noqa: E402
+from dlrm_multiepoch.metrics import METRICS  # noqa: E402
 from val_metric_choice import replay  # noqa: E402  (this folder)
 
 Pick = Tuple[float, dict]  # (epoch, evaluation with a "test" split)
@@ -77,7 +78,7 @@ def deployed(summary: dict, how: str, budget: int, metric: str) -> Pick:
     if how == "last":
         return per_epoch[-1]["epoch"], per_epoch[-1]
     tasks = list(per_epoch[0]["val"])
-    best = max(per_epoch, key=lambda e: METRIC_SIGN[metric] * np.mean([e["val"][t][metric] for t in tasks]))
+    best = max(per_epoch, key=lambda e: METRICS[metric].sign * np.mean([e["val"][t][metric] for t in tasks]))
     return best["epoch"], best
 
 
@@ -157,7 +158,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("folders", nargs="+", type=Path)
     parser.add_argument("--epochs", type=int, default=3, help="the budget")
     parser.add_argument(
-        "--metric", default=AutoScheduleConfig().auto_metric, choices=sorted(METRIC_SIGN),
+        "--metric", default=AutoScheduleConfig().auto_metric, choices=sorted(METRICS),
         help="validation metric that picks joint's best epoch (default: the auto schedule's)",
     )  # fmt: skip
     args = parser.parse_args(argv)

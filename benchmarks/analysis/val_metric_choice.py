@@ -39,7 +39,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from dlrm_multiepoch.auto.config import METRIC_SIGN, AutoScheduleConfig  # noqa: E402
+from dlrm_multiepoch.auto.config import AutoScheduleConfig  # noqa: E402
+from dlrm_multiepoch.metrics import METRICS  # noqa: E402
 from dlrm_multiepoch.auto.policy import DONE, JOINT, AutoSchedulePolicy  # noqa: E402
 
 Evaluation = Dict[str, Dict[str, Dict[str, float]]]
@@ -59,7 +60,7 @@ def load_curves(folder: Path, budget: int) -> Dict[str, List[Tuple[int, List[dic
 
 def objective(evaluation: dict, metric: str, tasks: Sequence[str], split: str = "val") -> float:
     """Task mean of ``metric`` on ``split``, signed so that higher is better."""
-    return METRIC_SIGN[metric] * float(np.mean([evaluation[split][t][metric] for t in tasks]))
+    return METRICS[metric].sign * float(np.mean([evaluation[split][t][metric] for t in tasks]))
 
 
 def test_aucs(evaluation: dict, tasks: Sequence[str]) -> np.ndarray:
@@ -146,7 +147,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="sweep folders (runs with --eval_every_n_steps)")
     parser.add_argument("--epochs", type=int, default=3, help="the budget: evaluations after it are ignored")
-    parser.add_argument("--metrics", default=",".join(METRIC_SIGN), help="candidate metrics, comma-separated")
+    parser.add_argument("--metrics", default=",".join(METRICS), help="candidate metrics, comma-separated")
     parser.add_argument(
         "--min_tables_epochs", default="0,1", help="--auto_min_tables_epochs values of the replays, comma-separated"
     )  # fmt: skip

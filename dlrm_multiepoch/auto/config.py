@@ -14,11 +14,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, Sequence
 
+from dlrm_multiepoch.metrics import METRICS, check_metric
+
 AUTO = "auto"  # the --freeze_schedule value that selects this schedule
-# Metric name -> +1 when higher is better, -1 when lower is.
-# cal_ne: NE after refitting sigmoid(a * logit + b) on the split (train/recalibrated.py),
-# blind to a shift of the positive rate between train and validation.
-METRIC_SIGN = {"auc": 1.0, "logloss": -1.0, "ne": -1.0, "cal_ne": -1.0}
 AFTER_TABLES = ("refreeze", "stop")
 
 
@@ -95,8 +93,8 @@ class AutoScheduleConfig:
     auto_metric: str = field(
         default="cal_ne",
         metadata={
-            "help": "auto schedule: validation metric it follows: cal_ne (NE after refitting the scores' "
-            "calibration on the split: blind to a drifting positive rate), auc, logloss or ne"
+            "help": f"auto schedule: validation metric it follows, one of {', '.join(METRICS)} "
+            f"(cal_ne: {METRICS['cal_ne'].help})"
         },
     )
     auto_task_weights: str = field(
@@ -126,5 +124,4 @@ class AutoScheduleConfig:
                 raise ValueError(f"--{name} must be a finite number >= 0, got {value}")
         if self.auto_after_tables not in AFTER_TABLES:
             raise ValueError(f"--auto_after_tables must be one of {AFTER_TABLES}, got {self.auto_after_tables!r}")
-        if self.auto_metric not in METRIC_SIGN:
-            raise ValueError(f"--auto_metric must be one of {tuple(METRIC_SIGN)}, got {self.auto_metric!r}")
+        check_metric("--auto_metric", self.auto_metric)

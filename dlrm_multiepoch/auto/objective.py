@@ -2,7 +2,8 @@
 
 The objective of one evaluation is the weighted mean over tasks of one validation metric
 (``--auto_metric``: ``cal_ne``, ``auc``, ``logloss``, ``ne``) with ``--auto_task_weights``,
-signed so that higher is better (``METRIC_SIGN``). One rule for tasks that cannot count:
+signed so that higher is better (its ``sign`` in :data:`~dlrm_multiepoch.metrics.METRICS`). One rule
+for tasks that cannot count:
 
 - a task of **weight 0** is not read at all: its metric may be missing or undefined;
 - a task of positive weight whose metric is **undefined** (missing, ``None`` in
@@ -24,7 +25,7 @@ Example::
 import math
 from typing import Any, List, Mapping, Optional
 
-from dlrm_multiepoch.auto.config import METRIC_SIGN
+from dlrm_multiepoch.metrics import METRICS
 
 TaskMetrics = Mapping[str, Mapping[str, Any]]
 
@@ -53,7 +54,7 @@ def weighted_objective(metrics: TaskMetrics, metric: str, weights: Mapping[str, 
 
     Args:
         metrics: ``{task: {"auc": ..., "cal_ne": ...}}`` of one split (``None``, NaN: undefined).
-        metric: a key of ``METRIC_SIGN``.
+        metric: a name of :data:`~dlrm_multiepoch.metrics.METRICS`.
         weights: task -> weight >= 0 (``--auto_task_weights``); empty: every task of ``metrics`` weighs 1.
     """
     weights = task_weights(metrics, weights)
@@ -66,7 +67,7 @@ def weighted_objective(metrics: TaskMetrics, metric: str, weights: Mapping[str, 
         if raw is None:
             return math.nan
         value += weight * raw
-    return METRIC_SIGN[metric] * value / total
+    return METRICS[metric].sign * value / total
 
 
 def undefined_tasks(metrics: TaskMetrics, metric: str, weights: Mapping[str, float]) -> List[str]:

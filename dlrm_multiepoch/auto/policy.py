@@ -44,12 +44,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from dlrm_multiepoch.auto.config import (
-    METRIC_SIGN,
-    AutoScheduleConfig,
-    parse_task_weights,
-)
+from dlrm_multiepoch.auto.config import AutoScheduleConfig, parse_task_weights
 from dlrm_multiepoch.auto.objective import weighted_objective
+from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.saved_state import StateMismatch, check_state
 
 FROZEN, JOINT, DENSE, DONE = "frozen", "joint", "dense", "done"
@@ -230,7 +227,7 @@ class AutoSchedulePolicy:
 
     def metric_value(self, objective: float) -> float:
         """An objective back in the metric's own terms (e.g. a positive logloss)."""
-        return objective * METRIC_SIGN[self.config.auto_metric]
+        return objective * METRICS[self.config.auto_metric].sign
 
     def _plateau_reason(self) -> str:
         cfg = self.config

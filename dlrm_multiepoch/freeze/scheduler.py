@@ -79,6 +79,7 @@ class FixedSchedule(ScheduleSource):
 
         source = FixedSchedule("tables=frozen@[0,1) train@[1,end)", steps_per_epoch=100, num_epochs=2)
         source.states(99), source.states(100)      # {'tables': False}, {'tables': True}
+        source.states(200)                         # the end: {'tables': True}, as in its last step
     """
 
     def __init__(self, schedule: "FreezeSchedule | str", steps_per_epoch: int, num_epochs: float) -> None:
@@ -89,6 +90,9 @@ class FixedSchedule(ScheduleSource):
         self.boundaries = sorted(s for s in starts if s < self.plan.total_steps)
 
     def states(self, step: int) -> States:
+        # The run's end (step == total_steps) runs no step: it keeps the last step's states, so a window to `end`
+        # (e.g. `gate:x=closed`) holds for the whole run, its end included.
+        step = min(step, self.plan.total_steps - 1)
         return {g: self.plan.state(g, step) for g in self.groups}
 
     def possible_states(self) -> Iterable[States]:

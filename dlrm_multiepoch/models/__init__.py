@@ -8,6 +8,8 @@ _EXPORTS = {
     "MultiTaskTrain": "dlrm_multiepoch.models.dlrm",
     "build_dlrm": "dlrm_multiepoch.models.dlrm",
     "embedding_bag_configs": "dlrm_multiepoch.models.dlrm",
+    "BatchAdapter": "dlrm_multiepoch.models.batch_adapter",
+    "ModelBuilder": "dlrm_multiepoch.models.user_model",
     "MODELS": "dlrm_multiepoch.models.factory",
     "build_model": "dlrm_multiepoch.models.factory",
 }

@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from typing import Tuple
 
 from dlrm_multiepoch.config_section import RUNS_COMPONENT, SHAPES, TRAIN_COMPONENT, parsed, validated
-from dlrm_multiepoch.names import MODELS, check_name
+from dlrm_multiepoch.import_path import find_import_path, is_import_path, split_import_path
+from dlrm_multiepoch.names import MODELS
 
 
 def int_list(text: str, flag: str) -> Tuple[int, ...]:
@@ -40,7 +41,8 @@ class ModelConfig:
         default="dlrm",
         metadata={
             "help": "dlrm (dot interaction), dlrm_dcn (low-rank DCN-v2 cross), multipath (feature-cross + "
-            "sequence + contrastive paths; needs --history_length > 0)",
+            "sequence + contrastive paths; needs --history_length > 0), or your own model's builder by import path "
+            "MODULE:NAME, e.g. my_models:build (docs/YOUR_MODEL.md)",
             "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, SHAPES),
         },
     )
@@ -109,14 +111,21 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the flag and the expected value; needs no data."""
-        check_name("--model", self.model, MODELS)
+        if is_import_path(self.model):
+            split_import_path("--model", self.model)
+        elif self.model not in MODELS:
+            raise ValueError(
+                f"--model must be one of {', '.join(MODELS)} or an import path MODULE:NAME of your model's builder "
+                f"(docs/YOUR_MODEL.md); got {self.model!r}"
+            )
         positive = ("embedding_dim", "dcn_num_layers", "dcn_low_rank_dim", "transformer_layers")
         positive += ("transformer_heads", "transformer_ff_dim")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be a positive integer, got {getattr(self, name)}")
         self.parse_flags()
-        check_dense_arch(self)
+        if not is_import_path(self.model):  # your builder reads the layer sizes as it likes
+            check_dense_arch(self)
         if self.model == "multipath" and self.embedding_dim % self.transformer_heads:
             raise ValueError(
                 f"--transformer_heads ({self.transformer_heads}) must divide --embedding_dim ({self.embedding_dim})"
@@ -127,6 +136,12 @@ class ModelConfig:
                 raise ValueError(f"--{name} must be a finite number >= 0, got {value}")
         if not (math.isfinite(self.contrastive_temperature) and self.contrastive_temperature > 0):
             raise ValueError(f"--contrastive_temperature must be a finite number > 0, got {self.contrastive_temperature}")
+
+    def check_paths(self) -> None:
+        """Refuse, naming ``--model``, an import path whose module no rank would find or that defines no such
+        name (looked for from this process's working directory; nothing is imported)."""
+        if is_import_path(self.model):
+            find_import_path("--model", self.model)
 
     def parse_flags(self) -> None:
         """Parse the text flags into the parsed fields (``validate()`` does, first); a bad one names its flag."""

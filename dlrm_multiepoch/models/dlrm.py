@@ -39,8 +39,8 @@ class ModelOutput(NamedTuple):
 
     loss: torch.Tensor
     losses: Dict[str, torch.Tensor]
-    logits: torch.Tensor  # [B, num_tasks]
-    labels: torch.Tensor  # [B, num_tasks]
+    logits: torch.Tensor  # [B, num_tasks] ([B] from a BatchAdapter over a one-task model)
+    labels: torch.Tensor  # the logits' shape
     weights: torch.Tensor  # [B]
 
 

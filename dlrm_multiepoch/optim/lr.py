@@ -31,6 +31,7 @@ import contextlib
 from typing import Any, Callable, ContextManager, Dict, List, Mapping, Optional, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.stateful import Stateful
 
@@ -56,6 +57,9 @@ class TableLRScheduler(TrainPart):
         base_lrs: table -> base LR; tables left out keep the LR their kernel was built with.
         factor: constant extra multiplier (gradient-accumulation rescaling).
 
+    Build it on every rank (as the model): it gathers the kernels' base LRs over the ranks
+    once, so :meth:`lrs` lists every fused table, also one whose shards all live on other ranks.
+
     Example::
 
         sched = TableLRScheduler(dmp, None, 100, 3, base_lrs={"t_user": 0.02}, factor=0.25)
@@ -78,7 +82,7 @@ class TableLRScheduler(TrainPart):
         check_sharded(model, "TableLRScheduler")
         self._kernels: List[Any] = [k for k in kernels(model) if hasattr(k, "fused_optimizer")]
         given = dict(base_lrs or {})
-        self.base_lrs: Dict[str, float] = dict(given)
+        from_kernels: Dict[str, float] = {}
         self._kernel_base: List[float] = []
         for k in self._kernels:
             names = [t.name for t in k.config.embedding_tables]
@@ -90,8 +94,8 @@ class TableLRScheduler(TrainPart):
                 )
             base = bases.pop()
             self._kernel_base.append(base)
-            for n in names:
-                self.base_lrs.setdefault(n, base)
+            from_kernels.update({n: base for n in names if n not in given})
+        self.base_lrs: Dict[str, float] = {**_on_every_rank(from_kernels), **given}
         self.step = 0
         self._applied: Optional[float] = None
         self.set_step(0)
@@ -139,3 +143,12 @@ class TableLRScheduler(TrainPart):
 
     def after_window(self, losses: Sequence[torch.Tensor], step: int, log: WindowLog) -> None:
         log.scalars({f"lr/{table}": lr for table, lr in self.lrs().items()}, step)
+
+
+def _on_every_rank(base_lrs: Dict[str, float]) -> Dict[str, float]:
+    """This rank's table -> base LR joined with every other rank's (a collective when a process group runs)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return dict(base_lrs)
+    gathered: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, base_lrs)
+    return {name: lr for part in gathered for name, lr in part.items()}

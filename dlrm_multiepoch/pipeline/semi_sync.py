@@ -67,7 +67,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
     ones that do not also as a warning).
 
     The stale-row fraction is measured (:mod:`.staleness`) on one training step in
-    ``staleness_interval`` (every step with ``staleness_interval=1``) and exposed as
+    ``staleness_interval``, steps 1, 1 + N, 1 + 2N, ... (step 0 is always fresh; every step
+    with ``staleness_interval=1``), and exposed as
     :attr:`stale_fraction` and :attr:`mean_stale_fraction`. A step records 0 when
     the lookup ran after the update or when the previous batch's backward sent no
     gradient into the tables (e.g. all frozen by detaching their output); rows of the
@@ -103,8 +104,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         measure_staleness: measure the stale-row fraction (row keys of two batches
             and one small async all-reduce per sampled step). Without it,
             ``staleness=1`` reports NaN; ``staleness=0`` always reports exactly 0.
-        staleness_interval: measure on one training step in this many (1: every
-            step, exact per-step values).
+        staleness_interval: measure on one training step in this many, from step 1
+            (1: every step, exact per-step values).
         step_count: the training steps done so far, read from your loop's own counter
             (e.g. ``lambda: progress.step``), so a resumed run's warm-up and sampled
             steps continue where they were; default: counted by the pipeline since
@@ -207,7 +208,8 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         """Fraction of the rows looked up for the last sampled batch that the batch before it updated.
 
         Rows are (table shard, row) pairs of the overlapping modules summed over ranks,
-        padding ids included; data-parallel tables are left out. NaN when not measured.
+        padding ids included; data-parallel tables are left out. NaN when not measured (also
+        before the first sampled step, step 1).
         """
         return self.staleness_meter.last
 
@@ -250,7 +252,9 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         self.enqueue_batch(dataloader_iter)
 
     def _sampled(self, step: int) -> bool:
-        return step % self.staleness_interval == 0
+        # Steps 1, 1 + N, 1 + 2N, ...: step 0 is always fresh (nothing trained before it), so a run of a few
+        # steps still measures one that can be stale.
+        return step % self.staleness_interval == 1 % self.staleness_interval
 
     def start_embedding_lookup(
         self,

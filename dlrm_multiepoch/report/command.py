@@ -5,11 +5,13 @@ Usage::
     dlrm-multiepoch compare runs/bx                 # print the table; write runs/bx/compare/*
     dlrm-multiepoch compare runs/bx --out report/   # write the files elsewhere
     dlrm-multiepoch compare runs/mine               # any folder of run folders (no sweep.json needed)
+    dlrm-multiepoch compare runs/bx --metric cal_ne # pick on validation cal_ne (lower is better), and show it
 
 Writes ``comparison.md``, ``comparison.csv``, ``test_auc.png`` (and, for an update-window
 sweep, ``update_window.png`` and ``update_window.csv``) to ``EXPERIMENT_DIR/compare/``,
 and HParams summaries next to the runs' event files. Each run is judged by the model it
-deploys, the winner is picked on validation when the runs have a validation split, and
+deploys, the winner is picked on validation when the runs have a validation split (on
+``--metric``: AUC, or in a search's folder the search's own metric), and
 runs are averaged only with runs of the same configuration. Runs that are missing,
 partial or corrupt, and folders that are not runs, are named under "Runs left out"; the
 rest are compared.
@@ -20,6 +22,7 @@ import os
 import sys
 from typing import List, Optional
 
+from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.report.compare import compare_experiment
 from dlrm_multiepoch.report.hparams import write_hparams
 from dlrm_multiepoch.report.plots import plot_curves, plot_windows
@@ -35,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("experiment_dir", help="folder of run folders (a sweep's experiment folder)")
     parser.add_argument("--out", default="", help="folder for the report files (default: EXPERIMENT_DIR/compare)")
+    parser.add_argument(
+        "--metric",
+        choices=list(METRICS),
+        help="validation metric that picks each task's winner and best epoch, shown beside AUC "
+        f"({'; '.join(f'{m.name}: {m.help}' for m in METRICS.values())}); default: auc, or a search's own metric",
+    )
     parser.add_argument("--no-hparams", dest="hparams", action="store_false", help="do not write HParams summaries")
     return parser
 
@@ -43,7 +52,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        comparison = compare_experiment(args.experiment_dir)
+        comparison = compare_experiment(args.experiment_dir, args.metric)
     except (FileNotFoundError, ValueError) as e:
         parser.error(str(e))
     if not comparison.runs:

@@ -12,14 +12,16 @@ at its best epoch, wall time and throughput, and where the one-epoch phenomenon 
 (test AUC falls across an epoch boundary, by more than the seed spread, while train AUC
 rises).
 
-**The winner is picked on validation**: the highest mean validation AUC of the deployed
-models, when the runs have a validation split; test figures are reported beside it and
-never used to pick, and best epochs (joint's baseline too) are validation epochs. Without
-a validation split, or where its AUC is undefined, the pick is made on test and the
+**The winner is picked on validation**: the best mean validation metric of the deployed
+models (AUC unless ``metric`` names another of :data:`~dlrm_multiepoch.metrics.METRICS`,
+e.g. ``cal_ne``, lower better; a search's folder: the search's metric), when the runs
+have a validation split; test figures are reported beside it and never used to pick,
+and best epochs (joint's baseline too) are validation epochs on that metric. Without a
+validation split, or where its metric is undefined, the pick is made on test and the
 report says so (optimistic: the same split picks and scores). Undefined metrics (an
 empty slice, labels of one class, a task absent from a split) are "n/a": they never win,
-rank or enter a mean. Update-window runs (``window@W``) get their own fit
-(:mod:`dlrm_multiepoch.report.windows`).
+rank or enter a mean. Update-window runs (``window@W``) are strategies like the others
+and also get their own fit (:mod:`dlrm_multiepoch.report.windows`).
 
 Example::
 
@@ -33,6 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dlrm_multiepoch.metrics import METRICS, check_metric
 from dlrm_multiepoch.names import TEST, TRAIN_SAMPLE, VAL
 from dlrm_multiepoch.report.groups import ConfigGroup, config_groups
 from dlrm_multiepoch.report.runs import RunProblem, RunRecord, read_experiment
@@ -50,7 +53,8 @@ class StrategyRow:
 
     ``epochs``: whole epochs trained (the most of its seeds); ``deployed_epoch``: mean epoch
     of restored best-validation weights (None: each run deploys its last epoch);
-    ``best_epoch``: the whole epoch with the highest mean AUC on ``best_on`` (the
+    ``val_metric``/``test_metric``: the deciding metric (its task's ``metric``) of the deployed models;
+    ``best_epoch``: the whole epoch with the best mean ``metric`` on ``best_on`` (the
     deciding split), ``auc_best``/``logloss_best`` the test figures there; ``curve``
     and ``val_curve``: mean AUC per whole epoch (None where undefined).
     """
@@ -71,14 +75,16 @@ class StrategyRow:
     samples_per_s: Optional[float]
     curve: Dict[int, Optional[Stat]]
     val_curve: Dict[int, Optional[Stat]]
+    val_metric: Optional[Stat] = None
+    test_metric: Optional[Stat] = None
     deployed_epoch: Optional[float] = None
     one_epoch_drop: Optional[Tuple[int, float]] = None
     vs_joint_1ep: Optional[float] = None
     vs_joint_best: Optional[float] = None
 
     def figure(self, split: str) -> Optional[Stat]:
-        """The deployed model's AUC on ``split`` (``val`` or ``test``)."""
-        return self.val_auc if split == VAL else self.test_auc
+        """The deployed model's deciding metric on ``split`` (``val`` or ``test``)."""
+        return self.val_metric if split == VAL else self.test_metric
 
 
 @dataclass(frozen=True)
@@ -96,9 +102,10 @@ class Baseline:
 class TaskComparison:
     """All strategies of one configuration group on one task, the baselines and the winner.
 
-    ``decided_on``: the split the winner was picked on; ``val``: whether the runs
-    evaluate a validation split for the task (``absent``, ``undefined`` or ``defined``);
-    ``unranked``: strategies without a defined AUC on that split (never the winner).
+    ``decided_on``: the split the winner was picked on, ``metric`` the metric; ``val``: whether
+    the runs evaluate that metric on a validation split for the task (``absent``,
+    ``undefined`` or ``defined``); ``unranked``: strategies without a defined metric on that
+    split (never the winner).
     """
 
     task: str
@@ -111,9 +118,10 @@ class TaskComparison:
     joint_best: Optional[Baseline] = None
     winner: Optional[str] = None
     runner_up: Optional[str] = None
-    margin: Optional[float] = None  # winner minus runner-up, mean AUC on decided_on
+    margin: Optional[float] = None  # how much better the winner's mean metric on decided_on is than the runner-up's
     spread: Optional[float] = None  # the larger seed std of the two (None with one seed)
     search_metric: Optional[str] = None  # a search's folder: it decides on this objective, over the tasks
+    metric: str = "auc"
 
     @property
     def margin_exceeds_spread(self) -> Optional[bool]:
@@ -139,19 +147,24 @@ class Comparison:
     cut: List[RunProblem] = field(default_factory=list)  # the branches it cut (not partial runs)
 
 
-def compare_experiment(experiment_dir: str) -> Comparison:
+def compare_experiment(experiment_dir: str, metric: Optional[str] = None) -> Comparison:
     """Read an experiment folder and compare its runs (problem runs are named and left out).
 
+    ``metric`` (a name of :data:`~dlrm_multiepoch.metrics.METRICS`, ``compare --metric``) picks
+    the winners and best epochs; default: the search's metric in a search's folder, else AUC.
     A schedule search's folder (``search.json``) is compared as the search decided: its view
     (:mod:`~dlrm_multiepoch.report.search_view`) names what it deployed, the branches it cut
     are listed as cut (with the rung), and the per-task tables name no winner of their own.
     """
+    if metric is not None:
+        check_metric("--metric", metric)
     runs, problems = read_experiment(experiment_dir)
     view = search_view(experiment_dir)
     if view is None:
-        return compare_runs(runs, problems, experiment_dir)
+        return compare_runs(runs, problems, experiment_dir, metric or "auc")
+    metric = metric or (view.metric if view.metric in METRICS else "auc")
     cut = [RunProblem(p.name, p.path, _cut_reason(*view.cut[p.name])) for p in problems if p.name in view.cut]
-    comparison = compare_runs(runs, [p for p in problems if p.name not in view.cut], experiment_dir)
+    comparison = compare_runs(runs, [p for p in problems if p.name not in view.cut], experiment_dir, metric)
     comparison.search, comparison.cut = view, cut
     for task in comparison.tasks:
         task.winner = task.runner_up = task.margin = task.spread = None
@@ -163,41 +176,44 @@ def _cut_reason(rung: float, reason: str) -> str:
     return f"cut by the search after epoch {rung:g}" + (f": {reason}" if reason else "")
 
 
-def compare_runs(runs: Sequence[RunRecord], problems: Sequence[RunProblem] = (), experiment_dir: str = "") -> Comparison:
-    """Compare already-read runs: per configuration group, strategy rows per task and the update-window fit."""
+def compare_runs(
+    runs: Sequence[RunRecord], problems: Sequence[RunProblem] = (), experiment_dir: str = "", metric: str = "auc"
+) -> Comparison:
+    """Compare already-read runs: per configuration group, strategy rows per task (the winner on ``metric``) and
+    the update-window fit."""
     groups = config_groups(runs)
     comparisons, fits = [], []
     for group in groups:
         tasks = sorted({t for r in group.runs for t in r.tasks})
-        strategies = {name: rs for name, rs in group.rows.items() if all(window_of(r) is None for r in rs)}
         windows = [r for r in group.runs if window_of(r) is not None]
         for task in tasks:
-            on, val = _deciding_split(task, [r for rs in strategies.values() for r in rs])
-            rows = [row for name, rs in strategies.items() if (row := _strategy_row(name, task, rs, on)) is not None]
-            comparisons.append(_rank(TaskComparison(task, rows, group.label, on, val)))
+            on, val = _deciding_split(task, group.runs, metric)
+            rows = [r for name, rs in group.rows.items() if (r := _strategy_row(name, task, rs, on, metric)) is not None]
+            comparisons.append(_rank(TaskComparison(task, rows, group.label, on, val, metric=metric)))
         fits += [fit for task in tasks if (fit := window_fit(task, windows, group.label)) is not None]
     return Comparison(experiment_dir, comparisons, fits, list(problems), list(runs), groups)
 
 
-def _deciding_split(task: str, runs: Sequence[RunRecord]) -> Tuple[str, str]:
-    """(split the winner is picked on, state of the validation split: absent / undefined / defined)."""
-    finals = [r.final(VAL, task, "auc") for r in runs]
+def _deciding_split(task: str, runs: Sequence[RunRecord], metric: str) -> Tuple[str, str]:
+    """(split the winner is picked on, state of ``metric`` on the validation split: absent / undefined / defined)."""
+    finals = [r.final(VAL, task, metric) for r in runs]
     if any(is_defined(v) for v in finals):
         return VAL, "defined"
-    recorded = any(v is not None for v in finals) or any(r.curve(VAL, task, "auc") for r in runs)
+    recorded = any(v is not None for v in finals) or any(r.curve(VAL, task, metric) for r in runs)
     return TEST, "undefined" if recorded else "absent"
 
 
-def _strategy_row(strategy: str, task: str, runs: List[RunRecord], on: str) -> Optional[StrategyRow]:
+def _strategy_row(strategy: str, task: str, runs: List[RunRecord], on: str, metric: str) -> Optional[StrategyRow]:
     runs = [r for r in runs if task in r.tasks]
     if not runs:
         return None
+    sign = METRICS[metric].sign
     curve = _mean_curve([r.curve(TEST, task, "auc") for r in runs])
     val_curve = _mean_curve([r.curve(VAL, task, "auc") for r in runs])
-    chooser = [r.curve(on, task, "auc") for r in runs]
-    # The best epoch is one epoch for all seeds: the highest mean over the epochs every seed reached.
+    chooser = [r.curve(on, task, metric) for r in runs]
+    # The best epoch is one epoch for all seeds: the best mean over the epochs every seed reached (the earliest of ties).
     choices = {e: s for e, s in _mean_curve(chooser).items() if s is not None and all(e in c for c in chooser)}
-    best = max(choices, key=lambda e: (choices[e].mean, -e)) if choices else None
+    best = max(choices, key=lambda e: (sign * choices[e].mean, -e)) if choices else None
 
     def final(split: str, metric: str) -> List[Optional[float]]:
         return [r.final(split, task, metric) for r in runs]
@@ -227,6 +243,8 @@ def _strategy_row(strategy: str, task: str, runs: List[RunRecord], on: str) -> O
         samples_per_s=float(np.mean(speeds)) if speeds else None,
         curve=curve,
         val_curve=val_curve,
+        val_metric=stat_of(final(VAL, metric)),
+        test_metric=stat_of(final(TEST, metric)),
         deployed_epoch=float(np.mean(restored)) if restored else None,
         one_epoch_drop=_one_epoch_drop(curve, _mean_curve([r.curve(TRAIN_SAMPLE, task, "auc") for r in runs])),
     )
@@ -280,12 +298,13 @@ def _rank(comparison: TaskComparison) -> TaskComparison:
             comparison.unranked.append(row.strategy)
         else:
             ranked.append((row.strategy, figure))
-    ranked.sort(key=lambda item: -item[1].mean)  # stable: ties keep the table's order
+    sign = METRICS[comparison.metric].sign
+    ranked.sort(key=lambda item: -sign * item[1].mean)  # stable: ties keep the table's order
     if ranked:
         comparison.winner = ranked[0][0]
     if len(ranked) > 1:
         (_, first), (comparison.runner_up, second) = ranked[0], ranked[1]
-        comparison.margin = first.mean - second.mean
+        comparison.margin = sign * (first.mean - second.mean)
         stds = [first.std, second.std]
         comparison.spread = max(stds) if None not in stds else None  # type: ignore[type-var]
     return comparison

@@ -5,7 +5,9 @@ but for per-run bookkeeping (seed, run folder, resume mode, logging, checkpoints
 they trained on the same data: the same ``--dataset`` and ``--data_path`` and the same
 content of each source file (its sha256, recorded by the run). The data is never a
 strategy's: runs of other data (another ``--data_path``, a file rewritten between runs) go
-to separate groups, each with its own table, so no winner is named across datasets.
+to separate groups, each with its own table, so no winner is named across datasets. A
+branch's ``--start_from`` counts by what it names, its parent's strategy and checkpoint,
+not by the seed's run folder it lies in: the seeds of a search's branch are one row.
 Strategies of one table may differ only in their strategies' own flags (from the
 sweep's manifest; without one, the flags constant within each strategy name and
 different between names, which the table names). Runs whose other flags differ (another
@@ -19,11 +21,13 @@ Example::
         print(group.label or "all runs", [r.name for r in group.runs], group.strategy_flags)
 """
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Set, Tuple
 
 from dlrm_multiepoch.config_section import BOOKKEEPING as BOOKKEEPING_ROLE
 from dlrm_multiepoch.report.runs import RunRecord
+from dlrm_multiepoch.run_files import parse_run_folder_name
 from dlrm_multiepoch.train.config import flags_with
 
 # Flags that name, place or log a run but cannot change what it learns, and the seed (the BOOKKEEPING role).
@@ -67,8 +71,8 @@ def strategy_flag_names(runs: Sequence[RunRecord]) -> Set[str]:
     for run in unknown:
         by_strategy.setdefault(run.strategy, []).append(run)
     for key in {k for r in unknown for k in r.config} - BOOKKEEPING:
-        within = all(len({_text(r.config.get(key)) for r in rs}) == 1 for rs in by_strategy.values())
-        if within and len({_text(r.config.get(key)) for r in unknown}) > 1:
+        within = all(len({_text(_config(r).get(key)) for r in rs}) == 1 for rs in by_strategy.values())
+        if within and len({_text(_config(r).get(key)) for r in unknown}) > 1:
             names.add(key)
     return names - DATA_FLAGS
 
@@ -87,7 +91,7 @@ def config_groups(runs: Sequence[RunRecord]) -> List[ConfigGroup]:
         values = dict(key)
         differs = {f: values.get(f, "unset") for f in varying}
         label = _label(differs)
-        strategy_flags = sorted(f for f in own if len({_text(r.config.get(f)) for r in members}) > 1)
+        strategy_flags = sorted(f for f in own if len({_text(_config(r).get(f)) for r in members}) > 1)
         groups.append(ConfigGroup(label, members, differs, strategy_flags, _rows(members)))
     return groups
 
@@ -112,7 +116,22 @@ def _rows(runs: Sequence[RunRecord]) -> Dict[str, List[RunRecord]]:
 
 def _key(run: RunRecord, ignored: frozenset) -> Tuple[Tuple[str, str], ...]:
     data = [(DATA, run.data)] if run.data else []  # the content it trained on (unknown for older runs)
-    return tuple(sorted([(k, _text(v)) for k, v in run.config.items() if k not in ignored] + data))
+    return tuple(sorted([(k, _text(v)) for k, v in _config(run).items() if k not in ignored] + data))
+
+
+def _config(run: RunRecord) -> Dict[str, Any]:
+    """The run's flags as compared: a branch's ``--start_from`` as its parent's strategy and checkpoint
+    (``joint/checkpoints/step_10``) when it lies in the run folder of the branch's own seed
+    (``.../joint-s0/checkpoints/step_10``), wherever the experiment folder is."""
+    start = run.config.get("start_from")
+    if not start:
+        return run.config
+    parts = os.path.normpath(str(start)).split(os.sep)
+    for i in range(len(parts) - 1, -1, -1):
+        parsed = parse_run_folder_name(parts[i])
+        if parsed is not None and parsed[1] == run.seed:
+            return dict(run.config, start_from="/".join([parsed[0], *parts[i + 1 :]]))
+    return run.config
 
 
 def _label(values: Dict[str, str]) -> str:

@@ -1,7 +1,8 @@
 """Read an experiment's runs: per-epoch metrics from TensorBoard event files, cost from ``summary.json``.
 
 A run folder is what the training app writes under ``--tensorboard_dir``: event files
-(scalars ``eval/epoch`` and ``<split>/<task>/<metric>`` at each evaluation,
+(scalars ``eval/epoch`` and ``<split>/<task>/<metric>`` at each evaluation, for the metrics
+of :data:`~dlrm_multiepoch.metrics.METRICS`,
 ``best/<split>/<task>/<metric>`` for restored best-validation weights, and
 ``train/samples_per_sec``) and ``summary.json`` (config, every evaluation, wall time).
 Runs are found through the sweep's manifest (``sweep.json``: strategy, seed, planned
@@ -29,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from dlrm_multiepoch.metrics import METRIC_NAMES
 from dlrm_multiepoch.run_files import (
     MANIFEST_FILE,
     OWN_FOLDERS,
@@ -45,7 +47,6 @@ from dlrm_multiepoch.sweep.strategies import flag_names
 EPOCH_TAG = "eval/epoch"
 THROUGHPUT_TAG = "train/samples_per_sec"
 BEST_PREFIX = "best"  # best/<split>/<task>/<metric>: the restored best-validation model (auto schedule)
-METRICS = ("auc", "logloss", "ne")
 # Evaluated splits, each possibly with a row slice: test, val, train_sample, test.unseen_user, ...
 _SPLIT = re.compile(r"^(train_sample|val|test)(\.[^/]+)?$")
 
@@ -157,7 +158,7 @@ def metric_key(tag: str, known: Optional[Dict[str, MetricKey]] = None) -> Option
         return known.get(tag)
     split, _, rest = tag.partition("/")
     task, _, metric = rest.rpartition("/")
-    return (split, task, metric) if _SPLIT.match(split) and task and metric in METRICS else None
+    return (split, task, metric) if _SPLIT.match(split) and task and metric in METRIC_NAMES else None
 
 
 def _metric_keys(evaluations: Sequence[Any]) -> Set[MetricKey]:
@@ -171,7 +172,7 @@ def _metric_keys(evaluations: Sequence[Any]) -> Set[MetricKey]:
         for task, metrics in per_task.items()
         if isinstance(metrics, dict)
         for metric in metrics
-        if metric in METRICS
+        if metric in METRIC_NAMES
     }
 
 
@@ -180,7 +181,7 @@ def _known_tags(summary: Dict[str, Any]) -> Optional[Dict[str, MetricKey]]:
     pairs = {(split, task) for split, task, _ in _metric_keys([*summary.get("evaluations", []), summary.get("best")])}
     if not pairs:
         return None
-    return {f"{split}/{task}/{m}": (split, task, m) for split, task in pairs for m in METRICS}
+    return {f"{split}/{task}/{m}": (split, task, m) for split, task in pairs for m in METRIC_NAMES}
 
 
 def read_run(

@@ -21,8 +21,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from dlrm_multiepoch.auto.config import METRIC_SIGN
 from dlrm_multiepoch.data.fetch import default_cache_dir
+from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.report.stats import Stat, stat_of
 from dlrm_multiepoch.run_files import search_record_path
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree, select
@@ -91,7 +91,7 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     cache = flag_value(tuple(record["common_flags"]), "cache_dir") if "common_flags" in record else None
     cache = cache or default_cache_dir()  # where checkpoint digests are remembered
     rungs = rung_points(tree, record["rung_fraction"])
-    sign = METRIC_SIGN.get(record["metric"], 1.0)
+    sign = METRICS[record["metric"]].sign if record["metric"] in METRICS else 1.0
     for seed in seeds:
         entry = record["seeds"][str(seed)]
         curves, points = _curves(experiment_dir, tree, seed, record, rungs)

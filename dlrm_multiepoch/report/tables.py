@@ -1,7 +1,8 @@
 """The comparison as a Markdown report and a CSV table (one row per configuration group, task and strategy).
 
-Differences are shown in AUC points (1 pt = 0.01 AUC) and in percent of the baseline;
-undefined figures as ``n/a`` (an empty CSV cell).
+Differences are shown in AUC points (1 pt = 0.01 AUC) and in percent of the baseline, a
+margin in another deciding metric (``compare --metric``) in that metric's units; undefined
+figures as ``n/a`` (an empty CSV cell).
 
 Example::
 
@@ -12,6 +13,7 @@ Example::
 import csv
 from typing import Any, Dict, List, Optional
 
+from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.report.compare import TEST, VAL, Comparison, StrategyRow, TaskComparison
 from dlrm_multiepoch.report.search_view import SearchView
 from dlrm_multiepoch.report.stats import Stat
@@ -43,12 +45,22 @@ def _deployed(row: StrategyRow) -> str:
     return f"ep {row.epochs}"
 
 
+def _label(task: TaskComparison) -> str:
+    """How the table names the task's deciding metric (``AUC``, ``cal_ne``, ...)."""
+    return METRICS[task.metric].label
+
+
+def _by(task: TaskComparison, amount: float) -> str:
+    """A difference in the deciding metric: AUC in points (1 pt = 0.01), any other metric in its own units."""
+    return f"{100 * amount:.2f} pt" if task.metric == "auc" else f"{amount:.4f}"
+
+
 def _notes(task: TaskComparison, row: StrategyRow) -> str:
     notes = []
     if row.strategy == task.winner:
         notes.append(f"**winner** (on {SPLIT_NAME[task.decided_on]})")
     elif row.strategy in task.unranked:
-        notes.append(f"not ranked: no defined {SPLIT_NAME[task.decided_on]} AUC")
+        notes.append(f"not ranked: no defined {SPLIT_NAME[task.decided_on]} {_label(task)}")
     if row.one_epoch_drop is not None:
         epoch, change = row.one_epoch_drop
         notes.append(f"one-epoch drop ep {epoch}→{epoch + 1} ({100 * change:+.2f} pt)")
@@ -67,15 +79,20 @@ def task_markdown(task: TaskComparison) -> str:
     base_1ep = task.joint_1ep.auc if task.joint_1ep else None
     base_best = task.joint_best.auc if task.joint_best else None
     with_val = task.val != "absent"
+    # Another deciding metric than AUC gets its own columns, before the AUC ones.
+    label, other = _label(task), task.metric != "auc"
     seeds = sorted({r.seeds for r in task.rows})
-    what = "test AUC and logloss of the deployed models" + (", and their validation AUC that picks" if with_val else "")
+    what = "test AUC and logloss of the deployed models"
+    what += f", and their validation {label} that picks" if with_val else f", picked on test {label}" if other else ""
     best = "best val ep" if task.decided_on == VAL else "best ep"
-    header = ["strategy", "seeds", "epochs", "deployed"] + (["val AUC"] if with_val else [])
+    header = ["strategy", "seeds", "epochs", "deployed"] + ([f"val {label}"] if with_val else [])
+    header += ([f"test {label}"] if other else []) + (["val AUC"] if other and with_val else [])
     header += ["test AUC", "test logloss", best, "test AUC at best ep", "Δ test vs joint-1ep"]
     header += [f"Δ test vs {_joint_best_label(task)}", "train−test AUC", "wall time", "samples/s", "notes"]
     lines = table_start(f"{task.task}: {what} (mean ± std over {'/'.join(map(str, seeds))} seed(s))", header)
     for r in task.rows:
-        cells = [r.strategy, str(r.seeds), str(r.epochs), _deployed(r)] + ([fmt(r.val_auc)] if with_val else [])
+        cells = [r.strategy, str(r.seeds), str(r.epochs), _deployed(r)] + ([fmt(r.val_metric)] if with_val else [])
+        cells += ([fmt(r.test_metric)] if other else []) + ([fmt(r.val_auc)] if other and with_val else [])
         cells += [fmt(r.test_auc), fmt(r.test_logloss), str(r.best_epoch) if r.best_epoch is not None else "n/a"]
         cells += [fmt(r.auc_best), fmt_delta(r.vs_joint_1ep, base_1ep), fmt_delta(r.vs_joint_best, base_best)]
         cells += [fmt(r.gap, 3), f"{r.wall_time_s:.0f} s" if r.wall_time_s is not None else "n/a"]
@@ -111,17 +128,19 @@ def curve_markdown(task: TaskComparison, split: str = TEST) -> str:
 
 def decision_note(task: TaskComparison) -> str:
     """Which split picked the winner, and why a pick on test is optimistic."""
+    label = _label(task)
     if task.decided_on == VAL:
         return (
-            "Picked on validation: the validation AUC of the model each run deploys; test figures are reported "
+            f"Picked on validation: the validation {label} of the model each run deploys; test figures are reported "
             "beside it and never used to pick."
         )
     why = {
-        "absent": "these runs have no validation AUC for this task (no validation split)",
-        "undefined": "validation AUC is undefined for this task (its validation labels are of one class, or it has no rows)",
+        "absent": f"these runs have no validation {label} for this task (no validation split)",
+        "undefined": f"validation {label} is undefined for this task (its validation labels are of one class, or it "
+        "has no rows)",
     }[task.val]
     return (
-        f"Picked on test, because {why}: the split that picks the winner also scores it, so its test AUC and "
+        f"Picked on test, because {why}: the split that picks the winner also scores it, so its test {label} and "
         "margin are optimistic (the pick favours whichever strategy was lucky on these test rows). Add "
         "--val_fraction (e.g. 0.1) to the sweep's common flags to pick on validation."
     )
@@ -129,7 +148,7 @@ def decision_note(task: TaskComparison) -> str:
 
 def verdict(task: TaskComparison) -> str:
     """The winner in words: its margin over the runner-up against the seed spread, its test AUC, against joint-best."""
-    on = SPLIT_NAME[task.decided_on]
+    on, label = SPLIT_NAME[task.decided_on], _label(task)
     if task.search_metric is not None:
         return (
             f"{task.task}: no winner per task here: the schedule search decides on validation {task.search_metric} "
@@ -138,19 +157,21 @@ def verdict(task: TaskComparison) -> str:
     if task.winner is None:
         if not task.rows:
             return f"{task.task}: no strategy to compare."
-        nor = ", nor a defined validation AUC" if task.val == "undefined" else ""
-        return f"{task.task}: no winner: no strategy has a defined {on} AUC{nor} (labels of one class, or no rows)."
+        nor = f", nor a defined validation {label}" if task.val == "undefined" else ""
+        return f"{task.task}: no winner: no strategy has a defined {on} {label}{nor} (labels of one class, or no rows)."
     win = task.row(task.winner)
     assert win is not None
-    text = f"**{task.task}: {task.winner} wins on {on}** with {on} AUC {fmt(win.figure(task.decided_on))}"
+    text = f"**{task.task}: {task.winner} wins on {on}** with {on} {label} {fmt(win.figure(task.decided_on))}"
     if task.runner_up is not None and task.margin is not None:
-        text += f", {100 * task.margin:.2f} pt above {task.runner_up}"
+        direction = "above" if METRICS[task.metric].sign > 0 else "below"
+        text += f", {_by(task, task.margin)} {direction} {task.runner_up}"
         exceeds = task.margin_exceeds_spread
         if exceeds is None:
             text += " (one seed: the seed spread is unknown, run more seeds before trusting it)"
         else:
-            text += f" ({'more' if exceeds else 'less'} than the seed spread, {100 * task.spread:.2f} pt)"  # type: ignore[operator]
-    if task.decided_on == VAL:
+            spread = _by(task, task.spread)  # type: ignore[arg-type]
+            text += f" ({'more' if exceeds else 'less'} than the seed spread, {spread})"
+    if task.decided_on == VAL or task.metric != "auc":
         text += f"; its test AUC {fmt(win.test_auc)}"
     if task.joint_best is not None and win.vs_joint_best is not None:
         at = "validation epoch" if task.joint_best.on == VAL else "epoch"
@@ -160,7 +181,7 @@ def verdict(task: TaskComparison) -> str:
         )
     text += f". {decision_note(task)}"
     if task.unranked:
-        text += f" Not ranked (no defined {on} AUC): {', '.join(task.unranked)}."
+        text += f" Not ranked (no defined {on} {label}): {', '.join(task.unranked)}."
     drops = [r.strategy for r in task.rows if r.one_epoch_drop is not None]
     if drops:
         text += " One-epoch phenomenon (test AUC falls beyond the seed spread while train AUC rises) in: "
@@ -253,7 +274,8 @@ def search_markdown(view: SearchView) -> str:
 
 
 CSV_COLUMNS = [
-    "group", "task", "strategy", "seeds", "epochs", "deployed_epoch", "decided_on",
+    "group", "task", "strategy", "seeds", "epochs", "deployed_epoch", "decided_on", "metric",
+    "val_metric_last_mean", "val_metric_last_std", "test_metric_last_mean", "test_metric_last_std",
     "val_auc_last_mean", "val_auc_last_std", "test_auc_last_mean", "test_auc_last_std",
     "test_logloss_last_mean", "test_logloss_last_std", "best_epoch_on", "best_epoch",
     "test_auc_best_mean", "test_auc_best_std", "test_logloss_best_mean", "test_logloss_best_std",
@@ -272,8 +294,10 @@ def csv_rows(comparison: Comparison) -> List[Dict[str, Any]]:
         for r in task.rows:
             row: Dict[str, Any] = {"group": task.group, "task": task.task, "strategy": r.strategy, "seeds": r.seeds}
             row |= {"epochs": r.epochs, "deployed_epoch": r.deployed_epoch, "decided_on": task.decided_on}
+            row |= {"metric": task.metric}
             row |= {"best_epoch_on": r.best_on, "best_epoch": r.best_epoch}
             for key, stat in (
+                ("val_metric_last", r.val_metric), ("test_metric_last", r.test_metric),
                 ("val_auc_last", r.val_auc), ("test_auc_last", r.test_auc), ("test_logloss_last", r.test_logloss),
                 ("test_auc_best", r.auc_best), ("test_logloss_best", r.logloss_best), ("train_minus_test_auc", r.gap),
             ):  # fmt: skip

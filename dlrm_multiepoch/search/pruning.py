@@ -168,7 +168,8 @@ def prune_rung(
         curves: every branch's curve; each compared branch has a value at ``point``.
         eta: halving factor (>= 2).
         fraction: ``--rung_fraction``: where first judgements fall.
-        sign: the metric's sign (``METRIC_SIGN``): the reasons show the metric itself, not the signed objective.
+        sign: the metric's sign (:data:`~dlrm_multiepoch.metrics.METRICS`): the reasons show the metric itself,
+            not the signed objective.
 
     Raises:
         ValueError: ``eta`` below 2, or a compared branch without a value at ``point``.

@@ -25,8 +25,8 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from dlrm_multiepoch.auto.config import METRIC_SIGN
 from dlrm_multiepoch.json_io import write_json
+from dlrm_multiepoch.metrics import METRIC_NAMES
 from dlrm_multiepoch.run_files import read_optional_json, search_record_path
 from dlrm_multiepoch.search.candidates import candidate_tree
 
@@ -51,7 +51,7 @@ SEED = {"branches": ("map", _BRANCH), "rungs": ("list", _RUNG), "deploy": _DEPLO
 # have (those its flags refuse) are damage too: rebuilt, never "rerun it with --epochs -1".
 TOP = {
     "budget": ("where", int, lambda v: v >= 1, "a positive integer"),
-    "metric": ("where", str, lambda v: v in METRIC_SIGN, f"one of {', '.join(METRIC_SIGN)}"),
+    "metric": ("where", str, lambda v: v in METRIC_NAMES, f"one of {', '.join(METRIC_NAMES)}"),
     "task_weights": ("map", _AMOUNT), "eta": ("where", int, lambda v: v >= 2, "an integer >= 2"),
     "rung_fraction": ("where", _NUMBER, lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "common_flags": ("list", str), "candidates": ("list", str),

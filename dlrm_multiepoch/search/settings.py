@@ -13,8 +13,8 @@ Example::
 from dataclasses import dataclass
 from typing import Dict
 
-from dlrm_multiepoch.auto.config import METRIC_SIGN
 from dlrm_multiepoch.command_options import SearchOptions
+from dlrm_multiepoch.metrics import METRICS
 
 
 @dataclass
@@ -37,4 +37,4 @@ class SearchSettings:
     @property
     def sign(self) -> float:
         """+1 when a higher metric is better (AUC), -1 otherwise: the objective is ``sign * metric``."""
-        return METRIC_SIGN[self.metric]
+        return METRICS[self.metric].sign

@@ -7,12 +7,15 @@ from validation, the table remedies, the pipeline, the non-finite-loss policy an
 validator.
 """
 
-from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
+from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import torch
+from torch.fx._symbolic_trace import is_fx_tracing
 from torchrec.distributed import DistributedModelParallel
 from torchrec.optim.keyed import CombinedOptimizer
 
 from dlrm_multiepoch.auto import AutoFreezeSchedule
+from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.identity import IDENTITY
 from dlrm_multiepoch.data.id_dropout import IdDropout
@@ -27,6 +30,8 @@ from dlrm_multiepoch.optim.lr import TableLRScheduler
 from dlrm_multiepoch.optim.reinit import TableReinit
 from dlrm_multiepoch.part import TrainPart
 from dlrm_multiepoch.pipeline import StaleFractionLog, make_train_pipeline
+from dlrm_multiepoch.step_output import check_step_output
+from dlrm_multiepoch.tables import table_names
 from dlrm_multiepoch.train.auto_run import AutoRun
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
 from dlrm_multiepoch.train.config import TrainConfig
@@ -169,10 +174,9 @@ def describe_run(
     parts.describe(logger.info, logger.record)
 
 
-def table_base_lrs(cfg: TrainConfig, data: InteractionData) -> Dict[str, float]:
-    """Each table's base LR (``--embedding_learning_rate`` or ``--embedding_lr_scale``,
-    overridden by ``--table_lr``); an override of an unknown table is an error."""
-    names = [t.name for t in data.tables]
+def table_base_lrs(cfg: TrainConfig, names: List[str]) -> Dict[str, float]:
+    """Each of the model's tables ``names``: its base LR (``--embedding_learning_rate`` or
+    ``--embedding_lr_scale``, overridden by ``--table_lr``); an override of an unknown table is an error."""
     values = cfg.optim.table_lr_values
     values.check_tables(names)
     return {t: values.get(t) for t in names}
@@ -188,13 +192,40 @@ def build_sharded_model(
 ) -> Tuple[DistributedModelParallel, CombinedOptimizer, Dict[str, float]]:
     """``spec``'s model, sharded (with ``--pretrained_tables`` when ``fresh``: a checkpoint brings its own), its
     optimizer and each table's base LR."""
-    base_lrs = table_base_lrs(cfg, data)
     model = spec.build_model(data, cfg.model, env.device)
+    base_lrs = table_base_lrs(cfg, table_names(model))  # the model's tables: yours may not be the dataset's
     apply_embedding_optimizer(model, cfg.optim.embedding_optimizer, cfg.optim.base_table_lr(), base_lrs)
     dmp = shard_model(model, env, cfg.pipeline.sharding_type_list, static_graph=cfg.optim.grad_accum_steps == 1)
     if cfg.freeze.pretrained_tables and fresh:
         load_pretrained_tables(dmp, cfg.freeze.pretrained_tables, log, data_options=cfg.data.cache_options())
     return dmp, build_optimizer(dmp, cfg.optim.learning_rate), base_lrs
+
+
+def check_model_forward(
+    model: DistributedModelParallel, batches: Iterable[Batch], tasks: Sequence[str], device: torch.device, where: str
+) -> None:
+    """Refuse, naming ``where``, a model whose forward does not return what the parts read (``(loss, output)``,
+    :func:`~dlrm_multiepoch.step_output.check_step_output`): one evaluation forward now, on the first of
+    ``batches`` (on every rank: a collective; it changes nothing but a managed-collision remapper's state, as every
+    evaluation does), and the first training forward when it comes, before its backward."""
+    it = iter(batches)
+    try:
+        batch = next(it).to(device)
+    finally:
+        getattr(it, "close", lambda: None)()  # a prefetching loader's thread
+    model.eval()
+    with torch.no_grad():
+        result = model(batch)
+    model.train()
+    check_step_output(result, batch.batch_size, tasks, f"{where} (in eval mode)")
+
+    def first_training_forward(module: torch.nn.Module, args: Tuple[Any, ...], result: Any) -> None:
+        if not module.training or is_fx_tracing():  # TorchRec's pipelines trace the model once
+            return
+        handle.remove()
+        check_step_output(result, args[0].batch_size, tasks, f"{where} (in training)")
+
+    handle = model.module.register_forward_hook(first_training_forward)
 
 
 class NoFreeze(TrainPart):

@@ -171,6 +171,7 @@ class TrainConfig:
         calls both before it reads any data.
         """
         self.data.check_paths()
+        self.model.check_paths()
         resume, start_from = self.checkpoint.resume, self.checkpoint.start_from
         if resume not in ("", "auto") and not os.path.isdir(resume):
             raise ValueError(f"--resume {resume!r}: no such checkpoint folder (expected '', 'auto' or a folder)")

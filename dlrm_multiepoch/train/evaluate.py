@@ -1,4 +1,4 @@
-"""Evaluation: AUC, logloss and normalised entropy per task (and per slice of rows).
+"""Evaluation: the metrics of :data:`~dlrm_multiepoch.metrics.METRICS` per task (and per slice of rows).
 
 Each rank adds its scored rows to a fixed-size metric state, and one ``all_reduce``
 sums the states: memory and communication do not grow with the split, and no rank
@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from dlrm_multiepoch.metrics import METRIC_NAMES
 from dlrm_multiepoch.step_output import StepOutput
 from dlrm_multiepoch.train.recalibrated import recalibrated_ne
 
@@ -226,7 +227,7 @@ def undefined_metrics(results: Dict[str, TaskMetrics]) -> Dict[Tuple[str, str], 
     out = {}
     for split, per_task in results.items():
         for task, m in per_task.items():
-            undefined = [name for name in ("auc", "logloss", "ne") if not math.isfinite(m[name])]
+            undefined = [name for name in METRIC_NAMES if name in m and not math.isfinite(m[name])]
             if not undefined:
                 continue
             p = m["positive_rate"]

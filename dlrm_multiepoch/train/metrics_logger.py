@@ -6,10 +6,11 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Set, Tuple
 from torch.utils.tensorboard import SummaryWriter
 
 from dlrm_multiepoch.json_io import json_safe, write_json
-from dlrm_multiepoch.models.dlrm import ModelOutput
-from dlrm_multiepoch.run_files import summary_path
+from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
+from dlrm_multiepoch.run_files import summary_path
 from dlrm_multiepoch.saved_state import StateMismatch, check_state
+from dlrm_multiepoch.step_output import StepOutput
 from dlrm_multiepoch.train.evaluate import undefined_metrics
 from dlrm_multiepoch.train.nonfinite import finite_mean
 
@@ -119,32 +120,34 @@ class MetricsLogger:
 
 
 def metric_scalars(results: Mapping[str, Mapping[str, Mapping[str, float]]]) -> Dict[str, float]:
-    """``{split: {task: {metric: value}}}`` -> TensorBoard scalars ``split/task/metric``
-    (AUC, logloss, NE and the calibration-free NE)."""
+    """``{split: {task: {metric: value}}}`` -> TensorBoard scalars ``split/task/metric``, for the metrics of
+    :data:`~dlrm_multiepoch.metrics.METRICS`."""
     return {
         f"{split}/{task}/{name}": value
         for split, per_task in results.items()
         for task, metrics in per_task.items()
         for name, value in metrics.items()
-        if name in ("auc", "logloss", "ne", "cal_ne")
+        if name in METRICS
     }
 
 
 def format_metrics(title: str, results: Mapping[str, Mapping[str, Mapping[str, float]]]) -> str:
-    """Console lines: one per split and task."""
+    """Console lines: one per split and task, each metric of :data:`~dlrm_multiepoch.metrics.METRICS` it holds."""
     lines = [title]
     for split, per_task in results.items():
         for task, m in per_task.items():
-            lines.append(f"  {split:>12} {task:>6}: auc {m['auc']:.4f}  logloss {m['logloss']:.4f}  ne {m['ne']:.4f}")
+            shown = "  ".join(f"{name} {metric.show(m[name])}" for name, metric in METRICS.items() if name in m)
+            lines.append(f"  {split:>12} {task:>6}: {shown}")
     return "\n".join(lines)
 
 
-def train_scalars(window: Sequence[ModelOutput], epoch: int, seconds: float, world_size: int) -> Dict[str, float]:
-    """TensorBoard's train scalars of a logging window: mean (finite) loss per task, samples/s, epoch."""
+def train_scalars(window: Sequence[StepOutput], epoch: int, seconds: float, world_size: int) -> Dict[str, float]:
+    """TensorBoard's train scalars of a logging window: mean (finite) loss, per named loss where the outputs
+    have ``losses`` (the app's ``ModelOutput``: one per task), samples/s, epoch."""
     # Local real samples times ranks: exact except in an epoch's last, padded step.
     samples = sum(float(o.weights.sum()) for o in window) * world_size
     values = {"train/loss": finite_mean([o.loss for o in window]), "train/samples_per_sec": samples / max(seconds, 1e-9)}
     values["train/epoch"] = epoch
-    for name in window[0].losses:
+    for name in getattr(window[0], "losses", {}):
         values[f"train/loss_{name}"] = finite_mean([o.losses[name] for o in window])
     return values

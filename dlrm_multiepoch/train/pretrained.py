@@ -18,7 +18,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from dlrm_multiepoch.json_io import read_json
-from dlrm_multiepoch.tables import duplicate_table_names, embedding_modules
+from dlrm_multiepoch.tables import duplicate_table_names, embedding_modules, quiet_sharded_tensors
 
 SUMMARY_FILE = "pretrain.json"  # written by the pre-training app (python -m dlrm_multiepoch.pretrain) beside the tables
 
@@ -120,20 +120,22 @@ def load_pretrained_tables(
         for name, meta in FileSystemReader(path).read_metadata().state_dict_metadata.items()
         if isinstance(meta, TensorStorageMetadata)
     }
-    for name, tensor in tables.items():
+    with quiet_sharded_tensors():
+        shapes = {name: (tuple(tensor.shape), tensor.dtype) for name, tensor in tables.items()}
+    for name, (want, dtype) in shapes.items():
         if name not in saved:
             continue
-        want, have = tuple(tensor.shape), tuple(saved[name].size)
+        have = tuple(saved[name].size)
         if want != have:
             raise ValueError(
                 f"--pretrained_tables {path!r}: table {name!r} is {have[0]} rows x {have[1]} dims in the checkpoint "
                 f"but {want[0]} x {want[1]} in the model (pre-train with the same dataset encoding and "
                 f"--embedding_dim){_encoding_changes(path, data_options)}"
             )
-        if saved[name].properties.dtype != tensor.dtype:
+        if saved[name].properties.dtype != dtype:
             raise ValueError(
                 f"--pretrained_tables {path!r}: table {name!r} is {saved[name].properties.dtype} in the checkpoint "
-                f"but {tensor.dtype} in the model"
+                f"but {dtype} in the model"
             )
     report = PretrainedTablesReport(
         path=path,
@@ -148,7 +150,8 @@ def load_pretrained_tables(
         )
     if strict and report.fresh:
         raise ValueError(f"--pretrained_tables {path!r}: table(s) {report.fresh} missing from the checkpoint")
-    dcp.load({name: tables[name] for name in report.loaded}, checkpoint_id=path)
+    with quiet_sharded_tensors():
+        dcp.load({name: tables[name] for name in report.loaded}, checkpoint_id=path)
     log(str(report))
     return report
 

@@ -41,9 +41,11 @@ class RunFolder:
 
 
 def default_run_name(cfg: TrainConfig, job_id: Optional[str], label: str = "") -> str:
-    """``<dataset>-<label: the model>-seed<N>-<job id or time>``: the job id keeps one name across restarts."""
+    """``<dataset>-<label: the model>-seed<N>-<job id or time>``: the job id keeps one name across restarts
+    (a model's import path ``my_models:build`` as ``my_models.build``)."""
     suffix = job_id[:12] if job_id else time.strftime("%Y%m%d-%H%M%S")
-    return f"{cfg.data.dataset}-{label or cfg.model.model}-seed{cfg.seed}-{suffix}"
+    model = (label or cfg.model.model).replace(":", ".")
+    return f"{cfg.data.dataset}-{model}-seed{cfg.seed}-{suffix}"
 
 
 def open_run_folder(cfg: TrainConfig, log: Callable[[str], None] = print, label: str = "") -> RunFolder:

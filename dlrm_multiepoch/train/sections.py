@@ -95,7 +95,9 @@ class PipelineConfig:
     )
     pipeline_staleness_interval: int = field(
         default=20,
-        metadata={"help": "semi_sync: measure the stale-row fraction on one step in N (1: every step, exact)"},
+        metadata={
+            "help": "semi_sync: measure the stale-row fraction on one step in N, from step 1 (1: every step, exact)"
+        },
     )
     sharding_types: str = field(
         default="table_wise,row_wise,column_wise",

@@ -15,8 +15,10 @@ from torch import nn
 
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.distributed import DistEnv
+from dlrm_multiepoch.import_path import is_import_path
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.factory import build_model
+from dlrm_multiepoch.models.user_model import import_builder
 from dlrm_multiepoch.names import TEST, TRAIN_SAMPLE, VAL
 from dlrm_multiepoch.part import TrainPart
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
@@ -80,7 +82,10 @@ class TrainSpec:
         return cfg.model.model
 
     def check(self, cfg: TrainConfig) -> None:
-        """Refuse settings this kind of run cannot apply, naming the flag (the supervised run applies all)."""
+        """Refuse settings this kind of run cannot apply, naming the flag (the supervised run applies all), before
+        any data is read: here, a ``--model MODULE:NAME`` that does not import or is no builder."""
+        if is_import_path(cfg.model.model):
+            import_builder(cfg.model.model)
 
     def prepare(self, data: InteractionData, cfg: TrainConfig) -> str:
         """Add what the run needs to ``data`` (here: the train sample it evaluates); return the split it trains on."""

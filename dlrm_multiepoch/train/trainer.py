@@ -17,11 +17,12 @@ from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.identity import IDENTITY, data_identity
 from dlrm_multiepoch.distributed import DistEnv
-from dlrm_multiepoch.models.dlrm import ModelOutput
+from dlrm_multiepoch.import_path import is_import_path
 from dlrm_multiepoch.part import TrainPart, TrainParts
 from dlrm_multiepoch.run_files import DATA_ERROR_MARK
+from dlrm_multiepoch.step_output import StepOutput
 from dlrm_multiepoch.train.build import build_loaders, build_nonfinite, build_pipeline, build_remedies
-from dlrm_multiepoch.train.build import build_schedule, build_sharded_model, build_validator
+from dlrm_multiepoch.train.build import build_schedule, build_sharded_model, build_validator, check_model_forward
 from dlrm_multiepoch.train.build import describe_run, prepare_data
 from dlrm_multiepoch.train.checkpoint import Checkpointer, StartPoint, table_sharding
 from dlrm_multiepoch.train.config import TrainConfig
@@ -125,6 +126,9 @@ class Trainer:
         # On resume, TensorBoard hides what the interrupted job logged after the checkpoint.
         self.logger = MetricsLogger(self.run.path, enabled=env.is_main, purge_step=self.run.purge_step)
         model, optimizer, base_lrs = build_sharded_model(cfg, self.data, env, start is None, self.logger.info, spec)
+        if is_import_path(cfg.model.model):  # your model: its forward is checked before anything trains
+            first = next(iter(self.eval_loaders.values()), self.train_loader)
+            check_model_forward(model, first, self.data.tasks, env.device, f"--model {cfg.model.model!r}")
         self.model, self.optimizer, self.progress = model, optimizer, TrainProgress()
         self.freeze, decisions = build_schedule(cfg, model, optimizer, spe, self.data, self.run.checkpoints, self.logger)
         remedies, driven = build_remedies(cfg, self.data, model, optimizer, spe, env.rank, base_lrs, self.logger.info)
@@ -243,12 +247,12 @@ class Trainer:
 
     def _train_segment(self, batches: Iterator[Batch], epoch: int, bar: tqdm) -> None:
         self.model.train()
-        window: List[ModelOutput] = []
+        window: List[StepOutput] = []
         t0 = time.perf_counter()
         while True:
             try:
                 with self.parts.step_context(self.step, last_of_epoch=(self.step + 1) % self.steps_per_epoch == 0):
-                    out: ModelOutput = self.pipeline.progress(batches)
+                    out: StepOutput = self.pipeline.progress(batches)
             except StopIteration:
                 break
             self.progress.step += 1
@@ -261,7 +265,7 @@ class Trainer:
         if window:
             self._log_train(window, epoch, time.perf_counter() - t0, bar)
 
-    def _log_train(self, window: List[ModelOutput], epoch: int, seconds: float, bar: tqdm) -> float:
+    def _log_train(self, window: List[StepOutput], epoch: int, seconds: float, bar: tqdm) -> float:
         self.parts.after_window([o.loss for o in window], self.step, self.logger)  # the non-finite check first
         values = train_scalars(window, epoch, seconds, self.env.world_size)
         self.logger.scalars(values, self.step)

@@ -10,7 +10,8 @@ they differ):
   parts the app's ``Trainer`` runs (README's second block).
 
 Both save a checkpoint after every epoch with one ``dcp.save`` and resume from one with
-one ``dcp.load`` of the same dict (``--resume_from``). Run it on 2 CPU ranks::
+one ``dcp.load`` of the same dict (``--resume_from``); the parts loop prints each
+evaluation, the freeze loop the validation metrics it ends with. Run it on 2 CPU ranks::
 
     torchrun --nproc_per_node 2 examples/deepfm/train_deepfm.py --loop parts --checkpoint_dir /tmp/deepfm
     torchrun --nproc_per_node 2 examples/deepfm/train_deepfm.py --loop parts --checkpoint_dir /tmp/deepfm \\
@@ -117,9 +118,11 @@ def parts_loop(
         TableReinit, TrainParts, TrainProgress, Validator, eval_outputs, init_optimizer_state,
     )
 
+    # optimizer: CombinedOptimizer([model.fused_optimizer, dense_optimizer]), as in the block above
     steps = len(loader)
     freeze = AutoFreezeSchedule(model, steps, epochs, tasks, optimizer=optimizer)  # tables frozen, then trained, on val
-    accumulation = GradientAccumulation(model, optimizer, steps=2)                 # a dense step every 2 batches
+    # a dense step every 2 batches; DistributedModelParallel built with DefaultDataParallelWrapper(static_graph=False)
+    accumulation = GradientAccumulation(model, optimizer, steps=2)
     parts = TrainParts([                                                           # their hooks run in this order
         SkipNonFiniteBatches(model),                                               # a NaN loss trains nothing
         TableLRScheduler(model, TableLRSchedule.parse("0.5", "cosine", 0.1), steps, epochs, factor=accumulation.lr_factor),
@@ -186,6 +189,22 @@ def parts_loop(
     return locals()
 
 
+def report(pipeline: Any, model: nn.Module, val_loader: Loader, rank: int, title: str) -> Dict[str, Dict[str, float]]:
+    """The validation metrics of the model as it is now, through the loop's pipeline; rank 0 prints them."""
+    from dlrm_multiepoch import BinaryMetrics, eval_outputs
+
+    model.eval()
+    metrics = BinaryMetrics(TASKS)
+    for out in eval_outputs(pipeline.progress, val_loader):
+        metrics.update(out.logits, out.labels, out.weights)
+    model.train()
+    results = metrics.compute()  # a collective: every rank sums its rows in
+    if rank == 0:
+        for task, m in results.items():
+            print(f"{title}: validation {task}: auc {m['auc']:.4f}  logloss {m['logloss']:.4f}  ne {m['ne']:.4f}")
+    return results
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--loop", choices=["freeze", "parts"], default="parts")
@@ -213,12 +232,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     train, val = splits(args.train_rows, args.val_rows)
     loader = Loader(train, args.batch_size, rank, world_size)
     model, dense_optimizer = build(rank, world_size, device)
+    val_loader = Loader(val, args.batch_size, rank, world_size, shuffle=False)
     if args.loop == "freeze":
-        return freeze_loop(
+        names = freeze_loop(
             model, dense_optimizer, args.schedule, loader, args.epochs, device, args.checkpoint_dir, args.resume_from
         )
+        names["validation"] = report(names["pipeline"], model, val_loader, rank, f"after {args.epochs} epochs")
+        return names
     optimizer = CombinedOptimizer([model.fused_optimizer, dense_optimizer])
-    val_loader = Loader(val, args.batch_size, rank, world_size, shuffle=False)
     id_dropout = {feature: args.id_dropout for feature in list(POOLED) + list(SEQUENCE)}
     return parts_loop(
         model, optimizer, TASKS, loader, val_loader, args.epochs, device, rank, id_dropout, args.checkpoint_dir,

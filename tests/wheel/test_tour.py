@@ -24,7 +24,9 @@ from dlrm_multiepoch.data.bookcrossing import BOOKCROSSING_WHEEL
 from dlrm_multiepoch.data.fetch import CACHE_ENV
 from dlrm_multiepoch.data.movielens import MOVIELENS_WHEEL
 from tests.data_inputs import make_bookcrossing_wheel, make_movielens_wheel
+from tests.test_user_model import check_your_model_runs, run_your_model_commands
 from tests.torchx_cli import scheduler_request
+from tests.tour import warning_lines
 
 SITE = Path(os.environ.get("DLRM_WHEEL_SITE", "/nonexistent"))
 TINY = "--batch_size 64 --no-progress_bar"  # tiny data: a few steps per epoch; no bars in the logs
@@ -43,10 +45,12 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def sh(command: str, cwd: Path) -> str:
-    """Run a README command with bash in ``cwd``; its output, which must hold no traceback."""
+    """Run a README command with bash in ``cwd``; its output, which must hold no traceback and no Python
+    warning line (``tests/tour.py``)."""
     proc = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Traceback" not in output, f"$ {command}\n{output}"
+    assert not warning_lines(output), f"$ {command}: warning lines in its console:\n" + "\n".join(warning_lines(output))
     return output
 
 
@@ -59,7 +63,7 @@ def test_wheel_is_the_installed_package_and_read_only():
     assert here.parent == SITE.resolve(), (here, SITE)  # not a checkout, not an editable install
     direct = json.loads(metadata.distribution("dlrm-multiepoch").read_text("direct_url.json") or "{}")
     assert direct.get("url", "").endswith(".whl") and "dir_info" not in direct, direct
-    assert dlrm_multiepoch.__version__ == metadata.version("dlrm-multiepoch") != "0+unknown"
+    assert dlrm_multiepoch.__version__ == metadata.version("dlrm-multiepoch")
     with pytest.raises(OSError):  # the harness's read-only site-packages (a bind mount as root, else modes)
         (here / "probe").write_text("")
 
@@ -107,3 +111,11 @@ def test_wheel_kubernetes_extra_gives_the_dry_run(user):
     for task in job["spec"]["tasks"]:
         (container,) = task["template"]["spec"]["containers"]
         assert container["image"] == "reg/dlrm:cpu" and " -m dlrm_multiepoch.train" in container["command"][2]
+
+
+def test_wheel_your_model_sweep_search_and_compare(tmp_path):
+    """docs/YOUR_MODEL.md's commands as written, from a folder holding only the example's three files: a sweep of
+    two strategies and the full search over the example's DeepFM (``--model app_model:build``), then compare."""
+    folder = tmp_path / "my-deepfm"
+    folder.mkdir()
+    check_your_model_runs(folder, run_your_model_commands(folder, tmp_path / "cache"))

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # make test-image: build the Dockerfile's CPU image with buildah (no Docker engine runs here, no
 # registry is reachable) and run the package inside it: `python -m dlrm_multiepoch.train --help`
-# and a tiny 1-rank training on a MovieLens-shaped zip made by tests/data_inputs.py.
+# and a tiny 1-rank training on a MovieLens-shaped zip made by tests/data_inputs.py, inside the image
+# too: nothing here needs the repository's .venv.
 #
-#   tools/image/run.sh PYTHON      (PYTHON: the repository's venv interpreter, to write the tiny data)
+#   tools/image/run.sh
+#
+# The build uses the Dockerfile's defaults but the base image: `docker build .`'s CPU image, its torch
+# from the PyTorch CPU index (where that index is out of reach, as here, pip says so and takes the
+# machine's own 2.13.0+cpu wheel; the Dockerfile refuses a CUDA torch in a CPU image).
 #
 # The base image comes from Debian's packages: debootstrap (bookworm, minbase, python3 and venv)
 # imported with buildah, kept in buildah's storage as localhost/dlrm-multiepoch-base:bookworm for
@@ -12,7 +17,6 @@
 # read-only mounts: its CA bundle, pip config and the local wheel folders they name.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-PY=$1
 BASE=localhost/dlrm-multiepoch-base:bookworm
 IMAGE=localhost/dlrm-multiepoch:cpu-test
 B=(buildah --storage-driver vfs)
@@ -58,8 +62,11 @@ echo "test-image: built $IMAGE in $((SECONDS - t0)) s ($("${B[@]}" images --form
 
 t0=$SECONDS
 mkdir -p "$WORK/data" "$WORK/workspace"
-(cd "$REPO" && "$PY" -c 'import sys; from pathlib import Path; from tests.data_inputs import make_movielens_wheel; make_movielens_wheel(Path(sys.argv[1]))' "$WORK/data/ml.zip")
 c=$("${B[@]}" from --quiet "$IMAGE"); containers+=("$c")
+# The tiny data, written by the image's own Python from the repository's tests/ (read-only).
+"${B[@]}" run --isolation chroot -v "$REPO/tests:/src/tests:ro" -v "$WORK/data:/data" "$c" -- python -c \
+    'import sys; sys.path.insert(0, "/src"); from pathlib import Path; from tests.data_inputs import make_movielens_wheel; make_movielens_wheel(Path(sys.argv[1]))' \
+    /data/ml.zip
 # chroot isolation shares the host's network but not its host name: the host's /etc/hosts (what a
 # container runtime injects), torchrun --standalone (a free port, not 29500, which a host job may
 # hold) and --local-addr 127.0.0.1 (the workers meet there, not at the container's unresolvable name).
@@ -69,6 +76,6 @@ echo "test-image: ${usage%%$'\n'*}"
 timeout 300 "${run[@]}" torchrun --standalone --local-addr 127.0.0.1 --nproc_per_node 1 -m dlrm_multiepoch.train --dataset movielens --data_path /data/ml.zip \
     --cache_dir /workspace/cache --epochs 1 --batch_size 64 --run_name image --no-progress_bar > "$WORK/train.log" 2>&1 \
     || { tail -n 30 "$WORK/train.log"; exit 1; }
-"$PY" -c 'import json, sys; s = json.load(open(sys.argv[1])); assert s["evaluations"], s; print("test-image: 1-rank training in the image:", {k: v for k, v in s["evaluations"][-1].items() if k in ("epoch", "step")})' \
+python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); assert s["evaluations"], s; print("test-image: 1-rank training in the image:", {k: v for k, v in s["evaluations"][-1].items() if k in ("epoch", "step")})' \
     "$WORK/workspace/runs/image/summary.json"
 echo "test-image: ran in the image in $((SECONDS - t0)) s"

@@ -9,9 +9,10 @@
 # 3. makes the venv's site-packages read-only: chmod -R a-w, and as root (whom file modes do not
 #    stop) a read-only bind mount in a private mount namespace;
 # 4. from a folder outside the checkout that holds only copies of tests/, what they import beside the
-#    package (benchmarks/tools/: the rank spawner; examples/: the DeepFM the drop-in test trains) and
-#    README.md (the drop-in test reads its blocks), runs tests/wheel/ (the README's quick tour and the TorchX
-#    components) and the README's two drop-in blocks (tests/test_dropin.py);
+#    package (benchmarks/tools/: the rank spawner; examples/: the DeepFM the drop-in test trains and
+#    docs/YOUR_MODEL.md's commands run) and README.md and docs/YOUR_MODEL.md (the tests read their blocks),
+#    runs tests/wheel/ (the README's quick tour, the TorchX components, your model under sweep and search) and
+#    the README's two drop-in blocks (tests/test_dropin.py);
 # 5. checks that nothing under site-packages changed (a listing of paths, sizes and times).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -57,6 +58,7 @@ for release in "$@"; do
     cp -r "$REPO/examples" "$user/examples"
     mkdir -p "$user/benchmarks" && cp -r "$REPO/benchmarks/tools" "$user/benchmarks/tools"
     cp "$REPO/README.md" "$user/README.md"
+    mkdir -p "$user/docs" && cp "$REPO/docs/YOUR_MODEL.md" "$user/docs/YOUR_MODEL.md"
     find "$user" -name __pycache__ -prune -exec rm -rf {} +
     run=(env PATH="$venv/bin:$PATH" DLRM_WHEEL_SITE="$site" "$venv/bin/python" -m pytest -q -p no:cacheprovider
          --durations=12 -W ignore::pytest.PytestUnknownMarkWarning

@@ -1,6 +1,5 @@
 """Loading a checkpoint into a built model, optimizer and further stateful parts, in place."""
 
-import warnings
 from typing import Any, Dict, Iterator, Mapping, Sequence, Tuple
 
 import torch
@@ -8,6 +7,8 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemReader
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizer, KeyedOptimizerWrapper
+
+from dlrm_multiepoch.tables import quiet_sharded_tensors
 
 
 def _leaf_optimizers(optimizer: KeyedOptimizer, prefix: str = "") -> Iterator[Tuple[str, KeyedOptimizer]]:
@@ -116,8 +117,7 @@ def load_checkpoint(
     _materialize_optimizer_state(optimizer, saved_keys)
     model_state = model.state_dict()
     optimizer_state = optimizer.state_dict()
-    with warnings.catch_warnings():  # TorchRec's tables are ShardedTensors; DCP's deprecation note is not for users
-        warnings.filterwarnings("ignore", message="Please use DTensor instead", category=FutureWarning)
+    with quiet_sharded_tensors():
         dcp.load({"model": model_state, "optimizer": optimizer_state, **tensor_state}, checkpoint_id=path)
     # DCP filled the tensors in place; these calls also cover state_dict() entries that are copies.
     model.load_state_dict(model_state)

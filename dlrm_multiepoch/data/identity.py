@@ -150,8 +150,8 @@ def changed_since(recorded: Any, cache_dir: Optional[str]) -> List[str]:
     changes = []
     for file in _files(recorded):
         path = file["path"]
-        if not isinstance(path, str) or not os.path.isfile(path):
-            continue
+        if not isinstance(path, str) or not isinstance(file["sha256"], str) or not os.path.isfile(path):
+            continue  # a damaged record, or a path this host cannot see
         try:
             sha, size = cached_file_digest(path, cache_dir), os.path.getsize(path)
         except OSError:

@@ -65,7 +65,7 @@ ROLES: Dict[str, str] = {
     SEARCH_LAUNCH: "a search sets it for each launch of a branch (where it pauses, what it keeps, where it "
     "starts), so a branch's run folder may record another value (search/checks.py LAUNCH_FLAGS)",
     SUFFIX: "a branch (--start_from) may set it otherwise than its parent: its schedule suffix, folder, launch, "
-    "evaluation, logging, checkpoints (train/start_point.py SUFFIX_FIELDS)",
+    "evaluation, logging, checkpoints, where its data lives (train/start_point.py SUFFIX_FIELDS)",
     NOT_PRETRAINED: "pre-training does not apply it, and says so when it is set (train/pretrain.py NOT_APPLIED)",
     SHAPES: "it changes parameter or optimizer-state shapes: a checkpoint loads only into a run with its value "
     "(train/checkpoint/compat.py SHAPE_FIELDS)",

@@ -27,8 +27,9 @@ Example::
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from dlrm_multiepoch.file_digests import cached_file_digest, file_digest
 from dlrm_multiepoch.json_io import read_json
 
 SUMMARY_FILE = "summary.json"
@@ -258,6 +259,42 @@ def read_checkpoint_state(path: str) -> Dict[str, Any]:
     return state
 
 
+def checkpoint_files_problem(
+    path: str, files: Mapping[str, Any], names: Optional[Sequence[str]] = None, digest: Callable[[str], str] = file_digest
+) -> Optional[str]:
+    """The first file of a checkpoint that differs from what its save recorded (``files``: name -> ``bytes``,
+    ``sha256``), as one line naming it; None when every one of ``names`` (default: all) matches."""
+    for name in sorted(files) if names is None else names:
+        expected, file = files[name], os.path.join(path, name)
+        if not isinstance(expected, Mapping) or not isinstance(expected.get("bytes"), int):
+            return f"checkpoint {path}: {STATE_FILE} records no size for file {name} (damaged)"
+        if not os.path.isfile(file):
+            return f"checkpoint {path}: file {name} is missing"
+        size = os.path.getsize(file)
+        if size != expected["bytes"]:
+            return f"checkpoint {path}: file {name} has {size} bytes, the save wrote {expected['bytes']} (truncated?)"
+        if digest(file) != expected.get("sha256"):
+            return f"checkpoint {path}: file {name} has another sha256 than the save recorded (damaged)"
+    return None
+
+
+def checkpoint_problem(path: str, cache_dir: Optional[str] = None) -> Optional[str]:
+    """Why the checkpoint folder ``path`` is not intact (missing, incomplete, of another format, a file missing,
+    truncated or of other content), as one line naming it; None when it is. Torch-free, one process: what the
+    search and ``compare`` check before they name a checkpoint deployed (each file's digest remembered under
+    ``cache_dir`` by its stat, :mod:`~dlrm_multiepoch.file_digests`).
+    """
+    if not os.path.isdir(path):
+        return f"checkpoint {path} is missing (deleted?)"
+    try:
+        files = read_checkpoint_state(path).get("files", {})
+    except CheckpointError as e:
+        return str(e)
+    if not isinstance(files, Mapping):
+        return f"checkpoint {path}: {STATE_FILE} records no files (damaged)"
+    return checkpoint_files_problem(path, files, digest=lambda file: cached_file_digest(file, cache_dir))
+
+
 @dataclass
 class CheckpointInfo:
     """A complete, verified checkpoint folder and its ``trainer_state.json``.
@@ -314,19 +351,19 @@ def path_matches(path: str, patterns: Sequence[str]) -> bool:
     return any(path == p or (p.endswith(".") and path.startswith(p)) for p in patterns)
 
 
-def recorded_config(run_dir: str) -> Tuple[Optional[Dict[str, Any]], str]:
-    """The training config a run folder recorded, and the file it came from.
+def recorded_field(run_dir: str, name: str) -> Tuple[Optional[Dict[str, Any]], str]:
+    """An object a run folder recorded under ``name`` (``config``, ``data_identity``), and the file it came from.
 
-    ``summary.json``'s config, else (no summary, or a damaged one) its newest complete
+    ``summary.json``'s, else (no summary, a damaged one, or none there) its newest complete
     checkpoint's; ``(None, "")`` when neither holds one.
 
     Raises:
         CheckpointFormatError: the newest checkpoint is of an older format (naming it).
     """
     try:
-        config = read_summary(run_dir).get("config")
+        value = read_summary(run_dir).get(name)
     except (ValueError, AttributeError):
-        config = None  # damaged summary: the checkpoint speaks for the run
+        value = None  # damaged summary: the checkpoint speaks for the run
     source = summary_path(run_dir)
     try:
         newest = newest_checkpoint(run_dir)
@@ -334,6 +371,11 @@ def recorded_config(run_dir: str) -> Tuple[Optional[Dict[str, Any]], str]:
         if isinstance(e, CheckpointFormatError):
             raise
         newest = None  # damaged, not old: the trainer falls back to an older checkpoint, naming it
-    if not isinstance(config, Mapping) and newest is not None:
-        config, source = newest.state.get("config"), state_path(newest.path)
-    return (dict(config), source) if isinstance(config, Mapping) else (None, "")
+    if not isinstance(value, Mapping) and newest is not None:
+        value, source = newest.state.get(name), state_path(newest.path)
+    return (dict(value), source) if isinstance(value, Mapping) else (None, "")
+
+
+def recorded_config(run_dir: str) -> Tuple[Optional[Dict[str, Any]], str]:
+    """The training config a run folder recorded, and the file it came from (:func:`recorded_field`)."""
+    return recorded_field(run_dir, "config")

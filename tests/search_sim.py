@@ -6,12 +6,14 @@ search's own :class:`~dlrm_multiepoch.search.launches.BranchLauncher` (flags, fo
 checkpoint, launch records) whose sweep launch is replaced by :func:`train`: the run
 folder a trainer leaves after ``--stop_at_epoch``: ``summary.json`` (config, every
 evaluation, ``started_from``, the end's wall time and ``auto``'s ``best``), ``sweep.json``,
-and a checkpoint after each whole epoch and pause whose ``trainer_state.json`` holds the
-progress and the evaluations so far. Like the trainer it resumes from its newest
-checkpoint (or its parent's, ``--start_from``), skips a finished run, rewrites an
-unreadable ``summary.json`` from its checkpoint (the app rewrites it after every evaluation,
-before that evaluation's checkpoint), and records every step range it trains and
-saves (``trained``): nothing saved may be trained twice. Its writes are atomic as the app's
+and a checkpoint after each whole epoch and pause: a shard file and a ``trainer_state.json``
+holding the progress, the evaluations so far and the shard's size and sha256. Like the
+trainer it records the identity of its data (:func:`~dlrm_multiepoch.data.identity.data_identity`,
+in the summary and each checkpoint), resumes from its newest intact checkpoint (or its
+parent's, ``--start_from``), refuses to resume onto other data (its launch fails, one line),
+skips a finished run, rewrites an unreadable ``summary.json`` from its checkpoint (the app
+rewrites it after every evaluation, before that evaluation's checkpoint), and records every
+step range it trains and saves (``trained``): nothing saved may be trained twice. Its writes are atomic as the app's
 (a record replaced whole, a checkpoint renamed once complete), so a write that fails (a full
 disk) fails its launch and loses only what was not saved yet.
 
@@ -36,7 +38,9 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 from torchx.runner import get_runner
 
 from dlrm_multiepoch.command_faults import guarded
-from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, run_folder_name, step_of
+from dlrm_multiepoch.data.identity import IDENTITY, data_identity, identity_changes
+from dlrm_multiepoch.file_digests import file_digest
+from dlrm_multiepoch.run_files import checkpoint_problem, checkpoints_dir, complete_checkpoints, run_folder_name, step_of
 from dlrm_multiepoch.search.launches import BranchLauncher
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted
 from dlrm_multiepoch.sweep.manifest import update_manifest
@@ -46,6 +50,7 @@ from dlrm_multiepoch.sweep.strategies import Strategy
 from dlrm_multiepoch.train.config import parse_config
 
 SPE = 10  # steps per epoch
+SHARD = "__0_0.distcp"  # each checkpoint's one shard file
 AUC = {
     "joint": {0: 0.5, 1: 0.610, 2: 0.598, 3: 0.590, 4: 0.585},
     "delayed": {0: 0.5, 1: 0.540, 2: 0.552, 3: 0.640},
@@ -105,22 +110,26 @@ class _Events:
 
 
 def read_state(checkpoint: str) -> Optional[Dict[str, Any]]:
-    """A checkpoint's state as the app checks it on load (its format, step, progress and evaluations); None when
-    it is damaged: the app passes it over for an older one (``--resume``), or refuses it (``--start_from``)."""
+    """A checkpoint's state as the app checks it on load (its files' sizes and sha256, its format, step, progress,
+    evaluations and data identity); None when it is damaged: the app passes it over for an older one
+    (``--resume``), or refuses it (``--start_from``)."""
+    if checkpoint_problem(checkpoint) is not None:
+        return None
     try:
         with open(os.path.join(checkpoint, "trainer_state.json")) as f:
             state = json.load(f)
         parts = state["parts"]
         intact = state["format"] == 2 and state["step"] == step_of(checkpoint) == parts["progress"]["step"]
         intact = intact and isinstance(parts["metrics"]["evaluations"], list)
-        intact = intact and (parts["metrics"].get("started_from") is None or isinstance(parts["metrics"]["started_from"], dict))
+        started = parts["metrics"].get("started_from")
+        intact = intact and (started is None or isinstance(started, dict)) and isinstance(state[IDENTITY], dict)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return state if intact and type(state["step"]) is int else None
 
 
 def _state(run_dir: str) -> Optional[Dict[str, Any]]:
-    """The newest intact checkpoint's state (None: none to resume from)."""
+    """The newest intact checkpoint's state, as the trainer's ``--resume auto`` finds it (damaged ones passed over)."""
     for _, path in reversed(complete_checkpoints(checkpoints_dir(run_dir))):
         state = read_state(path)
         if state is not None:
@@ -128,17 +137,38 @@ def _state(run_dir: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+def _save(folder: str, state: Dict[str, Any]) -> None:
+    """A checkpoint as the trainer saves it: a shard, then the state file with the shard's size and sha256, in a
+    temporary folder renamed once complete (a save that fails, a full disk, leaves no checkpoint)."""
+    saving = folder + ".tmp"
+    os.makedirs(saving, exist_ok=True)
+    shard = os.path.join(saving, SHARD)
+    with open(shard, "w") as f:
+        f.write(json.dumps(state["parts"]["progress"]) * 40)  # a few KB, other bytes at each step
+    files = {SHARD: {"bytes": os.path.getsize(shard), "sha256": file_digest(shard)}}
+    _write(os.path.join(saving, "trainer_state.json"), {**state, "files": files})
+    os.replace(saving, folder)
+
+
 def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str, int, int]], one_class=()) -> None:
     """What the training app leaves in ``run_dir`` for ``flags`` (see the module docstring)."""
-    cfg = parse_config(list(flags))
+    cfg = parse_config(list(flags), check_paths=True)  # a --start_from that is not there fails, as the app's does
     config = json.loads(json.dumps(cfg.to_dict()))
+    identity = data_identity(cfg.data)
     start_from = cfg.checkpoint.start_from
     state, started = _state(run_dir), None
+    if state is not None and identity_changes(state[IDENTITY], identity):
+        raise ValueError(f"--resume: the checkpoint was trained on other data: {identity_changes(state[IDENTITY], identity)}")
     if state is None and start_from:
+        problem = checkpoint_problem(start_from)  # the trainer verifies the checkpoint it branches from
+        if problem is not None:
+            raise ValueError(f"--start_from {start_from!r}: {problem}")
         state = read_state(start_from)
         if state is None:
-            raise ValueError(f"--start_from {start_from}: the checkpoint is missing or damaged")
+            raise ValueError(f"--start_from {start_from!r}: its trainer_state.json is damaged")
         started = {"path": start_from, "step": state["step"]}
+        if identity_changes(state[IDENTITY], identity):  # a fine-tuning, as the trainer records it
+            started["other_data"] = identity_changes(state[IDENTITY], identity)
     step = state["step"] if state else 0
     evaluations = list(state["parts"]["metrics"]["evaluations"]) if state else []
     started = started or (state["parts"]["metrics"].get("started_from") if state else None)
@@ -159,17 +189,16 @@ def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str
                 for task, values in evaluations[-1][split].items():
                     for metric, value in values.items():
                         writer.add_scalar(f"{split}/{task}/{metric}", float("nan") if value is None else value, s)
-            summary: Dict[str, Any] = {"config": config, "evaluations": evaluations}
+            summary: Dict[str, Any] = {"config": config, "evaluations": evaluations, IDENTITY: identity}
             if started:
                 summary["started_from"] = started
             _write(os.path.join(run_dir, "summary.json"), summary)  # after each evaluation, before its checkpoint
             parts = {"progress": {"step": s, "epoch": s // SPE, "batch_in_epoch": s % SPE},
                      "metrics": {"evaluations": list(evaluations), "started_from": started}}  # fmt: skip
-            saving = os.path.join(checkpoints_dir(run_dir), f"step_{s}.tmp")  # renamed once complete, as the app's
-            _write(os.path.join(saving, "trainer_state.json"), {"format": 2, "step": s, "config": config, "parts": parts})
-            os.replace(saving, saving[: -len(".tmp")])
+            state = {"format": 2, "step": s, "config": config, "parts": parts, IDENTITY: identity}
+            _save(os.path.join(checkpoints_dir(run_dir), f"step_{s}"), state)
             saved = s
-        summary = {"config": config, "evaluations": evaluations}
+        summary = {"config": config, "evaluations": evaluations, IDENTITY: identity}
         if started:
             summary["started_from"] = started
         if stops_itself or target >= cfg.epochs * SPE:
@@ -182,7 +211,9 @@ def train(run_dir: str, name: str, flags: Sequence[str], trained: List[Tuple[str
                 for task, values in summary["best"][split].items():
                     value = float("nan") if values["auc"] is None else values["auc"]
                     writer.add_scalar(f"best/{split}/{task}/auc", value, target)
-            os.makedirs(os.path.join(checkpoints_dir(run_dir), f"best_step_{AUTO_BEST}"), exist_ok=True)
+            parts = {"progress": {"step": AUTO_BEST, "epoch": AUTO_BEST // SPE, "batch_in_epoch": AUTO_BEST % SPE}}
+            best_state = {"format": 2, "step": AUTO_BEST, "config": config, "parts": parts, IDENTITY: identity}
+            _save(os.path.join(checkpoints_dir(run_dir), f"best_step_{AUTO_BEST}"), best_state)
         _write(os.path.join(run_dir, "summary.json"), json.loads(json.dumps(summary).replace("NaN", "null")))
     finally:
         writer.close()

@@ -40,8 +40,8 @@ TODAY = {
         "dataset", "data_path", "criteo_hash_size", "max_rows", "min_count", "test_fraction", "val_fraction",
         "preprocess_workers", "preprocess_chunk_mb", "val_gap", "val_unseen_share",  # the last two: new
     ),
-    "SUFFIX_FIELDS": (
-        "epochs", "freeze_schedule", "optim.reinit", "auto.", "run_name", "tensorboard_dir", "resume", "start_from",
+    "SUFFIX_FIELDS": (  # data.data_path: new (issue 35: a branch reads its data anywhere; other data is said)
+        "epochs", "data.data_path", "freeze_schedule", "optim.reinit", "auto.", "run_name", "tensorboard_dir", "resume", "start_from",
         "stop_at_epoch", "overwrite", "eval_every_n_steps", "eval_batch_size", "train_eval_rows", "log_every_n_steps",
         "progress_bar", "checkpoint", "checkpoint_every_n_steps", "keep_checkpoints", "prefetch_batches",
     ),

@@ -9,7 +9,8 @@ refused naming what is wrong (the style of tests/test_sweep_bad_input.py).
   ``search.json``, ``sweep.json``, branches' ``summary.json``, checkpoints or run folders are deleted,
   truncated, replaced by other JSON or changed to other flags, 1-3 damages at once), rerun: refused
   before anything runs (exit 2, nothing on disk changed) naming the file, field or flag; or stopped with
-  one line naming it (exit 1); or done (exit 0), deploying what the undamaged search deployed. Never a
+  one line naming it (exit 1); or done (exit 0), deploying what the undamaged search deployed (or the next
+  best, naming the damaged checkpoint it passed over: issue 35). Never a
   traceback, never a step trained twice, and only branches whose checkpoints were lost train again.
 
 Deterministic (``derandomize``) and bounded; ``DLRM_BAD_INPUT_EXAMPLES`` for longer runs
@@ -191,6 +192,7 @@ def test_damaged_search_folders_are_refused_named_or_searched_again_to_the_same_
         event("searched again")
         deploy = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
         keys = ("branch", "epoch", "val_metric")
-        assert tuple(deploy[k] for k in keys) == tuple(searched[1][k] for k in keys), (damages, out)
+        if tuple(deploy[k] for k in keys) != tuple(searched[1][k] for k in keys):  # never another deploy unsaid
+            assert f"not deployed: {searched[1]['branch']} after epoch {searched[1]['epoch']:g}" in out, (damages, out)
     assert no_step_twice(sim.trained), (damages, sim.trained)
     assert all(a >= saved[run] for run, a, _ in sim.trained), (damages, sim.trained, saved)  # nothing trained again

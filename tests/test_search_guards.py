@@ -205,15 +205,19 @@ def test_a_truncated_record_and_a_missing_summary_are_rebuilt_without_training_t
     assert _record(exp)["seeds"]["0"]["rungs"] == _record(searched[0])["seeds"]["0"]["rungs"]
 
 
-def test_a_deleted_deploy_checkpoint_and_a_damaged_summary_are_one_line(searched, tmp_path):
+def test_a_deleted_deploy_checkpoint_is_passed_over_saying_why_and_a_damaged_summary_is_one_line(searched, tmp_path):
     exp = _copy(searched, tmp_path)
-    shutil.rmtree(exp / "reinit-s0" / "checkpoints" / "step_30")  # row 11
-    code, out, _ = _search(exp)
-    assert code == 1 and "Traceback" not in out
-    assert out.rstrip().splitlines()[-1] == (
-        f"search: the checkpoint to deploy (reinit after epoch 3), {exp}/reinit-s0/checkpoints/step_30, is missing "
-        f"(deleted?): nothing to deploy; move {exp}/reinit-s0 aside and rerun the same command to train that branch again"
-    )
+    shutil.rmtree(exp / "reinit-s0" / "checkpoints" / "step_30")  # row 11; issue 35, row 2: never deployed unsaid
+    code, out, sim = _search(exp)
+    assert code == 0 and "Traceback" not in out and sim.trained == [], out
+    assert (
+        f"search seed 0: not deployed: reinit after epoch 3 (checkpoint {exp}/reinit-s0/checkpoints/step_30 is missing "
+        f"(deleted?)); the next best is taken. Move {exp}/reinit-s0 aside and rerun the same command to train that "
+        "branch again"
+    ) in out
+    deploy = _deploy(exp)
+    assert (deploy["branch"], deploy["epoch"], deploy["checkpoint"]) == ("joint", 1, "joint-s0/checkpoints/step_10")
+    assert [(p["branch"], p["epoch"]) for p in deploy["passed_over"]] == [("reinit", 3)]
     summary = json.loads((exp / "auto-s0" / "summary.json").read_text())
     summary["evaluations"][1] = {"epoch": "x"}
     (exp / "auto-s0" / "summary.json").write_text(json.dumps(summary))

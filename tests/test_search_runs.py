@@ -13,13 +13,16 @@ import shutil
 import signal
 import threading
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import pytest
 
+from dlrm_multiepoch.data.identity import IDENTITY, changed_since, data_identity
 from dlrm_multiepoch.report import compare_experiment
 from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.search.command import main as search_main
 from dlrm_multiepoch.search.pruning import objective
+from dlrm_multiepoch.train.config import parse_config
 from dlrm_multiepoch.train.trainer import pause_step
 
 pytestmark = pytest.mark.launch  # every test here reads real runs the module's fixture launches
@@ -89,6 +92,10 @@ def test_the_branch_starts_from_its_parent_and_the_record_holds_every_curve(sear
     assert early["started_from"]["path"] == str(exp / "joint-s0" / "checkpoints" / f"step_{STEPS}")
     assert early["evaluations"][0] == joint["evaluations"][0]  # epoch 1 is the parent's, bitwise
     assert early["config"]["freeze_schedule"] == "early" and early["config"]["start_from"]
+    # Issue 35: every branch records the data it trained on, as the search's checks read it before any launch.
+    data = data_identity(parse_config([*SEARCH[SEARCH.index("--") + 1 :], "--val_fraction", "0.1"]).data)
+    assert joint[IDENTITY] == early[IDENTITY] == json.loads(json.dumps(data)) and changed_since(data, None) == []
+    assert joint["world_size"] == 2 and record["j"] == "1x2"
     for name, summary in (("joint", joint), ("early", early)):
         branch = seed["branches"][name]
         assert [e["epoch"] for e in summary["evaluations"]][:3] == [1, 1.5, 2][: len(summary["evaluations"])]
@@ -169,7 +176,7 @@ def test_compare_names_what_the_search_deployed(searched):
             "evaluations"][0]["val"]["like"]["auc"]  # fmt: skip
 
 
-def test_a_damaged_record_is_rebuilt_and_a_deleted_deploy_checkpoint_is_named(searched, tmp_path):
+def test_a_damaged_record_is_rebuilt_and_a_damaged_deploy_checkpoint_is_passed_over(searched, tmp_path):
     exp = tmp_path / "exp"
     shutil.copytree(searched[0], exp)
     deploy = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
@@ -181,10 +188,33 @@ def test_a_damaged_record_is_rebuilt_and_a_deleted_deploy_checkpoint_is_named(se
     keys = ("branch", "epoch", "val_metric")
     assert tuple(rebuilt[k] for k in keys) == tuple(deploy[k] for k in keys)
     shutil.rmtree(rebuilt["checkpoint"])  # issue 29, row 11
+    # Issue 35, row 2: the deploy deleted, then the next one's shard truncated: each passed over, said, never deployed.
     out = io.StringIO()
     with redirect_stdout(out):
-        assert search_main([str(exp), *SEARCH]) == 1
-    assert re.search(r"^search: the checkpoint to deploy \(.+\), .+, is missing \(deleted\?\)", out.getvalue(), re.M)
+        assert search_main([str(exp), *SEARCH]) == 0
+    first = f"{rebuilt['branch']} after epoch {rebuilt['epoch']:g} (checkpoint {rebuilt['checkpoint']} is missing"
+    assert f"search seed 0: not deployed: {first} (deleted?)); the next best is taken" in out.getvalue()
+    second = json.loads((exp / "search.json").read_text())["seeds"]["0"]["deploy"]
+    assert second["checkpoint"] != rebuilt["checkpoint"] and second["passed_over"][0]["problem"].endswith("(deleted?)")
+    shard = sorted(Path(second["checkpoint"]).glob("*.distcp"))[0]
+    size = shard.stat().st_size
+    with open(shard, "r+b") as f:
+        f.truncate(100)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = search_main([str(exp), *SEARCH])
+    truncated = f"file {shard.name} has 100 bytes, the save wrote {size} (truncated?)"
+    assert f"not deployed: {second['branch']} after epoch {second['epoch']:g} (checkpoint {second['checkpoint']}: " \
+           f"{truncated}); the next best is taken" in out.getvalue()
+    third = json.loads((exp / "search.json").read_text())["seeds"]["0"]
+    assert code == (0 if third["deploy"] else 1) and "Traceback" not in out.getvalue()
+    view = compare_experiment(str(exp)).search  # compare names the same deploy, and what it passed over
+    if third["deploy"]:
+        deployed = third["deploy"]
+        assert view.deployed == {0: (deployed["branch"], deployed["epoch"], deployed["val_metric"])}
+        assert view.passed_over[0][-1]["problem"].endswith(truncated)
+    else:  # no other deployable: no decision, and why
+        assert view.deployed == {} and "no deployable model whose checkpoint verifies" in view.undecided[0]
 
 
 def test_too_few_steps_per_epoch_for_a_rung_are_refused_before_training(tmp_path):

@@ -12,32 +12,26 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from dlrm_multiepoch.data.workers import map_in_workers
+from dlrm_multiepoch.file_digests import cached_file_digest
 
 # Bump when a source changes the arrays it produces, so stale caches are not reused.
 # The validation designs (--val_gap, --val_unseen_share) enter the key as options, only when set.
 CACHE_VERSION = 5  # 4: per-table min_count, --id_maps, slice column, encoding report; 5: one timestamp format per file
 
 
-def file_digest(path: Union[str, Path]) -> str:
-    """sha256 of a file's content (the cache key must change when the data does)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def file_digests(paths: Sequence[Path], workers: int = 1) -> List[str]:
-    """:func:`file_digest` of each file, ``workers`` files at a time (spawned processes).
+def file_digests(paths: Sequence[Path], cache_dir: Optional[str], workers: int = 1) -> List[str]:
+    """sha256 of each file's content (the cache key must change when the data does), ``workers`` files at a
+    time (spawned processes), each remembered under ``cache_dir`` by its stat
+    (:func:`~dlrm_multiepoch.file_digests.cached_file_digest`: a file is read whole once per version).
 
     Example::
 
-        digests = file_digests([Path("day_0"), Path("day_1")], workers=2)
+        digests = file_digests([Path("day_0"), Path("day_1")], "~/.cache/dlrm_multiepoch", workers=2)
     """
-    return map_in_workers(file_digest, paths, workers=workers, what="input digest")
+    return map_in_workers(cached_file_digest, paths, [cache_dir] * len(paths), workers=workers, what="input digest")
 
 
 def cache_key(options: Dict[str, Any]) -> str:

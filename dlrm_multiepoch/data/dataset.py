@@ -8,7 +8,7 @@ whole split in memory.
 """
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -223,6 +223,8 @@ class InteractionData:
             the unknown row, each split's share of rows in it), for logs and the run summary.
         row_weights: split -> slice code -> the weight of its rows in evaluation metrics
             (``--val_unseen_share``); splits not named weigh every row 1.
+        identity: what the data is (:mod:`~dlrm_multiepoch.data.identity`: each source file's content and
+            the encoding flags), set by ``load_dataset``; empty for data built otherwise.
     """
 
     name: str
@@ -234,6 +236,7 @@ class InteractionData:
     slices: List[str] = field(default_factory=list)
     encoding: Dict[str, Dict[str, float]] = field(default_factory=dict)
     row_weights: Dict[str, Dict[int, float]] = field(default_factory=dict)
+    identity: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def feature_names(self) -> List[str]:

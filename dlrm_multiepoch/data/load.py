@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from dlrm_multiepoch.config_section import flag_fields, validated
-from dlrm_multiepoch.data.cache import build_lock, cache_key, file_digests, remove_leftovers
+from dlrm_multiepoch.data.cache import build_lock, cache_key, remove_leftovers
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.fetch import default_cache_dir
+from dlrm_multiepoch.data.identity import data_identity, prepared_identity, source_identity
 from dlrm_multiepoch.data.registry import get_source
 from dlrm_multiepoch.data.store import is_dataset_folder, open_dataset
 
@@ -23,20 +24,15 @@ Log = Callable[[str], None]
 
 
 def cached_folder(cfg: DataConfig, log: Log = print) -> Tuple[Union[Path, List[Path]], Path, Dict[str, Any]]:
-    """``(input, folder, options)``: the source's input (fetched if needed), the cache
-    folder its encoding lives in, and the options that decide it (the input's digest
-    included)."""
+    """``(input, folder, identity)``: the source's input (fetched if needed), the cache folder its encoding
+    lives in, and the data's identity (:mod:`~dlrm_multiepoch.data.identity`: its ``options``, the
+    input's digest included, decide the folder)."""
     source = get_source(cfg.dataset)
     cache_dir = cfg.cache_dir or default_cache_dir()
     located = source.locate(cfg, cache_dir, log)
     paths = located if isinstance(located, list) else [located]
-    options = cfg.cache_options()
-    digests = file_digests(paths, cfg.preprocess_workers)
-    # How the input is parsed: its suffix picks the reader (a CSV renamed .parquet is another entry).
-    formats = [p.suffix.lower() for p in paths]
-    one = len(paths) == 1  # one file: the key it had before several were possible
-    options["source_sha256"], options["source_format"] = (digests[0], formats[0]) if one else (digests, formats)
-    return located, Path(cache_dir) / "datasets" / f"{cfg.dataset}-{cache_key(options)}", options
+    identity = source_identity(paths, cfg.cache_options(), cache_dir, cfg.preprocess_workers)
+    return located, Path(cache_dir) / "datasets" / f"{cfg.dataset}-{cache_key(identity['options'])}", identity
 
 
 def prepare_dataset(cfg: DataConfig, output: Optional[str] = None, log: Log = print) -> Path:
@@ -53,7 +49,8 @@ def prepare_dataset(cfg: DataConfig, output: Optional[str] = None, log: Log = pr
     """
     if output:
         check_output(Path(output))
-    path, folder, options = cached_folder(cfg, log)
+    path, folder, identity = cached_folder(cfg, log)
+    options = identity["options"]
     folder = Path(output) if output else folder
     with build_lock(folder):
         if is_dataset_folder(folder):
@@ -117,11 +114,13 @@ def load_dataset(cfg: DataConfig, log: Log = print) -> InteractionData:
     if given is not None and is_dataset_folder(given):
         data, meta = open_dataset(given)
         _check_prepared(cfg, given, meta, log)
+        data.identity = prepared_identity(given, meta)
         log(f"loaded {cfg.dataset} from {given} in {time.perf_counter() - start:.1f}s")
     elif given is not None and source.open_in_place is not None and given.exists():
         data = source.open_in_place(cfg, given)
         if data is not None:
             log(f"reading {cfg.dataset} in place from {given}")
+            data.identity = data_identity(cfg, log)
     if data is None:
         folder = prepare_dataset(cfg, log=log)
         data, meta = open_dataset(folder)
@@ -129,6 +128,7 @@ def load_dataset(cfg: DataConfig, log: Log = print) -> InteractionData:
         log(f"loaded {cfg.dataset} from cache {folder} in {time.perf_counter() - start:.1f}s{given_name}")
         for note in meta["notes"]:
             log(note)
+        data.identity = data_identity(cfg, log)  # read by stat: the cache's key just read the files
     data.validate()
     log(data.summary())
     return data

@@ -32,7 +32,7 @@ def map_in_workers(fn: Callable[..., Any], *iterables: Iterable[Any], workers: i
 
     Example::
 
-        digests = map_in_workers(file_digest, paths, workers=4, what="input digest")
+        digests = map_in_workers(cached_file_digest, paths, cache_dirs, workers=4, what="input digest")
     """
     calls = list(zip(*iterables))
     if workers <= 1 or len(calls) <= 1:

@@ -1,7 +1,11 @@
 """Which runs are compared together: configuration groups, and one row per strategy and configuration.
 
 Runs are averaged over seeds only when their whole training configuration is the same
-but for per-run bookkeeping (seed, run folder, resume mode, logging, checkpoints). A
+but for per-run bookkeeping (seed, run folder, resume mode, logging, checkpoints), and
+they trained on the same data: the same ``--dataset`` and ``--data_path`` and the same
+content of each source file (its sha256, recorded by the run). The data is never a
+strategy's: runs of other data (another ``--data_path``, a file rewritten between runs) go
+to separate groups, each with its own table, so no winner is named across datasets. A
 branch's ``--start_from`` counts by what it names, its parent's strategy and checkpoint,
 not by the seed's run folder it lies in: the seeds of a search's branch are one row.
 Strategies of one table may differ only in their strategies' own flags (from the
@@ -30,6 +34,10 @@ from dlrm_multiepoch.train.config import flags_with
 BOOKKEEPING = frozenset(flags_with(BOOKKEEPING_ROLE))
 # Set per strategy by the sweep (joint runs one epoch more than the budget).
 PER_STRATEGY = frozenset({"epochs"})
+# The data a run trains on: its source and the content of its files (DATA). Never a strategy's own flag, so no
+# table ranks runs of other data together (a strategy may still encode the same data otherwise: --min_count 2).
+DATA = "data"
+DATA_FLAGS = frozenset({"dataset", "data_path", DATA})
 
 
 @dataclass
@@ -54,7 +62,7 @@ class ConfigGroup:
 
 def strategy_flag_names(runs: Sequence[RunRecord]) -> Set[str]:
     """Every flag some strategy of ``runs`` sets: from the manifest, or (without) the flags
-    constant within each strategy name and different between names."""
+    constant within each strategy name and different between names; never a data flag."""
     names: Set[str] = set(PER_STRATEGY)
     unknown = [r for r in runs if r.strategy_flags is None]
     for run in runs:
@@ -66,7 +74,7 @@ def strategy_flag_names(runs: Sequence[RunRecord]) -> Set[str]:
         within = all(len({_text(_config(r).get(key)) for r in rs}) == 1 for rs in by_strategy.values())
         if within and len({_text(_config(r).get(key)) for r in unknown}) > 1:
             names.add(key)
-    return names
+    return names - DATA_FLAGS
 
 
 def config_groups(runs: Sequence[RunRecord]) -> List[ConfigGroup]:
@@ -107,7 +115,8 @@ def _rows(runs: Sequence[RunRecord]) -> Dict[str, List[RunRecord]]:
 
 
 def _key(run: RunRecord, ignored: frozenset) -> Tuple[Tuple[str, str], ...]:
-    return tuple(sorted((k, _text(v)) for k, v in _config(run).items() if k not in ignored))
+    data = [(DATA, run.data)] if run.data else []  # the content it trained on (unknown for older runs)
+    return tuple(sorted([(k, _text(v)) for k, v in _config(run).items() if k not in ignored] + data))
 
 
 def _config(run: RunRecord) -> Dict[str, Any]:

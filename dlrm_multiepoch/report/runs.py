@@ -85,6 +85,9 @@ class RunRecord:
         strategy_flags: names of the flags its strategy sets (from the manifest; None: unknown).
         shared_epochs: a branch's whole epochs up to the checkpoint it started from (``--start_from``): its
             parent's, read from its ``summary.json`` (its event files begin after them).
+        data: the content of the data it trained on: each source file's sha256 (12 hex digits), from the data
+            identity ``summary.json`` records ("" when unknown: an older run); runs of other data are never
+            compared in one table.
     """
 
     name: str
@@ -106,6 +109,7 @@ class RunRecord:
     restores_best: bool = False
     strategy_flags: Optional[Tuple[str, ...]] = None
     shared_epochs: List[int] = field(default_factory=list)
+    data: str = ""
 
     def curve(self, split: str, task: str, metric: str) -> Dict[int, float]:
         return self.evals.get((split, task, metric), {})
@@ -251,7 +255,17 @@ def read_run(
         restores_best=bool(summary.get("best")),
         strategy_flags=tuple(strategy_flags) if strategy_flags is not None else None,
         shared_epochs=shared,
+        data=_data_content(summary),
     )
+
+
+def _data_content(summary: Dict[str, Any]) -> str:
+    """Each source file's sha256 (12 hex digits, comma-separated) from the data identity the run recorded."""
+    identity = summary.get("data_identity")
+    options = identity.get("options") if isinstance(identity, dict) else None
+    digests = options.get("source_sha256") if isinstance(options, dict) else None
+    digests = [digests] if isinstance(digests, str) else digests
+    return ",".join(str(d)[:12] for d in digests) if isinstance(digests, list) else ""
 
 
 def _shared_epochs(summary: Dict[str, Any], evals: Dict[MetricKey, Dict[int, float]]) -> List[int]:

@@ -4,10 +4,11 @@ The search decides on one validation objective (``--auto_metric`` over the tasks
 ``--auto_task_weights``) among what each candidate deploys as a preset: ``joint`` at its
 best validation epoch, ``auto`` its restored best weights, any other schedule its last
 epoch (a branch cut before its end deploys nothing). This view applies the search's own
-functions (:func:`~dlrm_multiepoch.search.pruning.choose`, the run folders read by
-:func:`~dlrm_multiepoch.search.record.read_branch`) to the run folders, so its winner is
-what the search deployed, seed by seed; ``search.json`` adds which rung cut which branch
-and why. Torch-free.
+functions (:func:`~dlrm_multiepoch.search.record.deploy_choice`: the best deployable whose
+checkpoint verifies, each better one whose checkpoint is gone or damaged passed over and
+named; the run folders read by :func:`~dlrm_multiepoch.search.record.read_branch`) to the
+run folders, so its winner is what the search deployed, seed by seed; ``search.json`` adds
+which rung cut which branch and why. Torch-free.
 
 Example::
 
@@ -18,15 +19,17 @@ Example::
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+from dlrm_multiepoch.data.fetch import default_cache_dir
 from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.report.stats import Stat, stat_of
 from dlrm_multiepoch.run_files import manifest_path, read_manifest, read_summary, search_record_path, summary_path
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree, select
 from dlrm_multiepoch.search.pruning import Curve, choose, rung_points
-from dlrm_multiepoch.search.record import read_branch, run_name
+from dlrm_multiepoch.search.record import deploy_choice, read_branch, run_name
 from dlrm_multiepoch.search.record_file import read_record
+from dlrm_multiepoch.sweep.strategies import flag_value
 
 
 @dataclass
@@ -51,7 +54,8 @@ class SearchRow:
 @dataclass
 class SearchView:
     """The search's candidates, and per seed what it deployed (``(branch, epoch, validation metric)``) or why not;
-    ``cut``: each run folder the search cut (``<candidate>-s<seed>``) -> ``(rung, reason)``."""
+    ``cut``: each run folder the search cut (``<candidate>-s<seed>``) -> ``(rung, reason)``; ``passed_over``: per
+    seed, better deployables whose checkpoint is gone or damaged (:func:`~dlrm_multiepoch.search.record.deploy_choice`)."""
 
     metric: str
     rows: List[SearchRow]
@@ -60,6 +64,7 @@ class SearchView:
     seeds: List[int]
     cut: Dict[str, Tuple[float, str]]
     damage: Optional[str] = None
+    passed_over: Dict[int, List[Dict[str, Any]]] = field(default_factory=dict)
     readable: bool = True  # False: search.json is too damaged to know the search (no candidates, budget, rungs)
 
 
@@ -92,26 +97,33 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     rows = {c.name: SearchRow(c.name) for c in tree}
     vals: Dict[str, List[float]] = {c.name: [] for c in tree}
     tests: Dict[str, Dict[str, List[Optional[float]]]] = {c.name: {} for c in tree}
-    deployed, undecided, cut = {}, {}, {}
+    deployed, undecided, cut, passed = {}, {}, {}, {}
+    cache = flag_value(tuple(record["common_flags"]), "cache_dir") if "common_flags" in record else None
+    cache = cache or default_cache_dir()  # where checkpoint digests are remembered
     rungs = rung_points(tree, record["rung_fraction"])
     sign = METRICS[record["metric"]].sign if record["metric"] in METRICS else 1.0
     for seed in seeds:
         entry = record["seeds"][str(seed)]
         curves, points = _curves(experiment_dir, tree, seed, record, rungs)
         recorded = entry["deploy"]
-        choice = choose(tree, curves) if recorded is not None else None  # the search's own choice
-        same = choice is not None and (choice.branch, choice.epoch) == (recorded["branch"], recorded["epoch"])
-        if recorded is not None and not same:
-            now = f"{choice.branch} after epoch {choice.epoch:g}" if choice is not None else "no deployable model"
+        choice, passed[seed] = None, []
+        if recorded is not None:  # the search's own choice: the best deployable whose checkpoint verifies
+            metric, weights = record["metric"], record["task_weights"]
+            choice, passed[seed] = deploy_choice(experiment_dir, tree, seed, curves, metric, weights, sign, cache)
+        same = choice is not None and (choice["branch"], choice["epoch"]) == (recorded["branch"], recorded["epoch"])
+        if recorded is not None and not same and not passed[seed]:  # no checkpoint failed: a branch's record moved
+            now = f"{choice['branch']} after epoch {choice['epoch']:g}" if choice is not None else "no deployable model"
             undecided[seed] = (
                 f"search.json records deploying {recorded['branch']} after epoch {recorded['epoch']:g}, but its run "
                 f"folders now give {now} (a branch's record changed or is gone since): rerun the search to decide again"
             )
             choice = None
         if choice is not None:
-            deployed[seed] = (choice.branch, choice.epoch, sign * choice.objective)
+            deployed[seed] = (choice["branch"], choice["epoch"], choice["val_metric"])
         elif seed not in undecided:
             undecided[seed] = entry.get("no_decision") or "the search has not decided yet (interrupted?)"
+            if passed[seed]:  # the search deployed one; every deployable checkpoint has been damaged since
+                undecided[seed] = "no deployable checkpoint verifies any more (damaged since the search decided?)"
         for c in tree:
             row, branch = rows[c.name], entry["branches"].get(c.name, {})
             point = points.get(c.name)
@@ -121,8 +133,10 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
                 cut[run_name(c.name, seed)] = (float(branch.get("cut_at", 0)), branch.get("reason", ""))
             else:
                 row.status[seed] = {"finished": "finished", "live": "not trained to its end"}.get(status, status)
-            if choice is not None and choice.branch == c.name:
+            if choice is not None and choice["branch"] == c.name:
                 row.status[seed] = "deployed"
+            if any(p["branch"] == c.name for p in passed[seed]):
+                row.status[seed] += ", its checkpoint fails verification"
             row.epochs[seed] = point[0] if point else None
             if point:
                 vals[c.name].append(sign * point[1])
@@ -131,7 +145,7 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     for c in tree:
         rows[c.name].val = stat_of(vals[c.name]) if vals[c.name] else None
         rows[c.name].test_auc = {t: stat_of(aucs) for t, aucs in tests[c.name].items()}
-    return SearchView(record["metric"], list(rows.values()), deployed, undecided, seeds, cut, loaded.damage)
+    return SearchView(record["metric"], list(rows.values()), deployed, undecided, seeds, cut, loaded.damage, passed)
 
 
 def _branch_launches(experiment_dir: str) -> Optional[str]:

@@ -270,6 +270,10 @@ def search_markdown(view: SearchView) -> str:
         )
         verdicts.append(f"**The search deployed {branch}** in seed(s) {', '.join(map(str, seeds))} ({figures})")
     verdicts += [f"Seed {s}: no decision: {why}" for s, why in sorted(view.undecided.items())]
+    verdicts += [
+        f"Seed {s}: not deployed: {p['branch']} after epoch {p['epoch']:g} ({p['problem']})"
+        for s, passed in sorted(view.passed_over.items()) for p in passed
+    ]  # fmt: skip
     note = (
         "It decides on this validation objective over the tasks (--auto_metric, --auto_task_weights), among what "
         "each candidate deploys as a preset (joint at its best validation epoch, auto its best weights, the others "

@@ -2,7 +2,8 @@
 
 - **Its own record** (``search.json``): a rerun gives the same ``--epochs``, ``--eta``,
   ``--rung_fraction``, ``--candidates`` and app flags after ``--``, or is refused naming
-  the flag (:func:`check_record_flags`).
+  the flag (:func:`check_record_flags`); and as many ranks (``-j``: also each branch's
+  own record, :func:`~dlrm_multiepoch.sweep.checks.check_ranks`).
 - **Each run folder's own record**, through the sweep's check
   (:func:`~dlrm_multiepoch.sweep.manifest.check_experiment`): every branch keeps its flags,
   ``--epochs`` and the data flags included, whatever ``search.json`` says or lost; only what
@@ -10,8 +11,10 @@
   may differ.
 - **Lineage**: a branch started from its parent's checkpoint; it is never ranked against
   the children of a parent trained again since (:func:`check_lineage`: the parent's folder
-  is gone, or its evaluation at the fork is not the one the branch started from).
-- The sweep's checks of the data path, the validation split and the scheduler's request.
+  is gone, or its evaluation at the fork is not the one the branch started from), nor when it
+  trained on other data than its parent.
+- The sweep's checks of the data path, the validation split, the data every branch trained on
+  (still what its paths hold) and the scheduler's request.
 
 Every refusal is a ``ValueError`` naming the flag, file or folder and what to do.
 
@@ -24,6 +27,7 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from dlrm_multiepoch.config_section import SEARCH_LAUNCH
+from dlrm_multiepoch.data.identity import IDENTITY, identity_changes
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.run_files import read_summary, search_record_path
 from dlrm_multiepoch.search.candidates import Candidate
@@ -71,6 +75,8 @@ def check_search(
         checks.check_data_path(plan)
     checks.check_validation_split(plan)
     check_experiment(plan, ignore=(*PLACE_FLAGS, *LAUNCH_FLAGS), instead=_NEW_FOLDER)
+    checks.check_ranks(plan, options.j, record.get("j"), search_record_path(experiment_dir), _NEW_FOLDER)
+    checks.check_same_data(plan, "search it in a new experiment folder")
     for seed in seeds:
         for c in tree:
             check_lineage(experiment_dir, c, seed)
@@ -129,8 +135,9 @@ def check_lineage(experiment_dir: str, c: Candidate, seed: int) -> None:
             f"the parent would be trained again and {run_name(c.name, seed)} would not be its branch. Put "
             f"{run_name(c.parent, seed)} back, or move {run_name(c.name, seed)} aside too (both are then trained again)"
         )
-    mine, theirs = _at_step(_summary(child), started["step"]), _at_step(_summary(parent), started["step"])
-    if theirs is None and not _summary(parent):
+    child_summary, parent_summary = _summary(child), _summary(parent)
+    mine, theirs = _at_step(child_summary, started["step"]), _at_step(parent_summary, started["step"])
+    if theirs is None and not parent_summary:
         return  # the parent's record is unreadable: repaired from its checkpoint by its next launch
     if mine != theirs:
         raise SearchError(
@@ -138,6 +145,13 @@ def check_lineage(experiment_dir: str, c: Candidate, seed: int) -> None:
             f"the one the branch started from: the parent was trained again since (other data or flags?). Move "
             f"{run_name(c.name, seed)} aside (it is then trained again from the new {run_name(c.parent, seed)}), or "
             f"{_NEW_FOLDER}"
+        )
+    ours, theirs = child_summary.get(IDENTITY), parent_summary.get(IDENTITY)
+    changes = identity_changes(theirs, ours) if isinstance(ours, Mapping) and isinstance(theirs, Mapping) else []
+    if changes:  # a cluster's data, changed between the parent's launch and the branch's: the trainer fine-tuned
+        raise SearchError(
+            f"branch {child} trained on other data than its parent {parent}: {'; '.join(changes)}. Its curve does not "
+            f"continue its parent's: the data changed under the search; {_NEW_FOLDER}"
         )
 
 

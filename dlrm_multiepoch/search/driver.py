@@ -26,16 +26,19 @@ import os
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, epoch_end
+from dlrm_multiepoch.run_files import SEARCH_FILE, checkpoints_dir, complete_checkpoints, epoch_end
 from dlrm_multiepoch.search.candidates import Candidate, sweep_epochs
 from dlrm_multiepoch.search.checks import check_lineage
 from dlrm_multiepoch.search.launches import BranchLauncher
-from dlrm_multiepoch.search.outcome import SeedEntry, cost, killed_wall_s, restore_launches, seed_record, summary_lines
-from dlrm_multiepoch.search.pruning import Curve, choose, compared_at, prune_rung, rung_points, shown_value
-from dlrm_multiepoch.search.record import BranchRecord, SearchError, deployable, format_curve, read_branch, run_name
-from dlrm_multiepoch.search.record_file import write_record
+from dlrm_multiepoch.search.outcome import SeedEntry, cost, killed_wall_s, merge_launches, restore_launches
+from dlrm_multiepoch.search.outcome import seed_record, summary_lines
+from dlrm_multiepoch.search.pruning import Curve, compared_at, prune_rung, rung_points, shown_value
+from dlrm_multiepoch.search.record import BranchRecord, SearchError, deploy_choice, format_curve, passed_over_line
+from dlrm_multiepoch.search.record import read_branch, run_name
+from dlrm_multiepoch.search.record_file import read_record, write_record
 from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep.launch import LaunchOptions
+from dlrm_multiepoch.sweep.manifest import record_lock
 from dlrm_multiepoch.sweep.plan import RunSpec, run_state
 
 
@@ -86,13 +89,14 @@ class ScheduleSearch:
         self.record: Dict[str, Any] = {
             "budget": budget, "metric": settings.metric, "task_weights": settings.task_weights, "eta": settings.eta,
             "rung_fraction": settings.rung_fraction,
-            "common_flags": self.common, "candidates": [c.name for c in self.tree],
+            "common_flags": self.common, "candidates": [c.name for c in self.tree], "j": options.j,
             "seeds": dict(self.earlier),  # other seeds' searches stay
         }  # fmt: skip
         self.launcher = launcher or BranchLauncher(
             experiment_dir, self.tree, budget, self.common, options, len(self.rungs), out, shared=shared_job
         )
         self.undecided: Dict[int, str] = {}  # seeds with no decision, and why
+        self.cache_dir = self.launcher.cache_dir  # where checkpoint digests are remembered
 
     def run(self) -> List[str]:
         """Search every seed; returns the branches whose launch failed (empty: done, or no decision: ``undecided``).
@@ -207,16 +211,18 @@ class ScheduleSearch:
             record = entry.branches[c.name]
             record.status, record.reason = "finished", "; ".join(filter(None, [record.reason, "trained to its end"]))
         curves = self._curves(seed, entry.branches)
-        choice = choose(self.tree, curves)
-        if choice is None:
+        s = self.settings
+        entry.deploy, passed = deploy_choice(
+            self.dir, self.tree, seed, curves, s.metric, s.task_weights, s.sign, self.cache_dir
+        )
+        for p in passed:  # a damaged or deleted checkpoint is never deployed, and never passed over unsaid
+            self._say(f"search seed {seed}: {passed_over_line(p, self._run_dir(self.by_name[p['branch']], seed))}")
+        if entry.deploy is None:
+            damaged = " whose checkpoint verifies" if passed else ""
             entry.no_decision = (
-                f"no deployable model has a defined validation {self.settings.metric} (an undefined objective never wins)"
+                f"no deployable model{damaged} has a defined validation {s.metric} (an undefined objective never wins)"
             )
             self.undecided[seed] = entry.no_decision
-        else:
-            run_dir = self._run_dir(self.by_name[choice.branch], seed)
-            s = self.settings
-            entry.deploy = deployable(run_dir, choice, s.metric, s.task_weights, s.sign)
         self._save(seed, entry)
         for line in summary_lines(entry, self.record["seeds"][str(seed)]["cost"], self.settings.metric, seed):
             self._say(line)
@@ -330,11 +336,15 @@ class ScheduleSearch:
         return failed
 
     def _save(self, seed: int, entry: SeedEntry) -> None:
-        """Write this seed's entry of ``search.json`` with its cost so far (every invocation's launches and time)."""
-        self.record["seeds"][str(seed)] = seed_record(
-            entry, cost(entry, self._steps_per_epoch(seed), sweep_epochs(self.tree))
-        )
-        write_record(self.dir, self.record)
+        """Write this seed's entry of ``search.json`` with its cost so far (every invocation's launches and time),
+        merged under a lock with what another search into this folder wrote since: its launches of this seed,
+        its other seeds' entries."""
+        with record_lock(self.dir, SEARCH_FILE):
+            on_disk = read_record(self.dir).record.get("seeds", {})
+            merge_launches(entry, on_disk.get(str(seed)))
+            ours = seed_record(entry, cost(entry, self._steps_per_epoch(seed), sweep_epochs(self.tree)))
+            self.record["seeds"] = {**self.record["seeds"], **on_disk, str(seed): ours}
+            write_record(self.dir, self.record)
 
     def _steps_per_epoch(self, seed: int) -> int:
         """Steps per epoch of ``seed``'s data (0 until a root branch has evaluated epoch 1): read once, then kept

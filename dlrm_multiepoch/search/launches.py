@@ -23,7 +23,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 from torchx.runner import Runner, get_runner
 
-from dlrm_multiepoch.run_files import checkpoints_dir, complete_checkpoints, epoch_end, read_manifest, read_summary
+from dlrm_multiepoch.data.fetch import default_cache_dir
+from dlrm_multiepoch.run_files import checkpoint_problem, checkpoints_dir, complete_checkpoints, epoch_end
+from dlrm_multiepoch.run_files import read_manifest, read_summary
 from dlrm_multiepoch.search.candidates import Candidate
 from dlrm_multiepoch.search.record import BranchRecord, SearchError, run_name
 from dlrm_multiepoch.search.segments import SegmentLauncher, SegmentWorker, worker_launches
@@ -31,7 +33,7 @@ from dlrm_multiepoch.sweep.jobs import job_state
 from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher
 from dlrm_multiepoch.sweep.manifest import recorded_handle
 from dlrm_multiepoch.sweep.plan import build_plan
-from dlrm_multiepoch.sweep.strategies import Strategy
+from dlrm_multiepoch.sweep.strategies import Strategy, flag_value
 
 _POLL_S = 5.0
 
@@ -71,6 +73,7 @@ class BranchLauncher:
         self.shared = shared and worker_launches(options)
         self.runner: Optional[Runner] = None
         self.worker: Optional[SegmentWorker] = None
+        self.cache_dir = flag_value(tuple(common_flags), "cache_dir") or default_cache_dir()  # checkpoint digests
 
     def __enter__(self) -> "BranchLauncher":
         self.runner = get_runner()
@@ -95,26 +98,32 @@ class BranchLauncher:
 
     def fork_checkpoint(self, c: Candidate, seed: int) -> str:
         """The parent's checkpoint after ``c.fork`` whole epochs (a branch with a checkpoint of its own resumes
-        from that: the one it started from then, which pruning may have removed since).
+        from that: the one it started from then, which pruning may have removed since), in the folder where
+        the experiment is now: a folder moved or copied continues (its recorded path is where it was).
 
         Raises:
             SearchError: a branch without a checkpoint whose parent holds none after its fork, naming the folder.
         """
         own = os.path.join(self.dir, run_name(c.name, seed))
+        folder = checkpoints_dir(os.path.join(self.dir, run_name(str(c.parent), seed)))
         if complete_checkpoints(checkpoints_dir(own)):
             try:
                 started = read_summary(own).get("started_from")
             except ValueError:
                 started = None
             if isinstance(started, dict) and isinstance(started.get("path"), str):
-                return started["path"]
-        folder = checkpoints_dir(os.path.join(self.dir, run_name(str(c.parent), seed)))
+                return os.path.join(folder, os.path.basename(os.path.normpath(started["path"])))
+        problems = []
         for _, path in complete_checkpoints(folder):
-            if epoch_end(path) == c.fork:  # a damaged one is not one to start from
-                return path
+            if epoch_end(path) == c.fork:  # a damaged one is not one to start from (its trainer would refuse it)
+                problem = checkpoint_problem(path, self.cache_dir)
+                if problem is None:
+                    return path
+                problems.append(problem)
+        held = f"holds none intact ({problems[0]})" if problems else "holds none (deleted?)"
         raise SearchError(
             f"branch {run_name(c.name, seed)} starts from its parent's checkpoint after epoch {c.fork}, but {folder} "
-            f"holds none (deleted?): move {os.path.dirname(folder)} aside to train the parent again"
+            f"{held}: move {os.path.dirname(folder)} aside to train the parent again"
         )
 
     def launch(

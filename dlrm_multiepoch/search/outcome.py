@@ -2,7 +2,8 @@
 
 The record of a seed is rewritten after every launch and rung (and when the search is
 interrupted), so it always holds what was decided and what the launches cost, those of
-killed invocations included (:func:`restore_launches`).
+killed invocations included (:func:`restore_launches`), and those of another search writing
+into the same folder at the same time (:func:`merge_launches`).
 
 Example::
 
@@ -15,7 +16,7 @@ Example::
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from dlrm_multiepoch.search.pruning import shown_value
 from dlrm_multiepoch.search.record import BranchRecord, branch_dict, format_curve
@@ -66,6 +67,30 @@ def _newest_mtime(folder: str) -> Optional[float]:
                 continue
             newest = mtime if newest is None else max(newest, mtime)
     return newest
+
+
+def merge_launches(entry: SeedEntry, on_disk: Optional[Mapping[str, Any]]) -> None:
+    """Add to ``entry`` the launches another search into the same folder recorded for this seed (``search.json``
+    as on disk now): two writers' launches are both counted, never the last writer's alone. A launch is known
+    by its start and target; a finished copy replaces one still running or estimated."""
+    branches = on_disk.get("branches", {}) if isinstance(on_disk, Mapping) else {}
+    for name, branch in branches.items():
+        if name not in entry.branches or not isinstance(branch, Mapping):
+            continue
+        mine = entry.branches[name].launches
+        index = {_launch_key(launch): i for i, launch in enumerate(mine)}
+        for launch in branch.get("launches", []):
+            i = index.get(_launch_key(launch))
+            if i is None:
+                mine.append(dict(launch))
+            elif launch.get("wall_s") is not None and not launch.get("estimated") and (
+                mine[i].get("wall_s") is None or mine[i].get("estimated")
+            ):
+                mine[i] = dict(launch)
+
+
+def _launch_key(launch: Mapping[str, Any]) -> Tuple[Any, Any]:
+    return launch.get("started_at"), launch.get("to_epoch")
 
 
 def killed_wall_s(launches: List[Dict[str, Any]]) -> float:

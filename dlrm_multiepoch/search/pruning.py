@@ -53,7 +53,7 @@ Example::
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.auto.objective import weighted_objective as objective  # the one objective, auto's and ours
 from dlrm_multiepoch.command_options import SearchOptions
@@ -221,11 +221,16 @@ class Choice:
     objective: float
 
 
-def choose(tree: Sequence[Candidate], curves: Mapping[str, Curve]) -> Optional[Choice]:
+def choose(
+    tree: Sequence[Candidate], curves: Mapping[str, Curve], exclude: Collection[Tuple[str, float]] = ()
+) -> Optional[Choice]:
     """The best validation objective over the candidates' deployables (see the module docstring).
 
     A branch's epochs up to its fork are its parent's checkpoints: they count for the
     parent. An undefined objective is never chosen. None when no deployable has a defined one.
+
+    Args:
+        exclude: ``(branch, epoch)`` deployables passed over (their checkpoint is damaged or gone).
     """
     best: Optional[Choice] = None
     for c in tree:
@@ -239,6 +244,8 @@ def choose(tree: Sequence[Candidate], curves: Mapping[str, Curve]) -> Optional[C
         else:
             points = [(c.epochs, curve.values[c.epochs])] if c.epochs in curve.values else []
         for epoch, value in points:
+            if (c.name, epoch) in exclude:
+                continue
             if not math.isnan(value) and (best is None or value > best.objective):
                 best = Choice(c.name, epoch, value)
     return best

@@ -23,6 +23,7 @@ from dlrm_multiepoch.names import TEST, VAL
 from dlrm_multiepoch.run_files import (
     best_checkpoint_name,
     checkpoint_name,
+    checkpoint_problem,
     checkpoints_dir,
     read_summary,
     run_folder_name,
@@ -30,7 +31,7 @@ from dlrm_multiepoch.run_files import (
     summary_path,
 )
 from dlrm_multiepoch.search.candidates import Candidate
-from dlrm_multiepoch.search.pruning import Choice, Curve, objective
+from dlrm_multiepoch.search.pruning import Curve, choose, objective
 from dlrm_multiepoch.search.record_file import field_text
 
 
@@ -228,29 +229,49 @@ def format_curve(curve: Mapping[str, Optional[float]]) -> str:
     return "  ".join(f"{e}: {'n/a' if v is None else f'{v:.4f}'}" for e, v in curve.items()) or "(not trained)"
 
 
-def deployable(
-    run_dir: str, choice: Choice, metric: str, weights: Mapping[str, float], sign: float
-) -> Dict[str, Any]:
-    """The checkpoint folder of ``choice`` (a whole-epoch ``step_N``, or ``auto``'s ``best_step_N``) and its figures.
+def deploy_choice(
+    experiment_dir: str, tree: Sequence[Candidate], seed: int, curves: Mapping[str, Curve], metric: str,
+    weights: Mapping[str, float], sign: float, cache_dir: Optional[str] = None,
+) -> Tuple[Optional[Dict[str, Any]], List[Dict[str, Any]]]:  # fmt: skip
+    """The checkpoint to deploy: the best validation objective (:func:`~.pruning.choose`) whose checkpoint
+    verifies (every file of its save's size and sha256, :func:`~dlrm_multiepoch.run_files.checkpoint_problem`).
 
-    ``val_metric`` is the validation metric as measured (``--auto_metric``: the console's and
-    the curves' figure; the objective the rule compares is ``sign * val_metric``).
+    A better deployable whose checkpoint is gone or damaged is passed over, with the reason, and the
+    next is taken: the search and ``compare`` apply this one function to the run folders, so they name the
+    same deploy, and never another without saying why.
 
-    Raises:
-        SearchError: the checkpoint is gone (deleted), naming it.
+    Returns:
+        ``(deploy, passed_over)``: the deploy (``branch``, ``epoch``, ``checkpoint`` folder: a whole-epoch
+        ``step_N`` or ``auto``'s ``best_step_N``, ``metric``, ``val_metric``: the metric as measured, the
+        console's and the curves' figure, the objective being ``sign * val_metric``; ``test_auc``,
+        ``passed_over``) or None when none verifies; each passed-over deployable (``branch``, ``epoch``,
+        ``checkpoint``, ``problem``: one line naming the file).
     """
-    _, facts = read_branch(run_dir, metric, weights)
-    if "best" in facts:  # the adaptive schedule ends on its best-validation weights
-        name, test = best_checkpoint_name(facts["best"]["step"]), facts["best"]["test_auc"]
-    else:
-        name, test = checkpoint_name(facts["steps"][int(choice.epoch)]), facts["test_auc"][int(choice.epoch)]
-    path = os.path.join(checkpoints_dir(run_dir), name)
-    if not os.path.isdir(path):
-        raise SearchError(
-            f"the checkpoint to deploy ({choice.branch} after epoch {choice.epoch:g}), {path}, is missing (deleted?): "
-            f"nothing to deploy; move {run_dir} aside and rerun the same command to train that branch again"
-        )
-    return {
-        "branch": choice.branch, "epoch": choice.epoch, "checkpoint": path, "metric": metric,
-        "val_metric": json_number(sign * choice.objective), "test_auc": test,
-    }  # fmt: skip
+    passed: List[Dict[str, Any]] = []
+    while True:
+        choice = choose(tree, curves, {(p["branch"], p["epoch"]) for p in passed})
+        if choice is None:
+            return None, passed
+        run_dir = os.path.join(experiment_dir, run_name(choice.branch, seed))
+        _, facts = read_branch(run_dir, metric, weights)
+        if "best" in facts:  # the adaptive schedule ends on its best-validation weights
+            name, test = best_checkpoint_name(facts["best"]["step"]), facts["best"]["test_auc"]
+        else:
+            name, test = checkpoint_name(facts["steps"][int(choice.epoch)]), facts["test_auc"][int(choice.epoch)]
+        path = os.path.join(checkpoints_dir(run_dir), name)
+        problem = checkpoint_problem(path, cache_dir)
+        if problem is not None:
+            passed.append({"branch": choice.branch, "epoch": choice.epoch, "checkpoint": path, "problem": problem})
+            continue
+        return {
+            "branch": choice.branch, "epoch": choice.epoch, "checkpoint": path, "metric": metric,
+            "val_metric": json_number(sign * choice.objective), "test_auc": test, "passed_over": passed,
+        }, passed  # fmt: skip
+
+
+def passed_over_line(passed: Mapping[str, Any], run_dir: str) -> str:
+    """The console's line for a deployable passed over: which, why, and how to train it again."""
+    return (
+        f"not deployed: {passed['branch']} after epoch {passed['epoch']:g} ({passed['problem']}); the next best is "
+        f"taken. Move {run_dir} aside and rerun the same command to train that branch again"
+    )

@@ -18,31 +18,48 @@ Example::
 """
 
 import json
+import math
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from dlrm_multiepoch.json_io import write_json
+from dlrm_multiepoch.metrics import METRIC_NAMES
 from dlrm_multiepoch.run_files import read_optional_json, search_record_path
+from dlrm_multiepoch.search.candidates import candidate_tree
 
-# Expected types: a type (or tuple), ("list", item), ("map", value), ("opt", spec), or {field: spec} (all required).
-_NUMBER = (int, float)
+STATUSES = ("live", "finished", "cut")  # a branch's (BranchRecord.status)
+# Expected values: a type (or tuple), ("list", item), ("map", value), ("opt", spec), {field: spec} (all required), or
+# ("where", spec, test, what): spec's type and a value no search can have refused (-1 epochs, an unknown candidate).
+_NUMBER = (int, float)  # finite: NaN and infinities are written as null, so a file holding them was edited
+_AMOUNT = ("where", _NUMBER, lambda v: v >= 0, "a number >= 0")
+_COUNT = ("where", int, lambda v: v >= 0, "an integer >= 0")
 _NULL_NUMBER = ("opt", _NUMBER)
-_LAUNCH = {"to_epoch": _NUMBER, "wall_s": _NULL_NUMBER}
+_NULL_AMOUNT = ("opt", _AMOUNT)
+_LAUNCH = {"to_epoch": _AMOUNT, "wall_s": _NULL_AMOUNT}
 _BRANCH = {
-    "status": str, "reason": str, "cut_at": _NULL_NUMBER, "launches": ("list", _LAUNCH),
-    "curve": ("map", _NULL_NUMBER), "trained_steps": int,
+    "status": ("where", str, lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}"), "reason": str,
+    "cut_at": _NULL_AMOUNT, "launches": ("list", _LAUNCH), "curve": ("map", _NULL_NUMBER), "trained_steps": _COUNT,
 }  # fmt: skip
-_RUNG = {"epoch": _NUMBER, "judged": ("list", str), "cuts": ("map", str), "kept": ("list", str)}
-_DEPLOY = ("opt", {"branch": str, "epoch": _NUMBER, "checkpoint": ("opt", str), "val_metric": _NULL_NUMBER})
-_COST = {"wall_s": _NUMBER, "launches": int, "trained_steps": int, "sweep_steps": int}
+_RUNG = {"epoch": _AMOUNT, "judged": ("list", str), "cuts": ("map", str), "kept": ("list", str)}
+_DEPLOY = ("opt", {"branch": str, "epoch": _AMOUNT, "checkpoint": ("opt", str), "val_metric": _NULL_NUMBER})
+_COST = {"wall_s": _AMOUNT, "launches": _COUNT, "trained_steps": _COUNT, "sweep_steps": _COUNT}
 SEED = {"branches": ("map", _BRANCH), "rungs": ("list", _RUNG), "deploy": _DEPLOY, "cost": _COST}
-# The search's own flags and the app flags common to its branches: checked against a rerun's.
+# The search's own flags and the app flags common to its branches: checked against a rerun's. Values no search can
+# have (those its flags refuse) are damage too: rebuilt, never "rerun it with --epochs -1".
 TOP = {
-    "budget": int, "metric": str, "task_weights": ("map", _NUMBER), "eta": int, "rung_fraction": _NUMBER,
+    "budget": ("where", int, lambda v: v >= 1, "a positive integer"),
+    "metric": ("where", str, lambda v: v in METRIC_NAMES, f"one of {', '.join(METRIC_NAMES)}"),
+    "task_weights": ("map", _AMOUNT), "eta": ("where", int, lambda v: v >= 2, "an integer >= 2"),
+    "rung_fraction": ("where", _NUMBER, lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "common_flags": ("list", str), "candidates": ("list", str),
 }  # fmt: skip
+# Recorded since a version that older records predate: checked when present.
+OPTIONAL_TOP = {
+    "j": ("where", str, lambda v: re.fullmatch(r"(\d+:)?\d+x\d+|\d+", v) is not None, "a -j value, e.g. 1x2"),
+}
 DAMAGED_SUFFIX = ".damaged"
 
 
@@ -64,6 +81,8 @@ class LoadedRecord:
 def _kind(spec: Any) -> str:
     if isinstance(spec, dict):
         return "an object"
+    if isinstance(spec, tuple) and spec and spec[0] == "where":
+        return spec[3]
     if isinstance(spec, tuple) and spec and isinstance(spec[0], str):
         return {"list": "a list", "map": "an object", "opt": f"null or {_kind(spec[1])}"}[spec[0]]
     types = spec if isinstance(spec, tuple) else (spec,)
@@ -74,13 +93,17 @@ def _kind(spec: Any) -> str:
 
 def _matches(value: Any, types: Any) -> bool:
     types = types if isinstance(types, tuple) else (types,)
-    if isinstance(value, bool):
+    if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
         return False
     return isinstance(value, types)
 
 
 def problem(value: Any, spec: Any, path: str) -> Optional[str]:
     """The first field of ``value`` that does not match ``spec``, as ``path is X, expected Y`` (None: it matches)."""
+    if isinstance(spec, tuple) and spec and spec[0] == "where":
+        _, inner, test, _ = spec
+        found = problem(value, inner, path)
+        return found or (None if test(value) else f"{path} is {field_text(value)}, expected {_kind(spec)}")
     if isinstance(spec, tuple) and spec and isinstance(spec[0], str):
         kind, inner = spec
         if kind == "opt":
@@ -100,6 +123,13 @@ def problem(value: Any, spec: Any, path: str) -> Optional[str]:
             return f"{path}.{missing[0]} is missing"
         return next((p for k, s in spec.items() if (p := problem(value[k], s, f"{path}.{k}"))), None)
     return None if _matches(value, spec) else f"{path} is {field_text(value)}, expected {_kind(spec)}"
+
+
+def _is_candidate(name: str, budget: Optional[int]) -> bool:
+    """Whether a search of ``budget`` epochs has a candidate ``name`` (any budget's when it is damaged)."""
+    if budget is not None:
+        return name in {c.name for c in candidate_tree(budget)}
+    return name in {c.name for c in candidate_tree(2)} or re.fullmatch(r"window@[1-9]\d*", name) is not None
 
 
 def field_text(value: Any) -> str:
@@ -130,6 +160,18 @@ def check_record(record: Any) -> Tuple[Dict[str, Any], List[Tuple[str, str]]]:
             damaged.append((name, found))
         else:
             intact[name] = record[name]
+    for name, spec in OPTIONAL_TOP.items():
+        found = problem(record[name], spec, name) if name in record else None
+        if found:
+            damaged.append((name, found))
+        elif name in record:
+            intact[name] = record[name]
+    if "candidates" in intact:  # names this search's tree has (its budget's, when that is intact)
+        unknown = [n for n in intact["candidates"] if not _is_candidate(n, intact.get("budget"))]
+        if unknown or not intact["candidates"]:
+            damaged.append(("candidates", f"candidates holds {field_text(unknown[0]) if unknown else 'none'}, expected "
+                                          "candidates of the search"))  # fmt: skip
+            del intact["candidates"]
     seeds = record.get("seeds")
     if not isinstance(seeds, dict):
         found = f"seeds is {field_text(seeds)}, expected an object" if "seeds" in record else "seeds is missing"

@@ -33,7 +33,7 @@ from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions, add_launch_args
 from dlrm_multiepoch.sweep import checks
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted
 from dlrm_multiepoch.sweep.manifest import check_experiment, group_record, is_flag_list
-from dlrm_multiepoch.run_files import read_manifest
+from dlrm_multiepoch.run_files import manifest_path, read_manifest
 from dlrm_multiepoch.sweep.plan import SweepPlan, build_plan
 from dlrm_multiepoch.sweep.strategies import (
     DEFAULT_STRATEGIES,
@@ -131,6 +131,7 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> T
     own.check()
     if not args.dryrun:
         check_folder(own.experiment_dir, "EXPERIMENT_DIR")
+    checks.check_not_a_search(own.experiment_dir)
     options = launch_options(args, runner)
     local = args.scheduler == LOCAL and not args.dryrun
     specs = args.strategies or ([] if own.window_list else DEFAULT_STRATEGIES)
@@ -142,6 +143,10 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> T
         checks.check_data_path(plan)
     checks.check_validation_split(plan)
     check_experiment(plan)
+    new_folder = "sweep it in a new experiment folder"
+    recorded = group_record(_manifest(own.experiment_dir), own.group).get("j")
+    checks.check_ranks(plan, options.j, recorded, manifest_path(own.experiment_dir), new_folder)
+    checks.check_same_data(plan, new_folder)
     checks.check_request(runner, SweepLauncher(plan, options, runner=runner))
     return plan, options
 

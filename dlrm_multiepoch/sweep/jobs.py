@@ -22,6 +22,8 @@ from dlrm_multiepoch.run_files import DATA_ERROR_MARK
 
 _ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Busy)): (.+)$")
 _FULL_BELOW = 1 << 20  # bytes: a run's disk with less free space is full (its next checkpoint or record will not fit)
+# The app's parser refusing a flag (a path the launch names that is not there: ``--start_from``, ``--resume``).
+_USAGE_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*(?:python -m )?[\w./-]+: error: (.+)$")
 # torchrun's and TorchX's own wrappers around a worker's error: never the reason.
 _WRAPPERS = ("ChildFailedError", "SignalException", "RendezvousClosedError")
 
@@ -64,15 +66,18 @@ def holder_is_job(holder: LockHolder, handle: str) -> bool:
 
 def failure_reason(log_file: Optional[str]) -> Optional[str]:
     """The app's own one-line error from a failed run's log: the last ``SomeError: message`` a rank
-    raised, not torchrun's ``ChildFailedError`` block around it; None if the log has none."""
+    raised, or its parser's refusal of a flag, not torchrun's ``ChildFailedError`` block around it; None if
+    the log has none."""
     if not log_file or not os.path.isfile(log_file):
         return None
     reason = None
     with open(log_file, errors="replace") as f:
         for line in f:
-            match = _ERROR_LINE.match(line.rstrip())
+            match, usage = _ERROR_LINE.match(line.rstrip()), _USAGE_LINE.match(line.rstrip())
             if match and not match.group(1).endswith(_WRAPPERS):
                 reason = f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
+            elif usage:
+                reason = f"the training app refused its flags: {usage.group(1)}"
     return reason
 
 

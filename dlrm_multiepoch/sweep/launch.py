@@ -85,7 +85,7 @@ class SweepLauncher:
                     self._print(f"=== run {run.name} ({run.epochs} epochs) ===")
                     self._print(str(runner.dryrun(self.app(run), self.options.scheduler, cfg=self.scheduler_cfg(run))))
                 return []
-            update_manifest(self.plan)
+            update_manifest(self.plan, j=self.options.j)
             if self.options.scheduler == LOCAL:
                 return self._run_local(runner)
             return self._submit(runner)
@@ -224,7 +224,8 @@ class SweepLauncher:
                 self._print(f"{run.name}: submission failed: {e}")
                 failed.append(run.name)
                 continue
-            update_manifest(self.plan, {run.name: new})  # at once: an interrupted sweep keeps every handle
+            # At once: an interrupted sweep keeps every handle.
+            update_manifest(self.plan, {run.name: new}, j=self.options.j)
             submitted += 1
             how = {"resumable": "resumes", "stale": "starts over"}.get(state.status, "new")
             self._print(f"{run.name}: submitted as {new} ({how})")

@@ -146,9 +146,9 @@ def _config_changes(
 
 
 def group_record(manifest: Mapping[str, Any], group: str) -> Dict[str, Any]:
-    """What the manifest recorded for a group (budget, common flags); the top level is the default group's."""
+    """What the manifest recorded for a group (budget, common flags, ``-j``); the top level is the default group's."""
     if not group:
-        return {k: manifest[k] for k in ("budget", "common_flags") if k in manifest}
+        return {k: manifest[k] for k in ("budget", "common_flags", "j") if k in manifest}
     record = manifest.get("groups", {}).get(group) if isinstance(manifest.get("groups"), dict) else None
     return dict(record) if isinstance(record, dict) else {}
 
@@ -161,20 +161,22 @@ def recorded_handle(manifest: Mapping[str, Any], run: str) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def _locked(experiment_dir: str) -> Iterator[None]:
-    """Serialize read-modify-write of the manifest between sweeps sharing an experiment."""
+def record_lock(experiment_dir: str, record: str = MANIFEST_FILE) -> Iterator[None]:
+    """Serialize read-modify-write of an experiment's record file (``sweep.json``, ``search.json``) between the
+    sweeps and searches sharing the folder."""
     os.makedirs(experiment_dir, exist_ok=True)
-    with open(os.path.join(experiment_dir, f".{MANIFEST_FILE}.lock"), "w") as f:
+    with open(os.path.join(experiment_dir, f".{record}.lock"), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
 
-def update_manifest(plan: SweepPlan, handles: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    """Merge ``plan`` (and job handles, run name -> handle) into the experiment's manifest and write it.
+def update_manifest(plan: SweepPlan, handles: Optional[Dict[str, str]] = None, j: str = "") -> Dict[str, Any]:
+    """Merge ``plan`` (and job handles, run name -> handle, and the ``-j`` its runs launch with) into the
+    experiment's manifest and write it.
 
     Earlier sweeps' runs and groups stay; a run's recorded handle stays until a new one replaces it.
     """
-    with _locked(plan.experiment_dir):
+    with record_lock(plan.experiment_dir):
         manifest = read_manifest(plan.experiment_dir) or {"runs": {}}
         for run in plan.runs:
             entry = {**asdict(run), "flags": list(run.flags)}
@@ -184,7 +186,7 @@ def update_manifest(plan: SweepPlan, handles: Optional[Dict[str, str]] = None) -
             manifest["runs"][run.name] = entry
         for name, handle in (handles or {}).items():
             manifest["runs"][name]["handle"] = handle
-        record = {"budget": plan.budget, "common_flags": list(plan.common_flags)}
+        record = {"budget": plan.budget, "common_flags": list(plan.common_flags), **({"j": j} if j else {})}
         if plan.group:
             manifest.setdefault("groups", {})[plan.group] = record
         else:

@@ -17,6 +17,7 @@ from torchrec.optim.keyed import CombinedOptimizer
 from dlrm_multiepoch.auto import AutoFreezeSchedule
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.identity import IDENTITY
 from dlrm_multiepoch.data.id_dropout import IdDropout
 from dlrm_multiepoch.data.load import load_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
@@ -166,7 +167,9 @@ def describe_run(
     logger.record("config", record)
     logger.record("dataset", {name: len(split) for name, split in data.splits.items()})
     logger.record("job_id", job_id)
+    logger.record("world_size", env.world_size)  # a sweep or search rerun on another -j is refused by it
     logger.record("encoding", data.encoding)
+    logger.record(IDENTITY, data.identity)
     logger.text("config", f"```\n{record}\n```")
     parts.describe(logger.info, logger.record)
 

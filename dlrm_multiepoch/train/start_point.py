@@ -7,9 +7,12 @@
   data position and the remedies' state come from it, so the branch continues that
   training bitwise. Its freeze schedule and ``--reinit`` are its own flags (the schedule
   *suffix*), and must do what the parent did up to the checkpoint; every other setting
-  must be the parent's. Its ``summary.json`` starts with the parent's evaluations up to
+  must be the parent's, but where its data lives (``--data_path``). Its ``summary.json`` starts with the parent's evaluations up to
   the checkpoint, so its curve reads from step 0; its wall time counts its own training.
   Once the branch has saved a checkpoint, ``--resume auto`` continues from that.
+- **Data**: a resume continues on the data its checkpoint was trained on (each source file's
+  content and the encoding flags, :mod:`~dlrm_multiepoch.data.identity`), or is refused
+  before any row is parsed; a branch onto other data is a fine-tuning, said and recorded.
 
 Both are one :class:`~dlrm_multiepoch.train.checkpoint.StartPoint`, chosen as torchtitan's
 ``CheckpointManager`` chooses (the run's own checkpoint if it has one, else the initial
@@ -20,10 +23,11 @@ parsed schedule sections, never their text again), then loaded by the checkpoint
 Example::
 
     run, start = open_checked_run(cfg, env.world_size, spec, log=print)   # start: None for a fresh run
+    other_data = check_same_data(start, data_identity(cfg.data), log)     # before any row is parsed
     changes = check_start(start, cfg, spec.config_record(cfg), data.tables, steps_per_epoch)
     ...  # build the trainer's parts and its checkpointer
     changes += checkpointer.restore(start)
-    record_start(start, progress, logger)
+    record_start(start, progress, logger, other_data)
 """
 
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
@@ -31,6 +35,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 from dlrm_multiepoch.auto.config import AUTO
 from dlrm_multiepoch.config_section import SUFFIX
 from dlrm_multiepoch.data.dataset import TableSpec
+from dlrm_multiepoch.data.identity import IDENTITY, identity_changes
 from dlrm_multiepoch.optim.options import ReinitSchedule
 from dlrm_multiepoch.run_files import flat_config, path_matches
 from dlrm_multiepoch.schedule import FreezeSchedule, ResolvedSchedule
@@ -124,6 +129,33 @@ def find_branch_point(
     return info
 
 
+def check_same_data(start: StartPoint, identity: Mapping[str, Any], log: Callable[[str], None]) -> List[str]:
+    """Refuse a resume onto other data than its checkpoint was trained on; a branch onto other data is a
+    fine-tuning: said, and its changes returned (for the summary). Checked before any row is parsed.
+
+    Args:
+        start: where the run starts.
+        identity: this run's data (:func:`~dlrm_multiepoch.data.identity.data_identity`; empty: unknown).
+        log: rank-0 logger.
+
+    Raises:
+        ValueError: a resume whose checkpoint recorded other data, naming the file and what changed.
+    """
+    recorded = start.checkpoint.state.get(IDENTITY)
+    changes = identity_changes(recorded, identity) if isinstance(recorded, Mapping) and identity else []
+    path = start.checkpoint.path
+    if changes and not start.is_branch:
+        raise ValueError(
+            f"--resume {path!r}: the checkpoint was trained on other data: {'; '.join(changes)}. A run continues on "
+            "the data it started on: to train on the new data, start a new run (another --run_name; for a sweep or "
+            f"search, a new experiment folder); to fine-tune this checkpoint on it, start a new run with "
+            f"--start_from {path}"
+        )
+    if changes:
+        log(f"{START_FROM} {path}: fine-tuning on other data than the checkpoint's: {'; '.join(changes)}")
+    return changes
+
+
 def check_start(
     start: StartPoint, cfg: TrainConfig, config: Mapping[str, Any], tables: Sequence[TableSpec], steps_per_epoch: int
 ) -> List[str]:
@@ -212,7 +244,9 @@ def _trains(schedule: ResolvedSchedule, group: str, step: int) -> bool:
     return schedule.trains(group, step) if group in schedule.windows else True
 
 
-def record_start(start: StartPoint, progress: TrainProgress, logger: MetricsLogger) -> None:
+def record_start(
+    start: StartPoint, progress: TrainProgress, logger: MetricsLogger, other_data: Sequence[str] = ()
+) -> None:
     """Record in the summary where the loaded run continues from: a resume appends to ``resumed_from`` (one entry
     per launch); a branch records ``started_from`` (with its parent's wall time), starts its summary with the
     parent's evaluations up to the checkpoint and counts its own wall time from zero.
@@ -221,6 +255,7 @@ def record_start(start: StartPoint, progress: TrainProgress, logger: MetricsLogg
         start: the checkpoint just restored.
         progress: the restored position.
         logger: the run's summary (a branch's holds nothing of the parent's: its part was not loaded).
+        other_data: how a branch's data differs from its parent's (:func:`check_same_data`: a fine-tuning).
     """
     info = start.checkpoint
     where = {"path": info.path, "step": info.step, "epoch": progress.epoch, "batch": progress.batch_in_epoch}
@@ -229,8 +264,10 @@ def record_start(start: StartPoint, progress: TrainProgress, logger: MetricsLogg
         return
     parent_wall_time, progress.wall_time_s = progress.wall_time_s, 0.0  # this run's cost is its own training
     inherited = [e for e in info.parts["metrics"].get("evaluations", []) if e["step"] <= info.step]
+    fine_tuning = {"other_data": list(other_data)} if other_data else {}
+    started = where | {"parent_wall_time_s": parent_wall_time} | fine_tuning
     # One write: a reader never sees the parent's evaluations without where they stop (the sweep's console follower).
-    logger.restore({"evaluations": inherited, "started_from": where | {"parent_wall_time_s": parent_wall_time}})
+    logger.restore({"evaluations": inherited, "started_from": started})
 
 
 def start_message(start: StartPoint, progress: TrainProgress, cfg: TrainConfig, changes: Sequence[str]) -> str:

@@ -1,5 +1,6 @@
 """The training loop: data -> batch -> sharded model -> pipeline -> optimizer, over public parts, with a validator."""
 
+import contextlib
 import itertools
 import math
 import sys
@@ -14,6 +15,7 @@ from tqdm import tqdm
 
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
+from dlrm_multiepoch.data.identity import IDENTITY, data_identity
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.import_path import is_import_path
 from dlrm_multiepoch.part import TrainPart, TrainParts
@@ -28,7 +30,8 @@ from dlrm_multiepoch.train.metrics_logger import MetricsLogger, train_scalars
 from dlrm_multiepoch.train.progress import TrainProgress
 from dlrm_multiepoch.train.run_folder import RunFolder
 from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
-from dlrm_multiepoch.train.start_point import check_start, open_checked_run, record_start, start_message
+from dlrm_multiepoch.train.start_point import check_same_data, check_start, open_checked_run, record_start
+from dlrm_multiepoch.train.start_point import start_message
 from dlrm_multiepoch.train.validator import Validator
 
 
@@ -48,6 +51,17 @@ def pause_step(stop_at_epoch: float, steps_per_epoch: int) -> int:
             "schedule search judges inside epochs unless given --rung_fraction 1"
         )
     return step
+
+
+@contextlib.contextmanager
+def _data_errors(env: DistEnv) -> Iterator[None]:
+    """Mark an error reading the data: every run of these data flags fails the same way (the sweep says so)."""
+    try:
+        yield
+    except (ValueError, OSError) as e:
+        if env.is_main:
+            print(f"{DATA_ERROR_MARK} {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        raise
 
 
 class Trainer:
@@ -97,12 +111,13 @@ class Trainer:
         log = print if env.is_main else lambda _: None
         self.run, self.start = open_checked_run(cfg, env.world_size, spec, log)
         torch.manual_seed(cfg.seed)
-        try:
+        other_data: List[str] = []  # how a branch's data differs from its parent's (a fine-tuning)
+        if self.start is not None:  # a resume onto other data is refused before any row is parsed
+            with _data_errors(env):
+                identity = data.identity if data is not None else data_identity(cfg.data)
+            other_data = check_same_data(self.start, identity, log)
+        with _data_errors(env):
             self.data, train_split = prepare_data(cfg, env, data, spec)
-        except (ValueError, OSError) as e:  # every run of these data flags fails here the same way: say so
-            if env.is_main:
-                print(f"{DATA_ERROR_MARK} {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            raise
         self.train_loader, self.eval_loaders = build_loaders(cfg, self.data, env, train_split, spec)
         self.steps_per_epoch = min(len(self.train_loader), cfg.loader.limit_train_batches or len(self.train_loader))
         start, spe = self.start, self.steps_per_epoch
@@ -132,7 +147,7 @@ class Trainer:
         self._train_start = time.perf_counter()
         describe_run(cfg, env, self.data, model, len(self.train_loader), self.run.job_id, self.logger, self.parts, spec)
         if start is not None:
-            self._restore(start, changes)
+            self._restore(start, changes, other_data)
 
     @property
     def step(self) -> int:
@@ -264,18 +279,18 @@ class Trainer:
         self.parts.before_save(self.progress)
         tables = {t.name: t.num_embeddings for t in self.data.tables}
         config, sharding = self.spec.config_record(self.cfg), table_sharding(self.model.plan)
-        state = {"config": config, "tables": tables, "sharding": sharding}
+        state = {"config": config, "tables": tables, "sharding": sharding, IDENTITY: self.data.identity}
         path = self.checkpointer.save(self.step, state)
         self.last_checkpoint = path
         self.parts.after_save()
         self.logger.info(f"saved checkpoint {path} ({self.progress}) in {time.perf_counter() - start:.1f}s")
         return path
 
-    def _restore(self, start: StartPoint, changes: List[str]) -> None:
+    def _restore(self, start: StartPoint, changes: List[str], other_data: List[str]) -> None:
         """Continue from ``start`` (a resume or a branch): the checkpointer restores it, the summary records it,
         and every part continues at the loaded step (the automatic schedule checks its best checkpoint)."""
         changes = changes + self.checkpointer.restore(start)
-        record_start(start, self.progress, self.logger)
+        record_start(start, self.progress, self.logger, other_data)
         self.last_checkpoint = start.checkpoint.path
         self._wall_time_before = self.progress.wall_time_s
         self.parts.after_load(self.progress)

@@ -10,11 +10,12 @@ import os
 from typing import Callable, Dict, List, Optional
 
 from dlrm_multiepoch import distributed as D
-from dlrm_multiepoch.data.cache import file_digest
+from dlrm_multiepoch.file_digests import file_digest
 from dlrm_multiepoch.json_io import read_json
 from dlrm_multiepoch.run_files import (
     CheckpointError,
     CheckpointInfo,
+    checkpoint_files_problem,
     complete_checkpoints,
     read_checkpoint_state,
     saved_work,
@@ -33,20 +34,6 @@ def record_files(folder: str) -> Dict[str, Dict[str, object]]:
     return {name: entry for share in D.all_gather_object(mine) for name, entry in share.items()}
 
 
-def _check_files(path: str, files: Dict[str, Dict[str, object]], share: int, shares: int) -> Optional[str]:
-    """The first of this rank's share of ``files`` that differs from what the save recorded."""
-    for name in sorted(files)[share::shares]:
-        expected, file = files[name], os.path.join(path, name)
-        if not os.path.isfile(file):
-            return f"checkpoint {path}: file {name} is missing"
-        size = os.path.getsize(file)
-        if size != expected["bytes"]:
-            return f"checkpoint {path}: file {name} has {size} bytes, the save wrote {expected['bytes']} (truncated?)"
-        if file_digest(file) != expected["sha256"]:
-            return f"checkpoint {path}: file {name} has another sha256 than the save recorded (damaged)"
-    return None
-
-
 def verify_checkpoint(path: str) -> CheckpointInfo:
     """The checkpoint at ``path`` after checking every file (collective).
 
@@ -63,7 +50,8 @@ def verify_checkpoint(path: str) -> CheckpointInfo:
         raise FileNotFoundError(f"checkpoint {path}: no such folder")
     try:
         state = read_checkpoint_state(path)
-        problem = _check_files(path, state.get("files", {}), D.rank(), D.world_size())
+        files = state.get("files", {})
+        problem = checkpoint_files_problem(path, files, sorted(files)[D.rank() :: D.world_size()])
     except CheckpointError as e:
         state, problem = {}, str(e)
     problems = [p for p in D.all_gather_object(problem) if p]

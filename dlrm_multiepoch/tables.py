@@ -60,7 +60,11 @@ def _optional_types(*names: str) -> Tuple[type, ...]:
     for name in names:
         module, _, cls = name.rpartition(".")
         try:
-            found.append(getattr(importlib.import_module(module), cls))
+            # torch 2.14 deprecates torch.jit.script, which some of these modules call at import
+            # (TorchRec 1.9's hash_mc_evictions): a line on every launch a user can do nothing about.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=FutureWarning)
+                found.append(getattr(importlib.import_module(module), cls))
         except (ImportError, AttributeError):
             continue
     return tuple(found)

@@ -62,12 +62,12 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-from benchmarks.tools.dlrm_job import copy_into_shards
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import ModelOutput, embedding_bag_configs
 from dlrm_multiepoch.tables import embedding_modules
+from dlrm_multiepoch.testing.dlrm_job import copy_into_shards
 from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
 
 ROWS, DIM, BATCH, STEPS_PER_EPOCH = 40, 8, 8, 2

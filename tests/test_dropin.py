@@ -48,12 +48,12 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline, embedding_modules, init_optimizer_state
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.build import build_loaders, build_sharded_model
 from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer

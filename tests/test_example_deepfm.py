@@ -26,7 +26,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from benchmarks.tools.ranks import run_on_ranks
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from tests.readme_blocks import LOOP, PARTS, example_block, import_example, readme_block
 from tests.resume_helpers import scalars
 from tests.sharding_helpers import differing_keys, snapshot

@@ -15,7 +15,6 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.id_dropout import IdDropout
@@ -27,6 +26,7 @@ from dlrm_multiepoch.optim.accumulation import GradientAccumulation, ddp_modules
 from dlrm_multiepoch.optim.lr import TableLRSchedule, TableLRScheduler
 from dlrm_multiepoch.optim.reinit import ReinitSchedule, init_values, reinit_tables
 from dlrm_multiepoch.optim.shards import table_shards
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 
 BASE_LRS = {"user": 0.02, "item": 0.05}

@@ -23,7 +23,7 @@ from dlrm_multiepoch import (
 from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
 from dlrm_multiepoch.pipeline.prefetch import overlap_line
 from dlrm_multiepoch.saved_state import StateMismatch
-from benchmarks.tools.ranks import single_rank_group
+from dlrm_multiepoch.testing.ranks import single_rank_group
 from tests.dropin_models import dense_optimizer
 from tests.readme_blocks import import_example
 from tests.sharding_helpers import snapshot

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
@@ -35,6 +34,7 @@ from dlrm_multiepoch.models.user_model import build_user_model, import_builder
 from dlrm_multiepoch.search.command import main as search_main
 from dlrm_multiepoch.step_output import check_step_output
 from dlrm_multiepoch.sweep.command import main as sweep_main
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.config import TrainConfig, parse_config
 from dlrm_multiepoch.train.trainer import Trainer
 from dlrm_multiepoch.data.fetch import CACHE_ENV

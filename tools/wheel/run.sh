@@ -9,8 +9,8 @@
 # 3. makes the venv's site-packages read-only: chmod -R a-w, and as root (whom file modes do not
 #    stop) a read-only bind mount in a private mount namespace;
 # 4. from a folder outside the checkout that holds only copies of tests/, what they import beside the
-#    package (benchmarks/tools/: the rank spawner; examples/: the DeepFM the drop-in test trains and
-#    docs/YOUR_MODEL.md's commands run) and README.md and docs/YOUR_MODEL.md (the tests read their blocks),
+#    package (examples/: the DeepFM the drop-in test trains and docs/YOUR_MODEL.md's commands run; the rank
+#    spawner is the wheel's dlrm_multiepoch.testing) and the pages whose blocks the tests read,
 #    runs tests/wheel/ (the README's quick tour, the TorchX components, your model under sweep and search) and
 #    the README's two drop-in blocks (tests/test_dropin.py);
 # 5. checks that nothing under site-packages changed (a listing of paths, sizes and times).
@@ -56,7 +56,6 @@ for release in "$@"; do
     mkdir -p "$user"
     cp -r "$REPO/tests" "$user/tests"
     cp -r "$REPO/examples" "$user/examples"
-    mkdir -p "$user/benchmarks" && cp -r "$REPO/benchmarks/tools" "$user/benchmarks/tools"
     cp "$REPO/README.md" "$user/README.md"
     mkdir -p "$user/docs" && cp "$REPO/docs/YOUR_MODEL.md" "$user/docs/YOUR_MODEL.md"
     find "$user" -name __pycache__ -prune -exec rm -rf {} +

@@ -116,7 +116,7 @@ def _two_rank_checks(rank: int, world_size: int, tmp: str, ref: str) -> None:
     diverging["limit_train_batches"] = 4
     e = Trainer(resume_config(tmp, "e", skip_nonfinite_batches=True, checkpoint=False, **diverging), env)
     summary_e = e.train()
-    skipped = e.skipper.skipped
+    skipped = e.nonfinite.skipped
     assert 0 < skipped < 4
     diverging["limit_train_batches"] = 4 - skipped
     f = Trainer(resume_config(tmp, "f", checkpoint=False, **diverging), env)

@@ -133,8 +133,8 @@ def parts_loop(
         freeze,
     ])  # fmt: skip
     progress = TrainProgress()  # the one step count (and epoch): every part is handed it
-    pipeline = SemiSyncTrainPipeline(
-        model, accumulation.optimizer, device, frozen_tables=freeze.frozen_tables, step_count=lambda: progress.step
+    pipeline = SemiSyncTrainPipeline(  # its optimizer runs the parts' hook between backward and step (accumulation)
+        model, parts.wrap_optimizer(optimizer), device, frozen_tables=freeze.frozen_tables, step_count=lambda: progress.step
     )
 
     def validate(splits):  # yours: {split: {task: {metric: value}}}; the automatic schedule reads val's

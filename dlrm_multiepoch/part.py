@@ -5,7 +5,7 @@ freeze schedule (fixed or automatic), each table remedy (LR schedule, FALR,
 re-initialisation, gradient accumulation, id dropout), the non-finite-loss policy, the
 pipeline's per-window logging and the validator. The loop owns the step count and hands
 it to every hook; a part never counts steps itself. The app's
-:class:`~dlrm_multiepoch.train.trainer.Trainer` and a user's own loop (README's drop-in
+:class:`~dlrm_multiepoch.train.trainer.Trainer` and a user's own loop (docs/DROPIN.md's
 block) call the same hooks in the same places, so they compute the same thing.
 
 Where the hooks run::

@@ -25,7 +25,7 @@ from dlrm_multiepoch.pipeline.prefetch import overlap_line
 from dlrm_multiepoch.saved_state import StateMismatch
 from dlrm_multiepoch.testing.ranks import single_rank_group
 from tests.dropin_models import dense_optimizer
-from tests.readme_blocks import import_example
+from tests.doc_blocks import import_example
 from tests.sharding_helpers import snapshot
 
 
@@ -156,7 +156,7 @@ def _check_refusals_on_a_sharded_model() -> None:
 
 
 def _check_a_skipped_closing_micro_batch() -> None:
-    """README: a window whose closing micro-batch is skipped takes no dense step; its earlier table updates stay."""
+    """docs/DROPIN.md: a window whose closing micro-batch is skipped takes no dense step; its earlier table updates stay."""
     model, optimizer, deepfm = _sharded()
     train, _ = deepfm.splits(256, 64)
     batches = list(deepfm.Loader(train, 64, 0, 1))[:2]

@@ -12,7 +12,7 @@
 #    package (examples/: the DeepFM the drop-in test trains and docs/YOUR_MODEL.md's commands run; the rank
 #    spawner is the wheel's dlrm_multiepoch.testing) and the pages whose blocks the tests read,
 #    runs tests/wheel/ (the README's quick tour, the TorchX components, your model under sweep and search) and
-#    the README's two drop-in blocks (tests/test_dropin.py);
+#    the two drop-in blocks (README.md's and docs/DROPIN.md's, tests/test_dropin.py);
 # 5. checks that nothing under site-packages changed (a listing of paths, sizes and times).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -57,7 +57,7 @@ for release in "$@"; do
     cp -r "$REPO/tests" "$user/tests"
     cp -r "$REPO/examples" "$user/examples"
     cp "$REPO/README.md" "$user/README.md"
-    mkdir -p "$user/docs" && cp "$REPO/docs/YOUR_MODEL.md" "$user/docs/YOUR_MODEL.md"
+    mkdir -p "$user/docs" && cp "$REPO/docs/YOUR_MODEL.md" "$REPO/docs/DROPIN.md" "$user/docs/"
     find "$user" -name __pycache__ -prune -exec rm -rf {} +
     run=(env PATH="$venv/bin:$PATH" DLRM_WHEEL_SITE="$site" "$venv/bin/python" -m pytest -q -p no:cacheprovider
          --durations=12 -W ignore::pytest.PytestUnknownMarkWarning

@@ -188,14 +188,17 @@ def _field(summary: Mapping[str, Any], name: str, kind: type, run_dir: str, defa
 def _evaluation(e: Any, i: Any, run_dir: str, where: str = "evaluations") -> Tuple[float, int, Dict[str, Any]]:
     """``(epoch, step, entry)`` of one recorded evaluation, or SearchError naming the damaged field."""
     epoch, step = (e.get("epoch"), e.get("step")) if isinstance(e, dict) else (None, None)
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (epoch, step))
-    if not numbers or not math.isfinite(epoch) or epoch < 0 or step < 0 or step != int(step):  # type: ignore[operator]
-        field_name = f"evaluations.{i}" if where == "evaluations" else where
-        raise SearchError(
-            f"{summary_path(run_dir)}: {field_name} has no epoch and step (damaged); move the file aside: the "
-            "branch's next launch rewrites it from its newest checkpoint"
-        )
-    return float(epoch), int(step), e  # type: ignore[arg-type]
+    if (
+        isinstance(epoch, (int, float)) and not isinstance(epoch, bool) and math.isfinite(epoch) and epoch >= 0
+        and isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step) and step >= 0
+        and step == int(step)
+    ):  # fmt: skip
+        return float(epoch), int(step), e
+    field_name = f"evaluations.{i}" if where == "evaluations" else where
+    raise SearchError(
+        f"{summary_path(run_dir)}: {field_name} has no epoch and step (damaged); move the file aside: the "
+        "branch's next launch rewrites it from its newest checkpoint"
+    )
 
 
 def _aucs(e: Mapping[str, Any]) -> Dict[str, Optional[float]]:

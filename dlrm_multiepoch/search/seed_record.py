@@ -133,7 +133,7 @@ def cost(entry: SeedEntry, steps_per_epoch: int, sweep_epochs: int) -> Dict[str,
 
 def seed_record(entry: SeedEntry, costs: Dict[str, Any]) -> Dict[str, Any]:
     """The seed's entry of ``search.json``."""
-    record = {
+    record: Dict[str, Any] = {
         "branches": {n: branch_dict(b) for n, b in entry.branches.items()}, "rungs": [asdict(r) for r in entry.rungs],
         "deploy": entry.deploy, "cost": costs,
     }  # fmt: skip

@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Sequence, Type, TypeVar
 
-from dlrm_multiepoch.config_section import flag_fields, parsed, split_list
+from dlrm_multiepoch.config_section import MAX_SEED, flag_fields, parsed, split_list
 
 O = TypeVar("O", bound="ExperimentOptions")
 JOBS = ("shared", "per_segment")  # --jobs
@@ -58,6 +58,13 @@ class ExperimentOptions:
             raise ValueError(f"--epochs must be positive, got {self.epochs}")
         if not self.seed_list:
             raise ValueError("--seeds must name at least one seed")
+        bad = [s for s in self.seed_list if not 0 <= s <= MAX_SEED]
+        if bad:
+            raise ValueError(
+                f"--seeds {self.seeds!r}: {bad[0]} is not a seed (seeds are integers from 0 to {MAX_SEED})"
+            )
+        if len(set(self.seed_list)) < len(self.seed_list):
+            raise ValueError(f"--seeds {self.seeds!r} names a seed twice (its runs would be one run)")
 
 
 @dataclass
@@ -130,8 +137,6 @@ class SearchOptions(ExperimentOptions):
 
     def check(self) -> None:
         super().check()
-        if len(set(self.seed_list)) < len(self.seed_list):
-            raise ValueError(f"--seeds {self.seeds!r} names a seed twice")
         if self.eta < 2:
             raise ValueError(f"--eta must be at least 2, got {self.eta}")
         if not 0 < self.rung_fraction <= 1:  # NaN too

@@ -35,6 +35,7 @@ from typing import Any, Dict, FrozenSet, List, Optional, Sequence, TypeVar, get_
 
 _PARSED = "parsed"
 S = TypeVar("S")
+MAX_SEED = 2**64 - 1  # the largest seed torch.manual_seed takes (numpy's generators take no negative one)
 
 # A flag's roles (``metadata["roles"]``), each with what it means and the list derived from it.
 TRAIN_COMPONENT = "train_component"

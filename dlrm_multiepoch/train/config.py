@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 from dlrm_multiepoch.auto.config import AutoScheduleConfig
 from dlrm_multiepoch.config_section import (
     BOOKKEEPING,
+    MAX_SEED,
     NOT_PRETRAINED,
     RUNS_COMPONENT,
     SUFFIX,
@@ -132,6 +133,8 @@ class TrainConfig:
         self.model.validate()
         if self.epochs <= 0:
             raise ValueError(f"--epochs must be a positive integer, got {self.epochs}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"--seed must be an integer from 0 to {MAX_SEED}, got {self.seed}")
         self.loader.validate(world_size)
         self.pipeline.validate()
         self.metrics.validate()

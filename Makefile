@@ -4,7 +4,8 @@
 #   make test          the test suite; PYTEST_ARGS="tests/test_components.py -x" picks tests
 #   make test-fast     the tests that spawn no processes and download nothing (markers: multiprocess, launch, network), under a minute
 #   make test-1.9      the tests that reach into TorchRec's internals, on the TorchRec 1.9 stack (.venv-1.9/)
-#   make test-wheel    build the wheel, install it (no -e) into fresh TorchRec 1.8 and 1.9 venvs, run the README's tour from outside the checkout
+#   make test-wheel    build the wheel, install it (no -e) into fresh TorchRec 1.8 and 1.9 venvs, run the README's tour from outside the
+#                      checkout, and in the 1.9 venv test-1.9's tests (CI's run of them: one 1.9 stack installed, not two)
 #   make test-image    build the Dockerfile's default (CPU) image with buildah, run the app in it (needs root, not .venv/)
 #   make test-cluster  start a Slurm cluster on this machine, run tests/cluster on it, stop it (needs root)
 #   make bench         the speed benchmarks (benchmarks/bench_*.py) at quick sizes, then a line each: its ratio, wall time
@@ -147,7 +148,7 @@ test-fast: $(STAMP)
 # The tests that follow TorchRec's private internals (the drop-in wrappers, the semi-sync
 # pipeline, freezing, gates, fused lookups and their optimizer state, resharded
 # checkpoints) and the install checks, on the other TorchRec release than the default:
-# CI runs the whole suite on 1.8 (`make test`) and these on 1.9.
+# CI runs the whole suite on 1.8 (`make test`) and these on 1.9 (in `make test-wheel`'s 1.9 venv).
 TORCHREC_INTERNALS_TESTS := tests/test_install.py tests/test_dropin.py tests/test_pipeline_semi_sync.py \
 	tests/test_freeze.py tests/test_freeze_multipath.py tests/test_gates.py tests/test_lookup_fused.py \
 	tests/test_lookup_small_table.py tests/test_lookup_singleton.py tests/test_optim_falr.py tests/test_checkpoint.py tests/test_checkpoint_folders.py \
@@ -158,10 +159,13 @@ test-1.9:
 # The package as a user gets it: a wheel, installed without -e by docs/INSTALL.md's lines into a
 # fresh venv per TorchRec release (CPU), its site-packages made read-only, and from a folder outside
 # the checkout the README's quick tour and the TorchX components (tools/wheel/run.sh;
-# tests/wheel/). WHEEL_RELEASES picks the stacks.
+# tests/wheel/). WHEEL_RELEASES picks the stacks; on those in WHEEL_INTERNALS the venv also runs
+# test-1.9's list from the checkout (so CI installs the 1.9 stack once; `make test-1.9` stays for
+# a developer's own .venv-1.9/).
 WHEEL_RELEASES ?= 1.8 1.9
+WHEEL_INTERNALS ?= 1.9
 test-wheel: $(STAMP)
-	tools/wheel/run.sh '$(PY)' $(WHEEL_RELEASES)
+	INTERNALS_RELEASES='$(WHEEL_INTERNALS)' INTERNALS_TESTS='$(TORCHREC_INTERNALS_TESTS)' tools/wheel/run.sh '$(PY)' $(WHEEL_RELEASES)
 
 # The Dockerfile's CPU image built with buildah as root (a debootstrap base; no Docker engine or
 # registry needed), then `python -m dlrm_multiepoch.train --help` and a tiny 1-rank training in it,

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 HASH_SIZE = 100_000
 
 from benchmarks.tools.claims import claim  # noqa: E402
-from benchmarks.tools.ranks import quiet_rank_logs  # noqa: E402
+from dlrm_multiepoch.testing.ranks import quiet_rank_logs  # noqa: E402
 
 
 def _rss_mb() -> float:

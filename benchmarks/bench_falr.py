@@ -36,7 +36,6 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist  # noqa:
 
 from benchmarks.tools.claims import claim  # noqa: E402
 from benchmarks.tools.interleaved import print_timings, time_interleaved  # noqa: E402
-from benchmarks.tools.ranks import run_on_ranks  # noqa: E402
 from dlrm_multiepoch.data.config import DataConfig  # noqa: E402
 from dlrm_multiepoch.data.load import load_dataset  # noqa: E402
 from dlrm_multiepoch.data.loader import BatchLoader  # noqa: E402
@@ -44,6 +43,7 @@ from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402
 from dlrm_multiepoch.optim.falr import FALRConfig, FrequencyAdaptiveLR, falr_memory_fraction  # noqa: E402
 from dlrm_multiepoch.optim.shards import table_shards  # noqa: E402
+from dlrm_multiepoch.testing.ranks import run_on_ranks  # noqa: E402
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model  # noqa: E402
 
 MODES = ("plain", "falr", "falr_unique")

@@ -38,7 +38,6 @@ import torch.distributed as dist  # noqa: E402
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist  # noqa: E402
 
 from benchmarks.tools.claims import claim  # noqa: E402
-from benchmarks.tools.ranks import run_on_ranks  # noqa: E402
 from dlrm_multiepoch.data.config import DataConfig  # noqa: E402
 from dlrm_multiepoch.data.load import load_dataset  # noqa: E402
 from dlrm_multiepoch.data.loader import BatchLoader  # noqa: E402
@@ -46,6 +45,7 @@ from dlrm_multiepoch.data.synthetic import synthetic_data  # noqa: E402
 from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper  # noqa: E402
 from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402
+from dlrm_multiepoch.testing.ranks import run_on_ranks  # noqa: E402
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model  # noqa: E402
 
 

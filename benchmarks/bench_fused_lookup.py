@@ -40,9 +40,9 @@ import torch.multiprocessing as mp  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.tools.claims import claim  # noqa: E402
-from benchmarks.tools.ranks import quiet_rank_logs  # noqa: E402
 from dlrm_multiepoch.distributed import free_port, pick_device  # noqa: E402
 from dlrm_multiepoch.lookup import FusedKJTLookup, count_all_to_all  # noqa: E402
+from dlrm_multiepoch.testing.ranks import quiet_rank_logs  # noqa: E402
 
 
 def _build(args: argparse.Namespace, device: torch.device, world_size: int, per_group: bool) -> torch.nn.Module:
@@ -51,7 +51,7 @@ def _build(args: argparse.Namespace, device: torch.device, world_size: int, per_
     from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
-    from benchmarks.tools.dlrm_job import shard
+    from dlrm_multiepoch.testing.dlrm_job import shard
 
     tables = [
         EmbeddingBagConfig(name=f"t{g}_{f}", embedding_dim=args.dim, num_embeddings=args.rows, feature_names=[f"g{g}_f{f}"])

@@ -31,7 +31,6 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist  # noqa:
 
 from benchmarks.tools.claims import claim  # noqa: E402
 from benchmarks.tools.interleaved import print_timings, time_interleaved  # noqa: E402
-from benchmarks.tools.ranks import run_on_ranks  # noqa: E402
 from dlrm_multiepoch.data.config import DataConfig  # noqa: E402
 from dlrm_multiepoch.data.load import load_dataset  # noqa: E402
 from dlrm_multiepoch.data.loader import BatchLoader  # noqa: E402
@@ -39,6 +38,8 @@ from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.lookup.comm_count import count_ddp_all_reduce  # noqa: E402
 from dlrm_multiepoch.models import ModelConfig, build_dlrm  # noqa: E402
 from dlrm_multiepoch.optim.accumulation import GradientAccumulation, ddp_modules  # noqa: E402
+from dlrm_multiepoch.part import TrainParts  # noqa: E402
+from dlrm_multiepoch.testing.ranks import run_on_ranks  # noqa: E402
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model  # noqa: E402
 
 
@@ -54,7 +55,7 @@ def _bench(rank: int, world_size: int, args: argparse.Namespace) -> None:
     calls = count_ddp_all_reduce(ddp_modules(dmp))
     loader = BatchLoader(data, "train", args.batch_size, rank, world_size, shuffle=True)
     batches = cycle(list(islice(loader, args.batches)))
-    pipeline = TrainPipelineSparseDist(dmp, accum.optimizer, env.device)
+    pipeline = TrainPipelineSparseDist(dmp, TrainParts([accum]).wrap_optimizer(opt), env.device)
     modes = [f"N={n}" for n in args.accum]
     counted: Dict[str, List[float]] = {m: [] for m in modes}
     start: Dict[str, int] = {}

@@ -38,11 +38,11 @@ from torchrec.distributed import comm_ops  # noqa: E402
 from torchrec.distributed import dist_data  # noqa: E402
 
 from benchmarks.tools.claims import claim  # noqa: E402
-from benchmarks.tools.dlrm_job import build_job  # noqa: E402
-from benchmarks.tools.ranks import run_on_ranks  # noqa: E402
 from dlrm_multiepoch.data.loader import BatchLoader  # noqa: E402
 from dlrm_multiepoch.distributed import init_distributed  # noqa: E402
 from dlrm_multiepoch.pipeline import SemiSyncTrainPipeline, make_train_pipeline  # noqa: E402
+from dlrm_multiepoch.testing.dlrm_job import build_job  # noqa: E402
+from dlrm_multiepoch.testing.ranks import run_on_ranks  # noqa: E402
 
 WAITS: Dict[str, float] = defaultdict(float)
 

@@ -42,8 +42,8 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.tools.claims import claim  # noqa: E402
-from benchmarks.tools.ranks import quiet_rank_logs  # noqa: E402
 from dlrm_multiepoch.lookup import SingletonEmbeddingBagCollection  # noqa: E402
+from dlrm_multiepoch.testing.ranks import quiet_rank_logs  # noqa: E402
 
 
 def _sync(device: torch.device) -> None:

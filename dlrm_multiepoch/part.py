@@ -5,7 +5,7 @@ freeze schedule (fixed or automatic), each table remedy (LR schedule, FALR,
 re-initialisation, gradient accumulation, id dropout), the non-finite-loss policy, the
 pipeline's per-window logging and the validator. The loop owns the step count and hands
 it to every hook; a part never counts steps itself. The app's
-:class:`~dlrm_multiepoch.train.trainer.Trainer` and a user's own loop (README's drop-in
+:class:`~dlrm_multiepoch.train.trainer.Trainer` and a user's own loop (docs/DROPIN.md's
 block) call the same hooks in the same places, so they compute the same thing.
 
 Where the hooks run::
@@ -13,7 +13,8 @@ Where the hooks run::
     parts.before_epoch(epoch)                       # epoch start (not on a mid-epoch resume)
     batches = parts.epoch_batches(batches, epoch, start)
     with parts.step_context(step, last_of_epoch):   # around each training step
-        pipeline.progress(batches)
+        pipeline.progress(batches)                  # forward, backward, then in its optimizer's step
+                                                    # (parts.wrap_optimizer): parts.before_optimizer_step()
     step += 1
     parts.after_step(step)
     parts.after_window(losses, step, log)           # every logging window
@@ -22,7 +23,7 @@ Where the hooks run::
 """
 
 import contextlib
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Sequence
 
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
@@ -77,6 +78,13 @@ class TrainPart:
         """Wraps training step ``step`` (0-based: the step about to run)."""
         return contextlib.nullcontext()
 
+    def before_optimizer_step(self) -> bool:
+        """The step's backward is done and its gradients are in ``.grad`` (the fused table optimizers have
+        already applied theirs): act on them before the optimizer steps. Return False to hold this step: the
+        optimizer does not step and the gradients stay, for the next backward to add to (its ``zero_grad`` waits
+        for a step). Called inside ``pipeline.progress`` when the pipeline steps :meth:`TrainParts.wrap_optimizer`."""
+        return True
+
     def after_step(self, step: int) -> None:
         """``step`` optimizer steps are done."""
 
@@ -91,6 +99,21 @@ class TrainPart:
 
     def after_load(self, position: Position) -> None:
         """A checkpoint was loaded: continue at ``position`` (its step and what it holds)."""
+
+
+class FreezePart(TrainPart):
+    """The loop's freeze part: which tables the coming step leaves untouched. This base freezes nothing
+    (``--freeze_schedule joint``); :class:`~dlrm_multiepoch.FreezeScheduleWrapper` and
+    :class:`~dlrm_multiepoch.AutoFreezeSchedule` are the others.
+
+    Example::
+
+        pipeline = SemiSyncTrainPipeline(model, optimizer, device, frozen_tables=freeze.frozen_tables)
+    """
+
+    def frozen_tables(self) -> List[str]:
+        """Tables frozen now (a pipeline may look them up early: they cannot change in this step's update)."""
+        return []
 
 
 def overrides(part: TrainPart, hook: str) -> bool:
@@ -117,7 +140,13 @@ class TrainParts(TrainPart):
     def __init__(self, parts: Sequence[TrainPart]) -> None:
         self.parts: List[TrainPart] = list(parts)
         self._step_contexts = [p for p in self.parts if overrides(p, "step_context")]
+        self._gradient_parts = [p for p in self.parts if overrides(p, "before_optimizer_step")]
         self._after_steps = [p for p in self.parts if overrides(p, "after_step")]
+
+    def wrap_optimizer(self, optimizer: Any) -> Any:
+        """The optimizer to give the pipeline: one that calls :meth:`before_optimizer_step` between each backward
+        and the step, or ``optimizer`` itself when no part acts on gradients."""
+        return _HookedOptimizer(optimizer, self) if self._gradient_parts else optimizer
 
     def checkpoint_parts(self) -> Dict[str, Stateful]:
         named: Dict[str, Stateful] = {}
@@ -151,6 +180,9 @@ class TrainParts(TrainPart):
             stack.enter_context(part.step_context(step, last_of_epoch))
         return stack
 
+    def before_optimizer_step(self) -> bool:
+        return all([part.before_optimizer_step() for part in self._gradient_parts])  # every part acts, then one vote
+
     def after_step(self, step: int) -> None:
         for part in self._after_steps:
             part.after_step(step)
@@ -170,3 +202,25 @@ class TrainParts(TrainPart):
     def after_load(self, position: Position) -> None:
         for part in self.parts:
             part.after_load(position)
+
+
+class _HookedOptimizer:
+    """What a TorchRec pipeline calls ``zero_grad()`` and ``step()`` on (:meth:`TrainParts.wrap_optimizer`)."""
+
+    def __init__(self, optimizer: Any, parts: TrainParts) -> None:
+        self.inner = optimizer
+        self._parts = parts
+        self._held = False  # the last step was held: its gradients stay for the next backward
+
+    def zero_grad(self, *args: Any, **kwargs: Any) -> None:
+        if not self._held:
+            self.inner.zero_grad(*args, **kwargs)
+
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> None:
+        self._held = not self._parts.before_optimizer_step()
+        if not self._held:
+            self.inner.step(closure)
+
+    @property
+    def param_groups(self) -> Any:
+        return self.inner.param_groups

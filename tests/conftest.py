@@ -20,7 +20,7 @@ from typing import Callable, Set
 
 import pytest
 
-from benchmarks.tools.ranks import run_on_ranks
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 
 MARKED_BY_NAME = {"multiprocess": {"run_on_ranks"}, "launch": {"subprocess", "torchx"}}
 

@@ -24,7 +24,7 @@ forward then fails ("doesn't have weights"). ``SemiSyncTrainPipeline`` does it i
 cell but the managed-collision one (where the eval forward itself moves the remapper).
 
 :data:`TRAINER_MODELS` runs TorchRec's ``TestSparseNN`` and the example's DeepFM
-(``examples/deepfm``) on the app's data instead, for the app's Trainer and README's parts loop
+(``examples/deepfm``) on the app's data instead, for the app's Trainer and the parts loop of docs/DROPIN.md
 alike: ``TestSparseNN`` through a ``TrainSpec`` behind :class:`ModelInputTrain` (a thin adapter
 from the app's ``Batch`` to TorchRec's ``ModelInput``), the DeepFM by ``--model app_model:build``,
 as a user names their model (its ``BatchAdapter`` builds TorchRec's ``Batch``).
@@ -62,12 +62,12 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-from benchmarks.tools.dlrm_job import copy_into_shards
 from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import ModelOutput, embedding_bag_configs
 from dlrm_multiepoch.tables import embedding_modules
+from dlrm_multiepoch.testing.dlrm_job import copy_into_shards
 from dlrm_multiepoch.train.spec import TRAIN, TrainSpec
 
 ROWS, DIM, BATCH, STEPS_PER_EPOCH = 40, 8, 8, 2
@@ -336,7 +336,7 @@ TRAINER_MODELS: Dict[str, Tuple[TrainSpec, str, Dict[str, Any]]] = {
     "sparse_nn": (TorchRecTestModelSpec("sparse_nn", _sparse_nn_for), "dlrm", {}),
     "deepfm": (TRAIN, "app_model:build", {"history_length": 3}),
 }
-"""Models the app's Trainer and README's parts loop train on the app's data (``test_dropin.py``), each as
+"""Models the app's Trainer and the parts loop of docs/DROPIN.md train on the app's data (``test_dropin.py``), each as
 ``(its TrainSpec, --model, synthetic_data arguments)``: TorchRec's ``TestSparseNN`` through a ``TrainSpec``, the
 example's DeepFM (an EBC and an EC sequence feature) by the import path a user names it by
-(``examples/deepfm/app_model.py``; ``tests.readme_blocks.import_example`` puts its folder on the path)."""
+(``examples/deepfm/app_model.py``; ``tests.doc_blocks.import_example`` puts its folder on the path)."""

@@ -1,7 +1,7 @@
 """Helpers for tests on (sharded) TorchRec models, in one place.
 
 - :func:`shard_table_wise`: every table table-wise sharded, in-backward exact SGD, the
-  module's own table values (built on ``benchmarks/tools/dlrm_job.py``'s ``shard``, one
+  module's own table values (built on ``dlrm_multiepoch/testing/dlrm_job.py``'s ``shard``, one
   planner-chosen sharding type per table, which the benchmarks share);
 - :func:`load_full_tables`: full (unsharded) tables into this rank's shards, so models
   sharded differently start from the same values;
@@ -22,7 +22,7 @@ from torchrec.distributed.embedding import EmbeddingCollectionSharder
 from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from benchmarks.tools.dlrm_job import copy_into_shards, shard
+from dlrm_multiepoch.testing.dlrm_job import copy_into_shards, shard
 
 
 def shard_table_wise(module: torch.nn.Module, world_size: int) -> DistributedModelParallel:

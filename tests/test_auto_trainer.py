@@ -21,13 +21,13 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import torch.distributed.checkpoint as dcp
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.auto import AutoScheduleConfig
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.load import load_dataset
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.schedule import FreezeSchedule
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.resume_helpers import assert_bitwise_equal as _assert_bitwise_equal, scalars as _scalars

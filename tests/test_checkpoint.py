@@ -31,9 +31,9 @@ from torch import nn
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torchrec.optim.keyed import KeyedOptimizerWrapper
 
-from benchmarks.tools.ranks import run_on_ranks, single_rank_group
 from dlrm_multiepoch.data.dataset import TableSpec
 from dlrm_multiepoch.distributed import all_gather_object, init_distributed
+from dlrm_multiepoch.testing.ranks import run_on_ranks, single_rank_group
 from dlrm_multiepoch.train.build import check_resumable
 from dlrm_multiepoch.train.checkpoint import (
     STATE_FILE,
@@ -116,7 +116,7 @@ def _two_rank_checks(rank: int, world_size: int, tmp: str, ref: str) -> None:
     diverging["limit_train_batches"] = 4
     e = Trainer(resume_config(tmp, "e", skip_nonfinite_batches=True, checkpoint=False, **diverging), env)
     summary_e = e.train()
-    skipped = e.skipper.skipped
+    skipped = e.nonfinite.skipped
     assert 0 < skipped < 4
     diverging["limit_train_batches"] = 4 - skipped
     f = Trainer(resume_config(tmp, "f", checkpoint=False, **diverging), env)

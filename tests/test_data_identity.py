@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.tools.ranks import single_rank_group
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.identity import IDENTITY, changed_since, data_identity, identity_changes
 from dlrm_multiepoch.data.load import prepare_dataset
@@ -34,6 +33,7 @@ from dlrm_multiepoch.sweep.command import main as sweep_main
 from dlrm_multiepoch.sweep.manifest import update_manifest
 from dlrm_multiepoch.sweep.plan import build_plan
 from dlrm_multiepoch.sweep.strategies import parse_strategy
+from dlrm_multiepoch.testing.ranks import single_rank_group
 from dlrm_multiepoch.train.config import parse_config
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.fuzz_settings import folder_bytes

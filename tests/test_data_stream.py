@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-from benchmarks.tools.ranks import run_on_ranks
 import dlrm_multiepoch.data.preprocess as preprocess_module
 import dlrm_multiepoch.data.recipe as recipe_module
 from dlrm_multiepoch.data import DataConfig, InteractionData, Ragged, Split, TableSpec, load_dataset, prepare_dataset
@@ -29,6 +28,7 @@ from dlrm_multiepoch.data.store_writer import write_dataset
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.dlrm import embedding_bag_configs
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.config import TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.test_data_batchloader import collect, make_data

@@ -18,14 +18,14 @@ for the ones it cannot) trains three times from the same start:
 First-step outputs agree across sharding types (row-wise on CPU computes what table-wise
 does). One spawn covers many cells; each rank checks its own shards.
 
-README's second drop-in block (the remedies and the automatic schedule in a user's loop,
+docs/DROPIN.md's drop-in block (the remedies and the automatic schedule in a user's loop,
 with the user's validation) gives bitwise the app ``Trainer``'s per-step losses, weights
 and automatic decisions (a frozen->joint transition among them) with the matching flags,
 on TorchRec's ``TestSparseNN`` and the example's DeepFM (``examples/deepfm``: an EBC and an
 EC sequence feature, over TorchRec's ``Batch``) trained on a synthetic one-task dataset:
 the Trainer runs ``TestSparseNN`` through a ``TrainSpec`` and the DeepFM by
 ``--model app_model:build``, as a user names their model (``tests/dropin_models.py``'s
-``TRAINER_MODELS``), the README block the same model from ``build_sharded_model``; both
+``TRAINER_MODELS``), the DROPIN.md block the same model from ``build_sharded_model``; both
 pipelines overlap every sharded lookup. The app's own DLRM goes through the same Trainer and
 parts in the Trainer's tests.
 """
@@ -48,18 +48,18 @@ from torchrec import EmbeddingBagCollection, EmbeddingBagConfig
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline, embedding_modules, init_optimizer_state
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.build import build_loaders, build_sharded_model
 from dlrm_multiepoch.train.config import OptimConfig, TrainConfig
 from dlrm_multiepoch.train.trainer import Trainer
 from tests.dropin_models import FUSED, MODELS, STEPS_PER_EPOCH, TRAINER_MODELS, dense_optimizer, shard
 from tests.freeze_helpers import changed
-from tests.readme_blocks import LOOP, PARTS, import_example, readme_block
+from tests.doc_blocks import LOOP, PARTS, doc_block, import_example
 from tests.resume_helpers import assert_bitwise_equal
 from tests.sharding_helpers import differing_keys, snapshot
 
@@ -177,7 +177,7 @@ def _cell(name: str, sharding: str, rank: int, world_size: int, tmp: str) -> Lis
         checkpoint_dir=f"{tmp}/{name}-{sharding}", resume_from=None,
     )
     with _logged("dlrm_multiepoch") as lines:
-        exec(readme_block(LOOP), namespace)
+        exec(doc_block(LOOP), namespace)
     start, after_frozen, end = snaps[0], snaps[1], snapshot(model, namespace["optimizer"])
     for table in _all_tables(model):
         during = changed(start, after_frozen, ALL_TABLES, table)  # empty on a rank holding no shard of it
@@ -222,7 +222,7 @@ def _check_loads_back(namespace: Dict[str, Any], case, checkpoint: str, end: Dic
 
     Not the optimizer where the dense optimizer trains a sharded dense-kernel table (the
     weighted model's table-wise cell): its Adam state is a plain tensor of the rank's local
-    shard, empty on a rank without one, which DCP saves once and cannot reshard (README).
+    shard, empty on a rank without one, which DCP saves once and cannot reshard (docs/DROPIN.md).
     """
     model, optimizer, freeze = namespace["model"], namespace["optimizer"], namespace["freeze"]
     freeze.remove()
@@ -317,7 +317,7 @@ def _record_losses(model) -> List[torch.Tensor]:
 
 
 def _parts_loop_equals_trainer(rank: int, world_size: int, tmp: str) -> None:
-    """Per model: the app's Trainer, then README's parts loop from the same seed, on the same data."""
+    """Per model: the app's Trainer, then the parts loop (docs/DROPIN.md) from the same seed, on the same data."""
     env = init_distributed()
     import_example()  # the example's folder on the path: --model app_model:build imports from it
     remedies = OptimConfig(
@@ -351,7 +351,7 @@ def _parts_loop_equals_trainer(rank: int, world_size: int, tmp: str) -> None:
             epochs=cfg.epochs, device=env.device, rank=rank, checkpoint_dir=f"{tmp}/{name}-user",
             id_dropout={f: 0.1 for t in data.tables for f in t.feature_names}, resume_from=None,
         )  # fmt: skip
-        exec(readme_block(PARTS), namespace)
+        exec(doc_block(PARTS), namespace)
         decisions = [d.to_dict() for d in namespace["freeze"].decisions]
         assert decisions == [d.to_dict() for d in app.freeze.decisions], name
         assert any(d["transition"] for d in decisions), (name, decisions)  # the schedule did act

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.functional.classification import binary_auroc
 
-from benchmarks.tools.ranks import run_on_ranks
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.evaluate import BinaryMetrics, score_bins
 
 

@@ -1,4 +1,4 @@
-"""The user's own loop, end to end: ``examples/deepfm`` (README's two drop-in blocks verbatim) on 2 gloo ranks.
+"""The user's own loop, end to end: ``examples/deepfm`` (the docs' two drop-in blocks verbatim) on 2 gloo ranks.
 
 The example's DeepFM (an EBC of one-id bags, an EC sequence feature pooled in the model,
 TorchRec's ``Batch``) is sharded with ``user`` and ``history`` on rank 0 only and
@@ -26,17 +26,17 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from benchmarks.tools.ranks import run_on_ranks
-from tests.readme_blocks import LOOP, PARTS, example_block, import_example, readme_block
+from dlrm_multiepoch.testing.ranks import run_on_ranks
+from tests.doc_blocks import LOOP, PAGES, PARTS, doc_block, example_block, import_example
 from tests.resume_helpers import scalars
 from tests.sharding_helpers import differing_keys, snapshot
 
 ROWS = ["--epochs", "2", "--train_rows", "512", "--val_rows", "128", "--batch_size", "64"]  # 4 steps an epoch on 2 ranks
 
 
-def test_readme_blocks_are_the_examples_loops() -> None:
+def test_the_docs_blocks_are_the_examples_loops() -> None:
     for name in (LOOP, PARTS):
-        assert readme_block(name) == example_block(name), f"README's {name!r} block and the example's differ"
+        assert doc_block(name) == example_block(name), f"{PAGES[name].name}'s {name!r} block and the example's differ"
 
 
 class _Crash(RuntimeError):

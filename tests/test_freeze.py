@@ -12,13 +12,13 @@ import torch
 from torch import nn
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.gates import GradientGate
 from dlrm_multiepoch.models import ModelConfig, build_dlrm
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 from tests.freeze_helpers import changed, held_tables, table_of
 from tests.sharding_helpers import snapshot

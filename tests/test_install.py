@@ -1,4 +1,4 @@
-"""The installed stack is consistent: one TorchRec release with its torch and FBGEMM (README "Install")."""
+"""The installed stack is consistent: one TorchRec release with its torch and FBGEMM (docs/INSTALL.md)."""
 
 import os
 import re

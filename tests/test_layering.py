@@ -31,6 +31,8 @@ FLOORS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("training app", ("train", "pretrain")),
     ("TorchX components", ("component_params", "components")),
     ("commands", ("sweep", "search", "report", "cli")),
+    # What tests and benchmarks of any floor use (as torch.testing): ranks, a small sharded job. Nothing imports it.
+    ("test helpers", ("testing",)),
 )  # fmt: skip
 
 

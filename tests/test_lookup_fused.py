@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.lookup import FusedKJTLookup, count_all_to_all
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from tests.sharding_helpers import local_tables, random_kjt, shard_table_wise
 
 ROWS = 50

@@ -8,8 +8,8 @@ import torch
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.lookup import SingletonEmbeddingBagCollection, detect_singleton_features
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from tests.sharding_helpers import local_tables, random_kjt, shard_table_wise
 
 ROWS = 40

@@ -9,7 +9,6 @@ import torch.nn.functional as F
 from torchrec import EmbeddingBagCollection, EmbeddingBagConfig, PoolingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.lookup import (
     DENSE_BACKWARD_MAX_ROWS,
     SmallTableEmbeddingBagCollection,
@@ -17,6 +16,7 @@ from dlrm_multiepoch.lookup import (
     dense_grad_embedding_bag,
 )
 from dlrm_multiepoch.lookup import small_table
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from tests.sharding_helpers import random_kjt
 
 

@@ -368,6 +368,6 @@ def _fused_vs_separate_on_2_ranks(rank: int, world_size: int) -> None:
 
 
 def test_sharded_separate_lookups_equal_fused_with_twice_the_item_collectives():
-    from benchmarks.tools.ranks import run_on_ranks
+    from dlrm_multiepoch.testing.ranks import run_on_ranks
 
     run_on_ranks(_fused_vs_separate_on_2_ranks, 2)

@@ -22,12 +22,12 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConf
 from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from benchmarks.tools.dlrm_job import shard
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR
 from dlrm_multiepoch.optim.options import FALRConfig, parse_falr_ref
 from dlrm_multiepoch.optim.shards import table_shards
 from dlrm_multiepoch.saved_state import StateMismatch
+from dlrm_multiepoch.testing.dlrm_job import shard
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer
 from tests.sharding_helpers import load_full_tables
 

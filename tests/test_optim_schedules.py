@@ -15,7 +15,6 @@ from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
 from torchrec.optim.optimizers import in_backward_optimizer_filter
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.id_dropout import IdDropout
@@ -27,6 +26,8 @@ from dlrm_multiepoch.optim.accumulation import GradientAccumulation, ddp_modules
 from dlrm_multiepoch.optim.lr import TableLRSchedule, TableLRScheduler
 from dlrm_multiepoch.optim.reinit import ReinitSchedule, init_values, reinit_tables
 from dlrm_multiepoch.optim.shards import table_shards
+from dlrm_multiepoch.part import TrainParts
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.sharding import apply_embedding_optimizer, build_optimizer, shard_model
 
 BASE_LRS = {"user": 0.02, "item": 0.05}
@@ -121,7 +122,7 @@ def _check_accumulation(dmp, data, rank: int, world_size: int) -> None:
         for k, p in dense.items():
             p.copy_(start[k])
     # The same 256 rows as 2 micro-batches of 128 through TorchRec's pipeline.
-    pipeline = TrainPipelineSparseDist(dmp, accum.optimizer, torch.device("cpu"))
+    pipeline = TrainPipelineSparseDist(dmp, TrainParts([accum]).wrap_optimizer(sgd), torch.device("cpu"))
     batches = itertools.islice(iter(BatchLoader(data, "train", 128, rank, world_size)), 2)
     for i in range(2):
         with accum.micro_batch() as closes:

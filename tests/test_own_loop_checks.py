@@ -23,9 +23,9 @@ from dlrm_multiepoch import (
 from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
 from dlrm_multiepoch.pipeline.prefetch import overlap_line
 from dlrm_multiepoch.saved_state import StateMismatch
-from benchmarks.tools.ranks import single_rank_group
+from dlrm_multiepoch.testing.ranks import single_rank_group
 from tests.dropin_models import dense_optimizer
-from tests.readme_blocks import import_example
+from tests.doc_blocks import import_example
 from tests.sharding_helpers import snapshot
 
 
@@ -156,14 +156,14 @@ def _check_refusals_on_a_sharded_model() -> None:
 
 
 def _check_a_skipped_closing_micro_batch() -> None:
-    """README: a window whose closing micro-batch is skipped takes no dense step; its earlier table updates stay."""
+    """docs/DROPIN.md: a window whose closing micro-batch is skipped takes no dense step; its earlier table updates stay."""
     model, optimizer, deepfm = _sharded()
     train, _ = deepfm.splits(256, 64)
     batches = list(deepfm.Loader(train, 64, 0, 1))[:2]
     batches[1].dense_features[0, 0] = float("nan")
     accumulation = GradientAccumulation(model, optimizer, steps=2)
     parts = TrainParts([SkipNonFiniteBatches(model), accumulation])  # the DMP itself: its training module is hooked
-    pipeline = TrainPipelineSparseDist(model, accumulation.optimizer, torch.device("cpu"))
+    pipeline = TrainPipelineSparseDist(model, parts.wrap_optimizer(optimizer), torch.device("cpu"))
     start, it = snapshot(model, optimizer), iter(batches)
     for step in range(2):
         with parts.step_context(step, last_of_epoch=False):
@@ -175,11 +175,41 @@ def _check_a_skipped_closing_micro_batch() -> None:
     assert parts.parts[0].skipped == 1 and accumulation.optimizer_steps == 1
 
 
+def _check_the_deprecated_accumulation_optimizer_steps_as_the_parts_one() -> None:
+    """0.2.x: ``accumulation.optimizer`` (warning) gives the pipeline what ``parts.wrap_optimizer`` gives: the same
+    model and optimizer state, bitwise, after two accumulation windows."""
+    finals = []
+    for deprecated in (False, True):
+        torch.manual_seed(0)
+        model, optimizer, deepfm = _sharded()
+        accumulation = GradientAccumulation(model, optimizer, steps=2)
+        parts = TrainParts([accumulation])
+        if deprecated:
+            with pytest.warns(DeprecationWarning, match=r"parts\.wrap_optimizer\(optimizer\).* 0\.3\.0"):
+                stepped = accumulation.optimizer
+        else:
+            stepped = parts.wrap_optimizer(optimizer)
+        pipeline = TrainPipelineSparseDist(model, stepped, torch.device("cpu"))
+        batches = iter(list(deepfm.Loader(deepfm.splits(256, 64)[0], 64, 0, 1))[:4])
+        for step in range(4):
+            with parts.step_context(step, last_of_epoch=False):
+                pipeline.progress(batches)
+        assert accumulation.optimizer_steps == 2
+        finals.append(snapshot(model, optimizer))
+    assert finals[0].keys() == finals[1].keys()
+    assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+
+
 def test_mistakes_are_refused_when_built_and_a_skipped_closing_micro_batch_takes_no_dense_step() -> None:
     torch.manual_seed(0)
     with single_rank_group():
         _check_refusals_on_a_sharded_model()
         _check_a_skipped_closing_micro_batch()
+
+
+def test_the_deprecated_accumulation_optimizer_steps_as_the_parts_one() -> None:
+    with single_rank_group():
+        _check_the_deprecated_accumulation_optimizer_steps_as_the_parts_one()
 
 
 def test_the_overlap_line_names_both_kinds_of_module() -> None:

@@ -9,13 +9,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from benchmarks.tools.dlrm_job import TABLE_SIZES, Job, build_job
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.pipeline import PIPELINES, SemiSyncTrainPipeline, StalenessMeter, make_train_pipeline
 from dlrm_multiepoch.pipeline.staleness import row_overlap
+from dlrm_multiepoch.testing.dlrm_job import TABLE_SIZES, Job, build_job
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from tests.sharding_helpers import snapshot, table_shards
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSparseDist
 

@@ -19,13 +19,13 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed._shard.sharded_tensor import ShardedTensor
 from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.models.multipath import build_multipath
 from dlrm_multiepoch.models.pretrain import build_pretrain_model
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.evaluate import eval_outputs
 from dlrm_multiepoch.run_files import CheckpointInfo
 from dlrm_multiepoch.train.config import TrainConfig

@@ -34,7 +34,7 @@ def test_planning_and_reading_runs_never_import_torch() -> None:
     code = (
         "import sys\n"
         "import dlrm_multiepoch.run_files, dlrm_multiepoch.sweep.plan, dlrm_multiepoch.sweep.manifest\n"
-        "import dlrm_multiepoch.sweep.follow, dlrm_multiepoch.report.runs, dlrm_multiepoch.search.record\n"
+        "import dlrm_multiepoch.sweep.follow, dlrm_multiepoch.report.runs, dlrm_multiepoch.search.branches\n"
         "import dlrm_multiepoch.train.lock, dlrm_multiepoch.saved_state\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
     )

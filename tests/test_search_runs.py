@@ -23,7 +23,7 @@ from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.search.command import main as search_main
 from dlrm_multiepoch.search.pruning import objective
 from dlrm_multiepoch.train.config import parse_config
-from dlrm_multiepoch.train.trainer import pause_step
+from dlrm_multiepoch.train.progress import pause_step
 
 pytestmark = pytest.mark.launch  # every test here reads real runs the module's fixture launches
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.distributed import init_distributed
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.checkpoint import CheckpointInfo
 from dlrm_multiepoch.train.config import OptimConfig, TrainConfig, parse_config
 from dlrm_multiepoch.freeze.scheduler import FixedSchedule

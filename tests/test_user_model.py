@@ -11,7 +11,7 @@
   files: a sweep of two strategies and a search over ``examples/deepfm/app_model.py``'s DeepFM on
   ``local_cwd`` (tiny data, 2 ranks), then ``compare`` names what the search deployed.
 
-The example's results equal README's parts loop per step, bitwise: ``tests/test_dropin.py``.
+The example's results equal docs/DROPIN.md's parts loop per step, bitwise: ``tests/test_dropin.py``.
 """
 
 import json
@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.tools.ranks import run_on_ranks
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.synthetic import synthetic_data
 from dlrm_multiepoch.distributed import init_distributed
@@ -35,10 +34,11 @@ from dlrm_multiepoch.models.user_model import build_user_model, import_builder
 from dlrm_multiepoch.search.command import main as search_main
 from dlrm_multiepoch.step_output import check_step_output
 from dlrm_multiepoch.sweep.command import main as sweep_main
+from dlrm_multiepoch.testing.ranks import run_on_ranks
 from dlrm_multiepoch.train.config import TrainConfig, parse_config
 from dlrm_multiepoch.train.trainer import Trainer
 from dlrm_multiepoch.data.fetch import CACHE_ENV
-from tests.readme_blocks import EXAMPLE_DIR, YOUR_MODEL, YOUR_MODEL_RUN, readme_block
+from tests.doc_blocks import EXAMPLE_DIR, YOUR_MODEL_RUN, doc_block
 from tests.sharding_helpers import differing_keys, snapshot
 
 
@@ -194,7 +194,7 @@ def run_your_model_commands(folder: Path, cache: Path, search_args: str = "") ->
     copy of the example's files; their output, which must hold no traceback."""
     for name in EXAMPLE_FILES:
         shutil.copy(EXAMPLE_DIR / name, folder / name)
-    script = readme_block(YOUR_MODEL_RUN, YOUR_MODEL)
+    script = doc_block(YOUR_MODEL_RUN)
     assert script.count(SEARCH) == 1, script
     script = script.replace(SEARCH, f"{SEARCH} {search_args}")
     env = {**os.environ, CACHE_ENV: str(cache), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}

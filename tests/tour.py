@@ -10,7 +10,7 @@ import re
 import shlex
 from typing import List
 
-from tests.readme_blocks import README
+from tests.doc_blocks import README
 
 # A Python warning as the warnings module prints it ("path:line: FutureWarning: message"), whoever raised it.
 WARNING_LINE = re.compile(r"\b[A-Z]\w*Warning\b")

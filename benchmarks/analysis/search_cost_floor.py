@@ -40,8 +40,8 @@ from typing import Dict, List, Mapping, Sequence
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree  # noqa: E402
-from dlrm_multiepoch.search.record import run_name  # noqa: E402
-from dlrm_multiepoch.search.record_file import read_record  # noqa: E402
+from dlrm_multiepoch.search.branches import run_name  # noqa: E402
+from dlrm_multiepoch.search.search_json import read_record  # noqa: E402
 
 LEVERS = ("first judgements free", "delayed cut early", "auto shares delayed's frozen epochs")
 

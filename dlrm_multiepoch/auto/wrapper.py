@@ -24,7 +24,7 @@ from dlrm_multiepoch.auto.policy import (
 )
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper, ScheduleSource
 from dlrm_multiepoch.freeze.scheduler import States
-from dlrm_multiepoch.part import Position, TrainPart, WindowLog
+from dlrm_multiepoch.part import FreezePart, Position, WindowLog
 from dlrm_multiepoch.saved_state import check_state
 from dlrm_multiepoch.schedule import TABLES, FreezeSchedule, Window
 
@@ -78,7 +78,7 @@ def _at(history: Sequence[Sequence[Any]], step: int) -> Any:
     return value
 
 
-class AutoFreezeSchedule(TrainPart):
+class AutoFreezeSchedule(FreezePart):
     """Validation-driven freezing of a model's tables (and one gate), next to ``FreezeScheduleWrapper``.
 
     Call :meth:`step` after every optimizer step, evaluate the validation split whenever

@@ -12,7 +12,7 @@ from dlrm_multiepoch.freeze.binding import Binding, bind, check_partial_freezes
 from dlrm_multiepoch.freeze.hooks import FrozenDenseParams, register_freeze_hook, register_step_hooks
 from dlrm_multiepoch.freeze.scheduler import FixedSchedule, ScheduleSource, States
 from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
-from dlrm_multiepoch.part import Position, TrainPart, WindowLog
+from dlrm_multiepoch.part import FreezePart, Position, WindowLog
 from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
 from dlrm_multiepoch.schedule import FreezeSchedule
 
@@ -25,7 +25,7 @@ def _words(group: str, trains: bool) -> str:
     return "train" if trains else "frozen"
 
 
-class FreezeScheduleWrapper(TrainPart):
+class FreezeScheduleWrapper(FreezePart):
     """Freezes tables, modules and gates of ``model`` window by window.
 
     Call :meth:`step` after every optimizer step (or :meth:`set_progress`); the state

@@ -10,21 +10,25 @@ gradient) or ``none``. TorchRec's ``GradientAccumulationWrapper`` leaves fused t
 at the full LR every micro-batch.
 
 TorchRec pipelines call ``optimizer.zero_grad()`` at the start and ``optimizer.step()``
-at the end of every ``progress``; :attr:`GradientAccumulation.optimizer` is the
-optimizer to give the pipeline instead: it zeroes at a window's first micro-batch and
-steps (after dividing the accumulated gradients by the window's length) at its last.
+at the end of every ``progress``. As a part of the loop, accumulation acts in
+:meth:`~dlrm_multiepoch.part.TrainPart.before_optimizer_step`, between the backward and the
+step, on the optimizer the parts give the pipeline (``parts.wrap_optimizer``): it holds
+the step inside a window (the gradients add up, ``zero_grad`` waits) and at the window's
+last micro-batch divides the accumulated gradients by the window's length.
 
 Example::
 
     accum = GradientAccumulation(dmp, optimizer, steps=4, rule="1/N")
-    pipeline = TrainPipelineSparseDist(dmp, accum.optimizer, device)
-    table_lr = TableLRScheduler(dmp, None, steps_per_epoch, epochs, factor=accum.lr_factor)
+    parts = TrainParts([TableLRScheduler(dmp, None, steps_per_epoch, epochs, factor=accum.lr_factor), accum])
+    pipeline = TrainPipelineSparseDist(dmp, parts.wrap_optimizer(optimizer), device)
     for i in range(steps_per_epoch):
-        with accum.micro_batch(last_of_epoch=i == steps_per_epoch - 1):
+        with parts.step_context(i, last_of_epoch=i == steps_per_epoch - 1):
             pipeline.progress(batches)
+        parts.after_step(i + 1)
 """
 
 import contextlib
+import warnings
 from typing import Any, Callable, ContextManager, Dict, Iterator, List
 
 import torch
@@ -36,7 +40,7 @@ from torchrec.distributed.embedding import ShardedEmbeddingCollection
 from torchrec.distributed.embeddingbag import ShardedEmbeddingBagCollection
 
 from dlrm_multiepoch.optim.options import ACCUMULATION_RULES, check_accumulation
-from dlrm_multiepoch.part import TrainPart
+from dlrm_multiepoch.part import TrainPart, TrainParts
 from dlrm_multiepoch.saved_state import StateMismatch, check_count, check_state
 from dlrm_multiepoch.tables import check_sharded
 
@@ -68,39 +72,11 @@ def _check_not_static(model: nn.Module) -> None:
         )
 
 
-class _AccumulatingOptimizer:
-    """What the train pipeline calls ``zero_grad()``/``step()`` on (see the module docstring)."""
-
-    def __init__(self, owner: "GradientAccumulation") -> None:
-        self._owner = owner
-
-    def zero_grad(self, *args: Any, **kwargs: Any) -> None:
-        if self._owner.accumulated == 0:
-            self._owner.inner.zero_grad(*args, **kwargs)
-
-    def step(self, closure: Any = None) -> None:
-        owner = self._owner
-        owner.accumulated += 1
-        if not owner.closing:
-            return
-        if owner.accumulated > 1:  # the mean over the window's micro-batches
-            with torch.no_grad():
-                for p in owner.dense_params:
-                    if p.grad is not None:
-                        p.grad.div_(owner.accumulated)
-        owner.inner.step(closure)
-        owner.accumulated = 0
-        owner.optimizer_steps += 1
-
-    @property
-    def param_groups(self) -> Any:
-        return self._owner.inner.param_groups
-
-
 class GradientAccumulation(TrainPart):
     """Dense optimizer steps and DDP all-reduces every ``steps`` micro-batches.
 
-    As a :class:`~dlrm_multiepoch.part.TrainPart`, ``step_context`` is :meth:`micro_batch`.
+    As a :class:`~dlrm_multiepoch.part.TrainPart`, ``step_context`` is :meth:`micro_batch`, and
+    ``before_optimizer_step`` holds the step until the window's last micro-batch.
 
     Args:
         model: the ``DistributedModelParallel`` model.
@@ -119,7 +95,6 @@ class GradientAccumulation(TrainPart):
         check_sharded(model, "GradientAccumulation")
         if steps > 1:
             _check_not_static(model)
-        self.inner = optimizer
         self.steps = steps
         self.lr_factor = ACCUMULATION_RULES[rule](steps)
         self._ddp = ddp_modules(model)
@@ -129,7 +104,21 @@ class GradientAccumulation(TrainPart):
         self.accumulated = 0  # micro-batches since the last optimizer step
         self.optimizer_steps = 0
         self.closing = True
-        self.optimizer = _AccumulatingOptimizer(self)
+        self._inner, self._stepped = optimizer, None
+
+    @property
+    def optimizer(self) -> Any:
+        """Deprecated: the optimizer to give the pipeline is ``TrainParts([...]).wrap_optimizer(optimizer)``; this
+        one (the same for this part alone) keeps working for 0.2.x and stops in 0.3.0."""
+        warnings.warn(
+            "GradientAccumulation.optimizer: give the pipeline `parts.wrap_optimizer(optimizer)` (parts: a TrainParts "
+            "holding the accumulation) instead of `accumulation.optimizer` (it stops working in dlrm-multiepoch 0.3.0)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if self._stepped is None:
+            self._stepped = TrainParts([self]).wrap_optimizer(self._inner)
+        return self._stepped
 
     @contextlib.contextmanager
     def micro_batch(self, last_of_epoch: bool = False) -> Iterator[bool]:
@@ -142,6 +131,20 @@ class GradientAccumulation(TrainPart):
                 for ddp in self._ddp:
                     stack.enter_context(ddp.no_sync())
             yield self.closing
+
+    def before_optimizer_step(self) -> bool:
+        """Count the micro-batch; at a window's last, average its gradients and let the optimizer step."""
+        self.accumulated += 1
+        if not self.closing:
+            return False
+        if self.accumulated > 1:  # the mean over the window's micro-batches
+            with torch.no_grad():
+                for p in self.dense_params:
+                    if p.grad is not None:
+                        p.grad.div_(self.accumulated)
+        self.accumulated = 0
+        self.optimizer_steps += 1
+        return True
 
     def state_dict(self) -> Dict[str, Any]:
         # Tensors, not ints: DCP flattens dicts of plain values differently on load than on save.

@@ -1,14 +1,27 @@
 """Build the train pipeline the app's ``--pipeline`` flag names."""
 
-from typing import Any, Callable, Collection, Optional
+from typing import Any, Callable, Collection, Iterator, Optional, Protocol
 
 import torch
 from torchrec.distributed.train_pipeline.train_pipelines import TrainPipelineSemiSync, TrainPipelineSparseDist
 
+from dlrm_multiepoch.data.batch import Batch
 from dlrm_multiepoch.names import PIPELINES, check_name
 from dlrm_multiepoch.pipeline.semi_sync import STALENESS_INTERVAL, SemiSyncTrainPipeline
+from dlrm_multiepoch.step_output import StepOutput
 
-__all__ = ["PIPELINES", "make_train_pipeline"]
+__all__ = ["PIPELINES", "StepPipeline", "make_train_pipeline"]
+
+
+class StepPipeline(Protocol):
+    """What a training loop drives: TorchRec's ``TrainPipeline`` call shape, which every ``--pipeline`` has.
+
+    ``progress(batches)`` takes the next batch from ``batches`` and, with the model in training
+    mode, runs its forward, backward and optimizer step (in eval mode, its forward only), and returns
+    the model's output; it raises ``StopIteration`` once ``batches`` and the batches in flight are done.
+    """
+
+    def progress(self, dataloader_iter: Iterator[Batch]) -> StepOutput: ...
 
 
 def make_train_pipeline(

@@ -82,15 +82,11 @@ class SemiSyncTrainPipeline(TrainPipelineSparseDist):
         optimizer: e.g. ``CombinedOptimizer`` of fused table + dense optimizers.
         device: compute device.
         execute_all_batches: must be True: in-flight batches always run.
-        apply_jit: as in ``TrainPipelineSparseDist``.
         context_type: a subclass of :class:`SemiSyncContext`.
-        pipeline_postproc: as in ``TrainPipelineSparseDist``.
-        custom_model_fwd: as in ``TrainPipelineSparseDist``.
-        dmp_collection_sync_interval_batches: as in ``TrainPipelineSparseDist``.
+        apply_jit, pipeline_postproc, custom_model_fwd, dmp_collection_sync_interval_batches,
+            enable_inplace_copy_batch, free_features_storage_early: as in ``TrainPipelineSparseDist``.
         enqueue_batch_after_forward: must be False (the next batch is fetched after
             the forward anyway).
-        enable_inplace_copy_batch: as in ``TrainPipelineSparseDist``.
-        free_features_storage_early: as in ``TrainPipelineSparseDist``.
         clear_data_dist_inputs: must be False.
         staleness: 0 (synchronous) or 1 (semi-synchronous).
         warmup_batches: the first this many training batches (counted since

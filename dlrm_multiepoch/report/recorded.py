@@ -16,7 +16,7 @@ import math
 from typing import Any, Dict, Tuple
 
 from dlrm_multiepoch.run_files import manifest_path, read_manifest, read_summary
-from dlrm_multiepoch.search.record_file import field_text
+from dlrm_multiepoch.search.search_json import field_text
 
 # What compare reads of a summary.json, by field: the types the app writes (each field may be absent).
 _SUMMARY_FIELDS = {

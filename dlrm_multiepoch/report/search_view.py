@@ -4,9 +4,9 @@ The search decides on one validation objective (``--auto_metric`` over the tasks
 ``--auto_task_weights``) among what each candidate deploys as a preset: ``joint`` at its
 best validation epoch, ``auto`` its restored best weights, any other schedule its last
 epoch (a branch cut before its end deploys nothing). This view applies the search's own
-functions (:func:`~dlrm_multiepoch.search.record.deploy_choice`: the best deployable whose
+functions (:func:`~dlrm_multiepoch.search.branches.deploy_choice`: the best deployable whose
 checkpoint verifies, each better one whose checkpoint is gone or damaged passed over and
-named; the run folders read by :func:`~dlrm_multiepoch.search.record.read_branch`) to the
+named; the run folders read by :func:`~dlrm_multiepoch.search.branches.read_branch`) to the
 run folders, so its winner is what the search deployed, seed by seed; ``search.json`` adds
 which rung cut which branch and why. Torch-free.
 
@@ -27,8 +27,8 @@ from dlrm_multiepoch.report.stats import Stat, stat_of
 from dlrm_multiepoch.run_files import manifest_path, read_manifest, read_summary, search_record_path, summary_path
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree, select
 from dlrm_multiepoch.search.pruning import Curve, choose, rung_points
-from dlrm_multiepoch.search.record import deploy_choice, read_branch, run_name
-from dlrm_multiepoch.search.record_file import read_record
+from dlrm_multiepoch.search.branches import deploy_choice, read_branch, run_name
+from dlrm_multiepoch.search.search_json import read_record
 from dlrm_multiepoch.sweep.strategies import flag_value
 
 
@@ -55,7 +55,7 @@ class SearchRow:
 class SearchView:
     """The search's candidates, and per seed what it deployed (``(branch, epoch, validation metric)``) or why not;
     ``cut``: each run folder the search cut (``<candidate>-s<seed>``) -> ``(rung, reason)``; ``passed_over``: per
-    seed, better deployables whose checkpoint is gone or damaged (:func:`~dlrm_multiepoch.search.record.deploy_choice`)."""
+    seed, better deployables whose checkpoint is gone or damaged (:func:`~dlrm_multiepoch.search.branches.deploy_choice`)."""
 
     metric: str
     rows: List[SearchRow]
@@ -181,7 +181,7 @@ def _curves(
         best = choose([c], {c.name: curve})
         if best is None:
             continue
-        test = facts["best"]["test_auc"] if c.adaptive and "best" in facts else facts["test_auc"].get(int(best.epoch), {})
+        test = facts.best.test_auc if c.adaptive and facts.best is not None else facts.test_auc.get(int(best.epoch), {})
         if not math.isnan(best.objective):
             points[c.name] = (best.epoch, best.objective, test)
     return curves, points

@@ -31,7 +31,7 @@ from dlrm_multiepoch.data.identity import IDENTITY, identity_changes
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.run_files import read_summary, search_record_path
 from dlrm_multiepoch.search.candidates import Candidate
-from dlrm_multiepoch.search.record import SearchError, run_name
+from dlrm_multiepoch.search.branches import SearchError, run_name
 from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep import checks
 from dlrm_multiepoch.sweep.manifest import PLACE_FLAGS, check_experiment, flag_changes

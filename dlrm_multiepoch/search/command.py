@@ -30,8 +30,8 @@ from dlrm_multiepoch.config_section import SEARCH_SETS
 from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.search.candidates import candidate_tree, select
 from dlrm_multiepoch.search.checks import check_search
-from dlrm_multiepoch.search.record import SearchError
-from dlrm_multiepoch.search.record_file import keep_damaged, read_record
+from dlrm_multiepoch.search.branches import SearchError
+from dlrm_multiepoch.search.search_json import keep_damaged, read_record
 from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted

@@ -27,15 +27,15 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from dlrm_multiepoch.run_files import SEARCH_FILE, checkpoints_dir, complete_checkpoints, epoch_end
+from dlrm_multiepoch.search.branches import BranchProgress, BranchRecord, SearchError, deploy_choice, format_curve
+from dlrm_multiepoch.search.branches import passed_over_line, read_branch, run_name
 from dlrm_multiepoch.search.candidates import Candidate, sweep_epochs
 from dlrm_multiepoch.search.checks import check_lineage
 from dlrm_multiepoch.search.launches import BranchLauncher
-from dlrm_multiepoch.search.outcome import SeedEntry, cost, killed_wall_s, merge_launches, restore_launches
-from dlrm_multiepoch.search.outcome import seed_record, summary_lines
 from dlrm_multiepoch.search.pruning import Curve, compared_at, prune_rung, rung_points, shown_value
-from dlrm_multiepoch.search.record import BranchRecord, SearchError, deploy_choice, format_curve, passed_over_line
-from dlrm_multiepoch.search.record import read_branch, run_name
-from dlrm_multiepoch.search.record_file import read_record, write_record
+from dlrm_multiepoch.search.search_json import read_record, write_record
+from dlrm_multiepoch.search.seed_record import Rung, SeedEntry, cost, killed_wall_s, merge_launches, restore_launches
+from dlrm_multiepoch.search.seed_record import seed_record, summary_lines
 from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep.launch import LaunchOptions
 from dlrm_multiepoch.sweep.manifest import record_lock
@@ -54,7 +54,7 @@ class ScheduleSearch:
         options: how runs are launched (the sweep's).
         settings: objective and halving factor.
         out: console (default stdout).
-        earlier: the intact per-seed entries of ``search.json`` (:func:`~.record_file.read_record`):
+        earlier: the intact per-seed entries of ``search.json`` (:func:`~.search_json.read_record`):
             other seeds' searches are kept, this seed's launches and wall time carried on.
         launcher: how branches are trained (default: TorchX launches, :class:`BranchLauncher`).
         shared_job: on ``local_cwd``, one training job trains every segment (False: one launch each).
@@ -159,7 +159,7 @@ class ScheduleSearch:
                 )
             if all(math.isnan(curves[c.name].values[point]) for c in compared):
                 entry.no_decision = self._undefined(seed, compared, point)
-                entry.rungs.append({"epoch": point, "judged": [c.name for c in compared], "cuts": {}, "kept": []})
+                entry.rungs.append(Rung(point, [c.name for c in compared]))
                 self._say(f"search seed {seed}: no decision: {entry.no_decision}")
                 self.undecided[seed] = entry.no_decision
                 return []
@@ -181,10 +181,8 @@ class ScheduleSearch:
             reference = "" if c.judged_at(point, f) else f"; a reference until {c.judged_from(f):g}"
             note = f"kept after epoch {point:g} ({value}{reference})"
             branches[c.name].reason = "; ".join(filter(None, [branches[c.name].reason, note]))
-        entry.rungs.append({
-            "epoch": point, "judged": [c.name for c in judged], "cuts": cuts, "kept": [c.name for c in kept],
-            "references": [c.name for c in judged if not c.judged_at(point, f)],
-        })  # fmt: skip
+        references = [c.name for c in judged if not c.judged_at(point, f)]
+        entry.rungs.append(Rung(point, [c.name for c in judged], cuts, [c.name for c in kept], references))
         self._say(f"rung after epoch {point:g} (seed {seed}): compared {', '.join(c.name for c in judged)}")
         for c in judged:
             verdict = f"CUT, {cuts[c.name]}" if c.name in cuts else "kept" + _reference_note(c, point, f)
@@ -194,7 +192,7 @@ class ScheduleSearch:
         tasks: List[str] = []
         for c in compared:
             _, facts = read_branch(self._run_dir(c, seed), self.settings.metric, self.settings.task_weights, self.rungs)
-            tasks += [t for t in facts["undefined"].get(point, []) if t not in tasks]
+            tasks += [t for t in facts.undefined.get(point, []) if t not in tasks]
         named = f"task(s) {', '.join(tasks)}" if tasks else "the tasks"
         return (
             f"validation {self.settings.metric} is undefined for {named} in every branch compared after epoch "
@@ -239,24 +237,23 @@ class ScheduleSearch:
             record = branches[c.name]
             if record.status == "cut":
                 continue
-            done, finished, _ = self._progress(c, seed)
-            if finished and done < min(c.epochs, epoch):
-                record.status, record.reason = "finished", f"stopped itself after epoch {done} (its own validation rule)"
+            done = self._progress(c, seed)
+            if done.ended and done.epochs < min(c.epochs, epoch):
+                record.status, record.reason = "finished", f"stopped itself after epoch {done.epochs} (its own validation rule)"
                 continue
             live.append(c)
         return live
 
-    def _progress(self, c: Candidate, seed: int) -> Tuple[float, bool, bool]:
-        """Epochs the branch has trained (0 before its first launch; a fraction after a pause inside an epoch),
-        whether its run ended, and whether its ``summary.json`` needs rewriting from its checkpoint (unreadable)."""
+    def _progress(self, c: Candidate, seed: int) -> BranchProgress:
+        """Where the branch stands in its run folder (:class:`BranchProgress`)."""
         state = run_state(self.dir, RunSpec(run_name(c.name, seed), c.name, seed, c.epochs, ()))
         if state.status in ("new", "stale"):  # stale: evaluated but no checkpoint to go on from; it starts over
-            return 0, False, False
+            return BranchProgress(0.0)
         if state.status != "resumable":
-            return state.epochs_done, state.status == "finished", False
+            return BranchProgress(state.epochs_done, ended=state.status == "finished")
         _, facts = read_branch(self._run_dir(c, seed), self.settings.metric, self.settings.task_weights, self.rungs)
-        repair = facts["unreadable"] or not facts["last_step"]
-        return max(float(state.epochs_done), self._checkpointed_epochs(c, seed, facts["steps"])), False, repair
+        epochs = max(float(state.epochs_done), self._checkpointed_epochs(c, seed, facts.steps))
+        return BranchProgress(epochs, needs_rewrite=facts.unreadable or not facts.last_step)
 
     def _checkpointed_epochs(self, c: Candidate, seed: int, steps: Mapping[int, int]) -> float:
         """Epochs up to the branch's newest checkpoint: its step over the steps per epoch (from a whole-epoch
@@ -287,8 +284,8 @@ class ScheduleSearch:
             curves[c.name] = curve
             record = branches[c.name]
             record.curve = {f"{e:g}": self.settings.sign * v for e, v in sorted(curve.values.items())}
-            record.test_auc = {str(e): aucs for e, aucs in sorted(facts["test_auc"].items())}
-            record.trained_steps = max(facts["last_step"] - facts["start_step"], 0)
+            record.test_auc = {str(e): aucs for e, aucs in sorted(facts.test_auc.items())}
+            record.trained_steps = max(facts.last_step - facts.start_step, 0)
         return curves
 
     # -- launching ---------------------------------------------------------------------
@@ -301,12 +298,13 @@ class ScheduleSearch:
         """
         waves: List[Dict[str, float]] = [{}, {}]
         for c, epoch in targets:
-            done, _, repair = self._progress(c, seed)
-            if done >= epoch and not repair:
+            progress = self._progress(c, seed)
+            done = progress.epochs
+            if done >= epoch and not progress.needs_rewrite:
                 continue
             if c.parent is not None and done == 0:
                 parent = self.by_name[c.parent]
-                if self._progress(parent, seed)[0] < c.fork:
+                if self._progress(parent, seed).epochs < c.fork:
                     # Never compared before its end (delayed): trained through in one launch.
                     to = c.fork if self._compared_before_end(parent) else parent.epochs
                     waves[0][parent.name] = max(waves[0].get(parent.name, 0), to)
@@ -363,8 +361,8 @@ class ScheduleSearch:
                     _, facts = read_branch(self._run_dir(c, seed), self.settings.metric, self.settings.task_weights)
                 except SearchError:
                     continue  # named where it matters; the cost is not worth stopping for
-                if 1 in facts["steps"]:
-                    return facts["steps"][1]
+                if 1 in facts.steps:
+                    return facts.steps[1]
         return 0
 
     def _say(self, line: str) -> None:

@@ -27,7 +27,7 @@ from dlrm_multiepoch.data.fetch import default_cache_dir
 from dlrm_multiepoch.run_files import checkpoint_problem, checkpoints_dir, complete_checkpoints, epoch_end
 from dlrm_multiepoch.run_files import read_manifest, read_summary
 from dlrm_multiepoch.search.candidates import Candidate
-from dlrm_multiepoch.search.record import BranchRecord, SearchError, run_name
+from dlrm_multiepoch.search.branches import BranchRecord, SearchError, run_name
 from dlrm_multiepoch.search.segments import SegmentLauncher, SegmentWorker, worker_launches
 from dlrm_multiepoch.sweep.jobs import job_state
 from dlrm_multiepoch.sweep.launch import LOCAL, LaunchOptions, SweepLauncher

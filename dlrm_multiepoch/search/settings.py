@@ -1,8 +1,9 @@
-"""What one search is: its candidates, budget, seeds, the app flags of every branch and its decision settings.
+"""How a search decides: the validation objective it ranks branches on, and when it compares and cuts them.
 
-A search is what these define: a rerun into the same experiment folder must give the same
-(:mod:`~dlrm_multiepoch.search.checks` refuses another, naming the flag), so every
-decision follows from the run folders and the settings. Torch-free.
+With the candidates, the budget, the seeds (the command's :class:`~dlrm_multiepoch.command_options.SearchOptions`)
+and the app flags common to every branch, these define a search: a rerun into the same experiment
+folder must give the same (:mod:`~dlrm_multiepoch.search.checks` refuses another, naming the flag),
+so every decision follows from the run folders and these. Torch-free.
 
 Example::
 
@@ -19,14 +20,12 @@ from dlrm_multiepoch.metrics import METRICS
 
 @dataclass
 class SearchSettings:
-    """What a search decides on: the validation objective, the halving factor, where first judgements fall.
+    """The objective and the halving rule of one search.
 
     Args:
-        metric: validation metric (``cal_ne``, ``auc``, ``logloss``, ``ne``): the runs' ``--auto_metric``.
-        task_weights: ``--auto_task_weights`` of the runs, e.g. ``{"like": 1.0}`` (empty: equal).
-        eta: successive-halving factor: the top ``ceil(n / eta)`` judged branches go on.
-        rung_fraction: a candidate is first judged this fraction of an epoch after its tables
-            (and its own suffix) started (``--rung_fraction``; 1: after a whole epoch).
+        metric: the branches' ``--auto_metric``, a name of :data:`~dlrm_multiepoch.metrics.METRICS`.
+        task_weights: the branches' ``--auto_task_weights`` (empty: every task weighs the same).
+        eta, rung_fraction: the search's ``--eta`` and ``--rung_fraction`` (:class:`SearchOptions` says what each does).
     """
 
     metric: str

@@ -7,7 +7,9 @@ from validation, the table remedies, the pipeline, the non-finite-loss policy an
 validator.
 """
 
-from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Sequence, Tuple
+import contextlib
+import sys
+from typing import Any, Callable, Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch.fx._symbolic_trace import is_fx_tracing
@@ -23,13 +25,15 @@ from dlrm_multiepoch.data.load import load_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
+from dlrm_multiepoch.import_path import is_import_path
 from dlrm_multiepoch.names import TRAIN_SAMPLE, VAL
 from dlrm_multiepoch.optim.accumulation import GradientAccumulation
 from dlrm_multiepoch.optim.falr import FrequencyAdaptiveLR
 from dlrm_multiepoch.optim.lr import TableLRScheduler
 from dlrm_multiepoch.optim.reinit import TableReinit
-from dlrm_multiepoch.part import TrainPart
-from dlrm_multiepoch.pipeline import StaleFractionLog, make_train_pipeline
+from dlrm_multiepoch.part import FreezePart, TrainPart
+from dlrm_multiepoch.pipeline import StaleFractionLog, StepPipeline, make_train_pipeline
+from dlrm_multiepoch.run_files import DATA_ERROR_MARK
 from dlrm_multiepoch.step_output import check_step_output
 from dlrm_multiepoch.tables import table_names
 from dlrm_multiepoch.train.auto_run import AutoRun
@@ -44,18 +48,30 @@ from dlrm_multiepoch.train.spec import TRAIN, TrainSpec, evaluated_splits
 from dlrm_multiepoch.train.validator import Decisions, Validator
 
 
+@contextlib.contextmanager
+def data_errors(env: DistEnv) -> Iterator[None]:
+    """Mark an error reading the data: every run of these data flags fails the same way (the sweep says so)."""
+    try:
+        yield
+    except (ValueError, OSError) as e:
+        if env.is_main:
+            print(f"{DATA_ERROR_MARK} {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        raise
+
+
 def prepare_data(
     cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData], spec: TrainSpec = TRAIN
 ) -> Tuple[InteractionData, str]:
     """``data`` (default: ``--dataset`` loaded on every rank; the cache's file lock lets one rank build it) with
     what ``spec`` adds (the supervised run: its train sample), checked for what the run needs; and the name of
-    the split it trains on."""
-    if data is None:
-        data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
-    train_split = spec.prepare(data, cfg)
-    check_splits(data, train_split, spec.evaluated_splits(data))
-    if cfg.freeze.is_auto and VAL not in data.splits:
-        raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {data.name!r} has none")
+    the split it trains on. An error is marked as the data's (:func:`data_errors`)."""
+    with data_errors(env):
+        if data is None:
+            data = load_dataset(cfg.data, log=print if env.is_main else lambda _: None)
+        train_split = spec.prepare(data, cfg)
+        check_splits(data, train_split, spec.evaluated_splits(data))
+        if cfg.freeze.is_auto and VAL not in data.splits:
+            raise ValueError(f"--freeze_schedule auto needs a '{VAL}' split; dataset {data.name!r} has none")
     return data, train_split
 
 
@@ -149,7 +165,7 @@ def describe_run(
     data: InteractionData,
     model: DistributedModelParallel,
     steps_per_epoch: int,
-    job_id: str,
+    job_id: Optional[str],
     logger: MetricsLogger,
     parts: TrainPart,
     spec: TrainSpec = TRAIN,
@@ -201,6 +217,15 @@ def build_sharded_model(
     return dmp, build_optimizer(dmp, cfg.optim.learning_rate), base_lrs
 
 
+def check_your_model(
+    cfg: TrainConfig, model: DistributedModelParallel, data: InteractionData, env: DistEnv, batches: Iterable[Batch]
+) -> None:
+    """``--model MODULE:NAME``: your model's forward checked on the first of ``batches`` before anything trains
+    (:func:`check_model_forward`); the app's own models need no check."""
+    if is_import_path(cfg.model.model):
+        check_model_forward(model, batches, data.tasks, env.device, f"--model {cfg.model.model!r}")
+
+
 def check_model_forward(
     model: DistributedModelParallel, batches: Iterable[Batch], tasks: Sequence[str], device: torch.device, where: str
 ) -> None:
@@ -228,13 +253,6 @@ def check_model_forward(
     handle = model.module.register_forward_hook(first_training_forward)
 
 
-class NoFreeze(TrainPart):
-    """The freeze part of ``--freeze_schedule joint``: every table trains at every step."""
-
-    def frozen_tables(self) -> List[str]:
-        return []
-
-
 def build_schedule(
     cfg: TrainConfig,
     model: DistributedModelParallel,
@@ -243,12 +261,12 @@ def build_schedule(
     data: InteractionData,
     checkpoint_dir: str,
     logger: MetricsLogger,
-) -> Tuple[Any, Decisions]:
-    """The freeze part of ``--freeze_schedule`` (fixed, automatic or none) and what decides from validation
-    (the automatic schedule's :class:`AutoRun`; nothing otherwise)."""
+) -> Tuple[FreezePart, Decisions]:
+    """The freeze part of ``--freeze_schedule`` (fixed, automatic, or for ``joint`` one that freezes nothing) and
+    what decides from validation (the automatic schedule's :class:`AutoRun`; nothing otherwise)."""
     text = cfg.freeze.freeze_schedule
     if cfg.freeze.is_joint:
-        return NoFreeze(), Decisions()
+        return FreezePart(), Decisions()
     if cfg.freeze.is_auto:
         auto = AutoFreezeSchedule(model, steps_per_epoch, cfg.epochs, data.tasks, optimizer=optimizer, config=cfg.auto)
         state = {"config": cfg.to_dict(), "tables": {t.name: t.num_embeddings for t in data.tables}}
@@ -269,9 +287,8 @@ def build_remedies(
     rank: int,
     base_lrs: Dict[str, float],
     log: Callable[[str], None],
-) -> Tuple[List[TrainPart], Any]:
-    """The table remedies the config asks for, as parts in hook order, and the optimizer the pipeline drives
-    (gradient accumulation's, or ``optimizer``)."""
+) -> List[TrainPart]:
+    """The table remedies the config asks for, as parts in hook order."""
     o = cfg.optim
     # `tables` is every table of the model: a TrainSpec's model may have tables the dataset does not name.
     reinit = TableReinit(model, optimizer, o.reinit_schedule, cfg.seed, log=log)
@@ -292,7 +309,7 @@ def build_remedies(
     dropout = IdDropout.for_tables(data.tables, {t: rates.get(t) for t in names}, cfg.seed, rank)
     if dropout:
         parts.append(dropout)
-    return parts + [reinit], accumulation.optimizer if accumulation is not None else optimizer
+    return parts + [reinit]
 
 
 def build_pipeline(
@@ -302,8 +319,9 @@ def build_pipeline(
     env: DistEnv,
     frozen_tables: Callable[[], Collection[str]],
     step_count: Callable[[], int],
-) -> Tuple[Any, List[TrainPart]]:
-    """The ``--pipeline`` and its logging parts (the semi-synchronous one's stale fraction)."""
+) -> Tuple[StepPipeline, List[TrainPart]]:
+    """The ``--pipeline`` stepping ``optimizer`` (the parts' :meth:`~dlrm_multiepoch.part.TrainParts.wrap_optimizer`),
+    and its logging parts (the semi-synchronous one's stale fraction)."""
     pipeline = make_train_pipeline(
         cfg.pipeline.name,
         model,
@@ -330,7 +348,7 @@ def build_validator(
     cfg: TrainConfig,
     data: InteractionData,
     model: DistributedModelParallel,
-    pipeline: Any,
+    pipeline: StepPipeline,
     loaders: Dict[str, BatchLoader],
     env: DistEnv,
     decisions: Decisions,

@@ -19,7 +19,6 @@ variants bin scores on a fixed threshold grid with no error bound.)
 
 import collections
 import math
-import time
 from typing import Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -315,10 +314,8 @@ class SplitEvaluator:
     ) -> None:
         self.model, self.progress, self.loaders, self.tasks = model, progress, loaders, tasks
         self.device, self.slices, self.unsliced = device, slices, set(unsliced)
-        self.seconds = 0.0  # spent in evaluation passes
 
     def __call__(self, splits: Sequence[str]) -> Dict[str, TaskMetrics]:
-        start = time.perf_counter()
         self.model.eval()
         results: Dict[str, TaskMetrics] = {}
         for split in splits:
@@ -327,5 +324,4 @@ class SplitEvaluator:
             for name, metrics in per_slice.items():
                 results[split if name == ALL_ROWS else f"{split}.{name}"] = metrics
         self.model.train()
-        self.seconds += time.perf_counter() - start
         return results

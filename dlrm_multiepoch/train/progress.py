@@ -1,5 +1,6 @@
 """Where a run stands: steps done and the data position, saved with every checkpoint."""
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, Mapping
 
@@ -58,3 +59,21 @@ class TrainProgress:
         if self.batch_in_epoch == 0:
             return f"step {self.step}, {self.epoch} epoch(s) done"
         return f"step {self.step}, epoch {self.epoch + 1} at batch {self.batch_in_epoch}"
+
+
+def pause_step(stop_at_epoch: float, steps_per_epoch: int) -> int:
+    """The step ``--stop_at_epoch`` pauses at, ``round(stop_at_epoch * steps_per_epoch)`` (0: no pause).
+
+    Raises:
+        ValueError: a pause inside an epoch that rounds to an epoch's end (too few steps per epoch), naming
+            the flag and what to change.
+    """
+    step = math.floor(stop_at_epoch * steps_per_epoch + 0.5)
+    if stop_at_epoch and not float(stop_at_epoch).is_integer() and steps_per_epoch and step % steps_per_epoch == 0:
+        raise ValueError(
+            f"--stop_at_epoch {stop_at_epoch:g} pauses inside epoch {math.ceil(stop_at_epoch)}, but with "
+            f"{steps_per_epoch} step(s) per epoch it rounds to step {step}, an epoch's end: too few steps per epoch to "
+            "pause inside one. Pause at a whole epoch, or take more steps per epoch (a smaller --batch_size); a "
+            "schedule search judges inside epochs unless given --rung_fraction 1"
+        )
+    return step

@@ -23,7 +23,7 @@ parsed schedule sections, never their text again), then loaded by the checkpoint
 Example::
 
     run, start = open_checked_run(cfg, env.world_size, spec, log=print)   # start: None for a fresh run
-    other_data = check_same_data(start, data_identity(cfg.data), log)     # before any row is parsed
+    other_data = check_start_data(start, cfg, env, None, log)             # before any row is parsed
     changes = check_start(start, cfg, spec.config_record(cfg), data.tables, steps_per_epoch)
     ...  # build the trainer's parts and its checkpointer
     changes += checkpointer.restore(start)
@@ -34,12 +34,13 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.auto.config import AUTO
 from dlrm_multiepoch.config_section import SUFFIX
-from dlrm_multiepoch.data.dataset import TableSpec
-from dlrm_multiepoch.data.identity import IDENTITY, identity_changes
+from dlrm_multiepoch.data.dataset import InteractionData, TableSpec
+from dlrm_multiepoch.data.identity import IDENTITY, data_identity, identity_changes
+from dlrm_multiepoch.distributed import DistEnv
 from dlrm_multiepoch.optim.options import ReinitSchedule
 from dlrm_multiepoch.run_files import flat_config, path_matches
 from dlrm_multiepoch.schedule import FreezeSchedule, ResolvedSchedule
-from dlrm_multiepoch.train.build import check_resumable
+from dlrm_multiepoch.train.build import check_resumable, data_errors
 from dlrm_multiepoch.train.checkpoint import (
     START_FROM,
     CheckpointError,
@@ -154,6 +155,16 @@ def check_same_data(start: StartPoint, identity: Mapping[str, Any], log: Callabl
     if changes:
         log(f"{START_FROM} {path}: fine-tuning on other data than the checkpoint's: {'; '.join(changes)}")
     return changes
+
+
+def check_start_data(
+    start: StartPoint, cfg: TrainConfig, env: DistEnv, data: Optional[InteractionData], log: Callable[[str], None]
+) -> List[str]:
+    """:func:`check_same_data` on this run's data: ``data``'s identity, else that of ``cfg.data``'s files (before
+    any row is parsed; an error reading them is marked as the data's, :func:`~dlrm_multiepoch.train.build.data_errors`)."""
+    with data_errors(env):
+        identity = data.identity if data is not None else data_identity(cfg.data)
+    return check_same_data(start, identity, log)
 
 
 def check_start(

@@ -8,7 +8,8 @@ the best weights and stops the run (``--freeze_schedule auto``).
 """
 
 import math
-from typing import Callable, Dict, Optional, Sequence
+import time
+from typing import Callable, Dict, List, Optional, Sequence
 
 from torch.distributed.checkpoint.stateful import Stateful
 
@@ -76,6 +77,14 @@ class Validator(TrainPart):
         self.evaluate, self.splits, self.every_n_steps = evaluate, list(splits), every_n_steps
         self.decisions = decisions or Decisions()
         self.report = report
+        self.seconds = 0.0  # spent evaluating
+
+    def _timed_evaluate(self, splits: List[str]) -> Results:
+        start = time.perf_counter()
+        try:
+            return self.evaluate(splits)
+        finally:
+            self.seconds += time.perf_counter() - start
 
     def steps_to_next(self, step: int) -> float:
         """Steps from ``step`` to the next mid-epoch evaluation (``inf``: none): train that many, let the
@@ -102,7 +111,7 @@ class Validator(TrainPart):
         names = list(splits or self.splits)
         if not names:
             return {}
-        results = self.evaluate(names)
+        results = self._timed_evaluate(names)
         self.report(results, step, epoch)
         if observe:
             self.decisions.observe(results, step)
@@ -110,7 +119,7 @@ class Validator(TrainPart):
 
     def finish(self, step: int) -> None:
         """The run ended after ``step`` steps: the decisions' last word (the auto schedule's best weights)."""
-        self.decisions.finish(step, lambda: self.evaluate(list(self.splits)))
+        self.decisions.finish(step, lambda: self._timed_evaluate(list(self.splits)))
 
     # The decisions' state and checkpoints follow the run's.
     def checkpoint_parts(self) -> Dict[str, Stateful]:

@@ -1,13 +1,13 @@
 """Your own TorchRec loop with dlrm-multiepoch's parts, end to end: shard, train, validate, save, resume.
 
 The model and the data are the user's own (``deepfm.py``: a DeepFM-style model over
-TorchRec's ``Batch``); this file adds what the README's drop-in section shows, and the two
-loops below are its two code blocks verbatim (``tests/test_example_deepfm.py`` fails if
-they differ):
+TorchRec's ``Batch``); this file adds the parts, and the two loops below are the docs' two
+drop-in blocks verbatim, each marked with the page that shows it (``tests/test_example_deepfm.py``
+fails if they differ):
 
-- ``--loop freeze``: the freeze schedule and the semi-synchronous pipeline (README's first block);
+- ``--loop freeze``: the freeze schedule and the semi-synchronous pipeline (README.md's block);
 - ``--loop parts``: the remedies, the automatic schedule and validation over the same
-  parts the app's ``Trainer`` runs (README's second block).
+  parts the app's ``Trainer`` runs (docs/DROPIN.md's block).
 
 Both save a checkpoint after every epoch with one ``dcp.save`` and resume from one with
 one ``dcp.load`` of the same dict (``--resume_from``); the parts loop prints each
@@ -77,8 +77,8 @@ def freeze_loop(
     model: nn.Module, dense_optimizer: Any, schedule: str, loader: Loader, epochs: int, device: torch.device,
     checkpoint_dir: str, resume_from: Optional[str] = None,
 ) -> Dict[str, Any]:  # fmt: skip
-    """README's first block: a freeze schedule and the semi-synchronous pipeline; returns its names."""
-    # [README: drop-in loop]
+    """README.md's block: a freeze schedule and the semi-synchronous pipeline; returns its names."""
+    # [README.md: drop-in loop]
     import torch.distributed.checkpoint as dcp
     from torchrec.optim.keyed import CombinedOptimizer
     from dlrm_multiepoch import FreezeScheduleWrapper, SemiSyncTrainPipeline, init_optimizer_state
@@ -100,7 +100,7 @@ def freeze_loop(
                 break
             freeze.step()
         dcp.save(state, checkpoint_id=f"{checkpoint_dir}/epoch_{epoch}")
-    # [README: end]
+    # [end of block]
     return locals()
 
 
@@ -108,8 +108,8 @@ def parts_loop(
     model: nn.Module, optimizer: Any, tasks: Sequence[str], loader: Loader, val_loader: Loader, epochs: int,
     device: torch.device, rank: int, id_dropout: Dict[str, float], checkpoint_dir: str, resume_from: Optional[str] = None,
 ) -> Dict[str, Any]:  # fmt: skip
-    """README's second block: the remedies, the automatic schedule and validation; returns its names."""
-    # [README: drop-in parts]
+    """docs/DROPIN.md's block: the remedies, the automatic schedule and validation; returns its names."""
+    # [docs/DROPIN.md: drop-in parts]
     import itertools
     import torch.distributed.checkpoint as dcp
     from dlrm_multiepoch import (
@@ -118,7 +118,7 @@ def parts_loop(
         TableReinit, TrainParts, TrainProgress, Validator, eval_outputs, init_optimizer_state,
     )
 
-    # optimizer: CombinedOptimizer([model.fused_optimizer, dense_optimizer]), as in the block above
+    # optimizer: CombinedOptimizer([model.fused_optimizer, dense_optimizer]), as in the README's block
     steps = len(loader)
     freeze = AutoFreezeSchedule(model, steps, epochs, tasks, optimizer=optimizer)  # tables frozen, then trained, on val
     # a dense step every 2 batches; DistributedModelParallel built with DefaultDataParallelWrapper(static_graph=False)
@@ -133,8 +133,8 @@ def parts_loop(
         freeze,
     ])  # fmt: skip
     progress = TrainProgress()  # the one step count (and epoch): every part is handed it
-    pipeline = SemiSyncTrainPipeline(
-        model, accumulation.optimizer, device, frozen_tables=freeze.frozen_tables, step_count=lambda: progress.step
+    pipeline = SemiSyncTrainPipeline(  # its optimizer runs the parts' hook between backward and step (accumulation)
+        model, parts.wrap_optimizer(optimizer), device, frozen_tables=freeze.frozen_tables, step_count=lambda: progress.step
     )
 
     def validate(splits):  # yours: {split: {task: {metric: value}}}; the automatic schedule reads val's
@@ -185,7 +185,7 @@ def parts_loop(
         dcp.save(state, checkpoint_id=f"{checkpoint_dir}/epoch_{epoch}")
         parts.after_save()
     validator.finish(progress.step)  # the automatic schedule ends on its best-validation weights
-    # [README: end]
+    # [end of block]
     return locals()
 
 

@@ -9,11 +9,15 @@
 # 3. makes the venv's site-packages read-only: chmod -R a-w, and as root (whom file modes do not
 #    stop) a read-only bind mount in a private mount namespace;
 # 4. from a folder outside the checkout that holds only copies of tests/, what they import beside the
-#    package (benchmarks/tools/: the rank spawner; examples/: the DeepFM the drop-in test trains and
-#    docs/YOUR_MODEL.md's commands run) and README.md and docs/YOUR_MODEL.md (the tests read their blocks),
+#    package (examples/: the DeepFM the drop-in test trains and docs/YOUR_MODEL.md's commands run; the rank
+#    spawner is the wheel's dlrm_multiepoch.testing) and the pages whose blocks the tests read,
 #    runs tests/wheel/ (the README's quick tour, the TorchX components, your model under sweep and search) and
-#    the README's two drop-in blocks (tests/test_dropin.py);
-# 5. checks that nothing under site-packages changed (a listing of paths, sizes and times).
+#    the two drop-in blocks (README.md's and docs/DROPIN.md's, tests/test_dropin.py);
+# 5. for a release in $INTERNALS_RELEASES (the Makefile's WHEEL_INTERNALS): from the checkout, on this venv's
+#    stack, the TorchRec-internals tests ($INTERNALS_TESTS, `make test-1.9`'s list, test_dropin.py whole
+#    among them, so step 4 leaves the drop-in blocks to it): CI's run of them on that release, without a
+#    second venv of the same stack;
+# 6. checks that nothing under site-packages changed (a listing of paths, sizes and times).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 PY=$1
@@ -45,7 +49,10 @@ for release in "$@"; do
         || { tail -n 30 "$WORK/install-$release.log"; exit 1; }
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest >> "$WORK/install-$release.log" 2>&1 \
         || { tail -n 30 "$WORK/install-$release.log"; exit 1; }
+    echo cpu > "$venv/.device"  # what the venv was made for (INSTALL.md's CPU block), as the Makefile records it
     echo "test-wheel: TorchRec $release: venv installed in $((SECONDS - t0)) s"
+    internals=false
+    for r in ${INTERNALS_RELEASES:-}; do [ "$r" = "$release" ] && internals=true; done
 
     site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     chmod -R a-w "$site"
@@ -56,19 +63,25 @@ for release in "$@"; do
     mkdir -p "$user"
     cp -r "$REPO/tests" "$user/tests"
     cp -r "$REPO/examples" "$user/examples"
-    mkdir -p "$user/benchmarks" && cp -r "$REPO/benchmarks/tools" "$user/benchmarks/tools"
     cp "$REPO/README.md" "$user/README.md"
-    mkdir -p "$user/docs" && cp "$REPO/docs/YOUR_MODEL.md" "$user/docs/YOUR_MODEL.md"
+    mkdir -p "$user/docs" && cp "$REPO/docs/YOUR_MODEL.md" "$REPO/docs/DROPIN.md" "$user/docs/"
     find "$user" -name __pycache__ -prune -exec rm -rf {} +
-    run=(env PATH="$venv/bin:$PATH" DLRM_WHEEL_SITE="$site" "$venv/bin/python" -m pytest -q -p no:cacheprovider
-         --durations=12 -W ignore::pytest.PytestUnknownMarkWarning
-         tests/wheel tests/test_dropin.py -k "wheel or readme or components_on_torchrec_models")
-    if [ "$(id -u)" = 0 ]; then
-        run=(unshare -m --propagation private bash -c 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"' _ "$site" "${run[@]}")
+    pytest=(env PATH="$venv/bin:$PATH" DLRM_WHEEL_SITE="$site" "$venv/bin/python" -m pytest -q -p no:cacheprovider
+            --durations=12 -W ignore::pytest.PytestUnknownMarkWarning)
+    if [ "$(id -u)" = 0 ]; then  # root: site-packages read-only by a bind mount as well
+        pytest=(unshare -m --propagation private bash -c 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"' _ "$site" "${pytest[@]}")
     fi
+    tour=(tests/wheel)
+    $internals || tour+=(tests/test_dropin.py -k "wheel or readme or components_on_torchrec_models")
     t0=$SECONDS
-    (cd "$user" && "${run[@]}")
+    (cd "$user" && "${pytest[@]}" "${tour[@]}")
     echo "test-wheel: TorchRec $release: the tour from $user took $((SECONDS - t0)) s"
+    if $internals; then
+        t0=$SECONDS
+        # From the checkout: its tests and code (first on sys.path) on this venv's stack, as `make test-1.9` runs them.
+        (cd "$REPO" && "${pytest[@]}" ${INTERNALS_TESTS:?the TorchRec-internals tests, from the Makefile})
+        echo "test-wheel: TorchRec $release: the TorchRec-internals tests took $((SECONDS - t0)) s"
+    fi
 
     listing > "$WORK/site-after-$release.txt"
     if ! diff -u "$WORK/site-before-$release.txt" "$WORK/site-after-$release.txt"; then

@@ -1,10 +1,10 @@
-"""A small sharded DLRM job, shared by the pipeline tests and ``benchmarks/bench_semi_sync.py``.
+"""A small sharded DLRM job, for tests and benchmarks of a pipeline or a part (``benchmarks/bench_semi_sync.py``).
 
 The TorchRec dlrm_main recipe on our synthetic data: TorchRec ``DLRM`` with fused
 in-backward row-wise Adagrad tables (really sharded: table-wise / column-wise, so the
 input and output all-to-alls happen) and dense Adam, combined in one
 ``CombinedOptimizer``. Call inside a process group (e.g. from
-:func:`~benchmarks.tools.ranks.run_on_ranks`). :func:`shard` and :func:`copy_into_shards`
+:func:`~dlrm_multiepoch.testing.ranks.run_on_ranks`). :func:`shard` and :func:`copy_into_shards`
 also serve the tests' other sharded models (``tests/sharding_helpers.py``).
 
 Example::

@@ -1,16 +1,18 @@
-"""What a search knows about its branches, read from their run folders (``search.json``: :mod:`.record_file`).
+"""A search's branches: each one's record (:class:`BranchRecord`) and what its run folder says (:class:`BranchFacts`).
 
 A branch's run folder is ``<experiment>/<candidate>-s<seed>`` (the sweep's layout, so
 ``dlrm-multiepoch compare`` reads a search folder too). Its ``summary.json`` holds every
 evaluation (its parent's up to the fork included) and, for ``auto``, ``best``; its
 ``checkpoints/step_N`` are the deployable models. ``search.json`` records, per seed,
-every branch (parent, fork, flags, validation curve, trained steps, launches, whether
-it was kept or cut and why), every rung's cuts, the checkpoint to deploy, and the cost
-against a sweep of the same candidates.
+every branch as its :class:`BranchRecord` (parent, fork, flags, validation curve, trained
+steps, launches, whether it was kept or cut and why); the rest of a seed's record is
+:mod:`.seed_record`'s, the file :mod:`.search_json`'s. The checkpoint to deploy is chosen
+here too (:func:`deploy_choice`).
 
 Example::
 
     curve, facts = read_branch("runs/search/delayed-s0", "auc", {"like": 1.0, "love": 1.0})
+    facts.steps[1]          # the step of its epoch-1 evaluation
 """
 
 import math
@@ -27,12 +29,11 @@ from dlrm_multiepoch.run_files import (
     checkpoints_dir,
     read_summary,
     run_folder_name,
-    summary_finished,
     summary_path,
 )
 from dlrm_multiepoch.search.candidates import Candidate
 from dlrm_multiepoch.search.pruning import Curve, choose, objective
-from dlrm_multiepoch.search.record_file import field_text
+from dlrm_multiepoch.search.search_json import field_text
 
 
 @dataclass
@@ -72,6 +73,60 @@ class BranchRecord:
         return BranchRecord(c.name, c.parent, c.fork, list(c.flags), c.epochs)
 
 
+@dataclass
+class BestEvaluation:
+    """``auto``'s restored best-validation weights, as its ``summary.json`` records them (``best``).
+
+    Args:
+        step: the step of the best evaluation (its checkpoint: ``best_step_<step>``).
+        epoch: where in epochs it fell.
+        test_auc: test AUC per task there (reported, never used to decide).
+    """
+
+    step: int
+    epoch: float
+    test_auc: Dict[str, Optional[float]]
+
+
+@dataclass
+class BranchFacts:
+    """What a branch's ``summary.json`` says beyond its validation curve (:func:`read_branch`).
+
+    Args:
+        test_auc: whole epoch -> task -> test AUC.
+        undefined: whole epoch or rung -> the tasks whose undefined metric leaves the objective undefined there.
+        steps: whole epoch -> the step of its evaluation.
+        start_step: the step it started from (its fork step; 0 for a root).
+        last_step: the step of its last evaluation (0: none yet).
+        unreadable: its ``summary.json`` could not be read (its next launch rewrites it from its checkpoint).
+        best: ``auto``'s restored best, when it recorded one.
+    """
+
+    test_auc: Dict[int, Dict[str, Optional[float]]] = field(default_factory=dict)
+    undefined: Dict[float, List[str]] = field(default_factory=dict)
+    steps: Dict[int, int] = field(default_factory=dict)
+    start_step: int = 0
+    last_step: int = 0
+    unreadable: bool = False
+    best: Optional[BestEvaluation] = None
+
+
+@dataclass
+class BranchProgress:
+    """Where a branch stands in its run folder.
+
+    Args:
+        epochs: epochs trained (0 before its first launch; a fraction after a pause inside an epoch).
+        ended: its run ended (trained to its end, or stopped itself).
+        needs_rewrite: its ``summary.json`` is unreadable or has no evaluation yet, though a checkpoint is there:
+            its next launch resumes from that checkpoint and rewrites it.
+    """
+
+    epochs: float
+    ended: bool = False
+    needs_rewrite: bool = False
+
+
 class SearchError(ValueError):
     """Something the search found in its folder or its runs that stops it; one line naming the file or field."""
 
@@ -83,20 +138,14 @@ def run_name(candidate: str, seed: int) -> str:
 
 def read_branch(
     run_dir: str, metric: str, weights: Mapping[str, float], rungs: Sequence[float] = ()
-) -> Tuple[Curve, Dict[str, Any]]:
+) -> Tuple[Curve, BranchFacts]:
     """A branch's validation curve and facts from its ``summary.json`` (empty when it has none yet, or when it
-    cannot be read: ``facts["unreadable"]``, and the branch's next launch rewrites it from its checkpoint).
+    cannot be read: ``facts.unreadable``, and the branch's next launch rewrites it from its checkpoint).
 
     Args:
         rungs: the search's fractional rungs: an evaluation within half a step of one (its
             ``--stop_at_epoch`` pause, at step ``round(rung * steps per epoch)``) counts there;
             other mid-epoch evaluations (auto's, ``--eval_every_n_steps``) are not in the curve.
-
-    Returns:
-        ``(curve, facts)``: facts hold ``test_auc`` (epoch -> task -> AUC), ``undefined`` (point -> the tasks
-        whose undefined metric leaves the objective undefined there), ``steps``
-        (epoch -> step), ``start_step`` (its fork step, 0 for a root), ``last_step`` (of its
-        last evaluation), ``finished`` (the run recorded its end), ``best`` (``auto``'s restored best, with its metrics).
 
     Raises:
         SearchError: a ``summary.json`` that is JSON but not as the training app writes it, naming the field.
@@ -105,32 +154,30 @@ def read_branch(
         summary = read_summary(run_dir)
     except ValueError:
         summary = {"unreadable": True}
-    curve = Curve()
-    facts: Dict[str, Any] = {"test_auc": {}, "steps": {}, "start_step": 0, "finished": summary_finished(summary)}
-    facts["unreadable"], facts["undefined"] = "unreadable" in summary, {}
+    curve, facts = Curve(), BranchFacts(unreadable="unreadable" in summary)
     evaluations = [_evaluation(e, i, run_dir) for i, e in enumerate(_field(summary, "evaluations", list, run_dir, []))]
     for i, (_, _, e) in enumerate(evaluations):
         _check_metrics(e, f"evaluations.{i}", run_dir)
-    facts["last_step"] = max((step for _, step, _ in evaluations), default=0)
+    facts.last_step = max((step for _, step, _ in evaluations), default=0)
     for epoch, step, e in evaluations:
         point = _point(epoch, step, rungs)
         if point is None or VAL not in e:
             continue
         curve.values[point] = objective(e[VAL], metric, weights)
-        facts["undefined"][point] = undefined_tasks(e[VAL], metric, weights)
+        facts.undefined[point] = undefined_tasks(e[VAL], metric, weights)
         if not float(point).is_integer():
             continue  # a rung inside an epoch is judged, not deployed
-        facts["steps"][int(point)] = step
-        facts["test_auc"][int(point)] = _aucs(e)
+        facts.steps[int(point)] = step
+        facts.test_auc[int(point)] = _aucs(e)
     started = _field(summary, "started_from", dict, run_dir, None)
     if started:
-        facts["start_step"] = _evaluation({"epoch": 0, **started}, "started_from", run_dir, "started_from")[1]
+        facts.start_step = _evaluation({"epoch": 0, **started}, "started_from", run_dir, "started_from")[1]
     best = _field(summary, "best", dict, run_dir, None)
     if best and VAL in best:
         epoch, step, _ = _evaluation(best, "best", run_dir, "best")
         _check_metrics(best, "best", run_dir)
         curve.best = (epoch, objective(best[VAL], metric, weights))
-        facts["best"] = {"step": step, "epoch": epoch, "test_auc": _aucs(best)}
+        facts.best = BestEvaluation(step, epoch, _aucs(best))
     return curve, facts
 
 
@@ -145,14 +192,17 @@ def _field(summary: Mapping[str, Any], name: str, kind: type, run_dir: str, defa
 def _evaluation(e: Any, i: Any, run_dir: str, where: str = "evaluations") -> Tuple[float, int, Dict[str, Any]]:
     """``(epoch, step, entry)`` of one recorded evaluation, or SearchError naming the damaged field."""
     epoch, step = (e.get("epoch"), e.get("step")) if isinstance(e, dict) else (None, None)
-    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (epoch, step))
-    if not numbers or not math.isfinite(epoch) or epoch < 0 or step < 0 or step != int(step):  # type: ignore[operator]
-        field_name = f"evaluations.{i}" if where == "evaluations" else where
-        raise SearchError(
-            f"{summary_path(run_dir)}: {field_name} has no epoch and step (damaged); move the file aside: the "
-            "branch's next launch rewrites it from its newest checkpoint"
-        )
-    return float(epoch), int(step), e  # type: ignore[arg-type]
+    if (
+        isinstance(epoch, (int, float)) and not isinstance(epoch, bool) and math.isfinite(epoch) and epoch >= 0
+        and isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step) and step >= 0
+        and step == int(step)
+    ):  # fmt: skip
+        return float(epoch), int(step), e
+    field_name = f"evaluations.{i}" if where == "evaluations" else where
+    raise SearchError(
+        f"{summary_path(run_dir)}: {field_name} has no epoch and step (damaged); move the file aside: the "
+        "branch's next launch rewrites it from its newest checkpoint"
+    )
 
 
 # Where the evaluator's metrics lie (the others: any finite number).
@@ -254,10 +304,10 @@ def deploy_choice(
             return None, passed
         run_dir = os.path.join(experiment_dir, run_name(choice.branch, seed))
         _, facts = read_branch(run_dir, metric, weights)
-        if "best" in facts:  # the adaptive schedule ends on its best-validation weights
-            name, test = best_checkpoint_name(facts["best"]["step"]), facts["best"]["test_auc"]
+        if facts.best is not None:  # the adaptive schedule ends on its best-validation weights
+            name, test = best_checkpoint_name(facts.best.step), facts.best.test_auc
         else:
-            name, test = checkpoint_name(facts["steps"][int(choice.epoch)]), facts["test_auc"][int(choice.epoch)]
+            name, test = checkpoint_name(facts.steps[int(choice.epoch)]), facts.test_auc[int(choice.epoch)]
         path = os.path.join(checkpoints_dir(run_dir), name)
         problem = checkpoint_problem(path, cache_dir)
         if problem is not None:

@@ -1,4 +1,4 @@
-"""One seed's search as ``search.json`` records it and the console shows it: branches, rungs, cost, decision.
+"""One seed's entry of ``search.json`` and the console's account of it: its branches, rungs (:class:`Rung`), cost, decision.
 
 The record of a seed is rewritten after every launch and rung (and when the search is
 interrupted), so it always holds what was decided and what the launches cost, those of
@@ -15,11 +15,30 @@ Example::
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from dlrm_multiepoch.search.pruning import shown_value
-from dlrm_multiepoch.search.record import BranchRecord, branch_dict, format_curve
+from dlrm_multiepoch.search.branches import BranchRecord, branch_dict, format_curve
+
+
+@dataclass
+class Rung:
+    """One rung of a seed's search: where branches were compared, and what came of it.
+
+    Args:
+        epoch: where (whole epochs, or a fraction inside one).
+        judged: the branches compared there.
+        cuts: each branch cut there, with why.
+        kept: the compared branches that went on.
+        references: the compared branches ranked but not judged yet (their tables younger than the rung's cohort).
+    """
+
+    epoch: float
+    judged: List[str]
+    cuts: Dict[str, str] = field(default_factory=dict)
+    kept: List[str] = field(default_factory=list)
+    references: List[str] = field(default_factory=list)
 
 
 @dataclass
@@ -36,7 +55,7 @@ class SeedEntry:
     """
 
     branches: Dict[str, BranchRecord]
-    rungs: List[Dict[str, Any]] = field(default_factory=list)
+    rungs: List[Rung] = field(default_factory=list)
     previous_wall_s: float = 0.0
     started: float = field(default_factory=time.perf_counter)
     deploy: Optional[Dict[str, Any]] = None
@@ -114,8 +133,8 @@ def cost(entry: SeedEntry, steps_per_epoch: int, sweep_epochs: int) -> Dict[str,
 
 def seed_record(entry: SeedEntry, costs: Dict[str, Any]) -> Dict[str, Any]:
     """The seed's entry of ``search.json``."""
-    record = {
-        "branches": {n: branch_dict(b) for n, b in entry.branches.items()}, "rungs": entry.rungs,
+    record: Dict[str, Any] = {
+        "branches": {n: branch_dict(b) for n, b in entry.branches.items()}, "rungs": [asdict(r) for r in entry.rungs],
         "deploy": entry.deploy, "cost": costs,
     }  # fmt: skip
     if entry.no_decision is not None:

@@ -1,4 +1,4 @@
-"""Run a function on several gloo ranks, each in its own process: the tests' and the multi-rank benchmarks'.
+"""Run a function on several gloo ranks, each in its own process: for tests and multi-rank benchmarks.
 
 Usage::
 
@@ -31,7 +31,7 @@ from dlrm_multiepoch.distributed import free_port
 
 
 # Imported once by the fork server; a module that fails to import is skipped there.
-PRELOAD = ["benchmarks.tools.ranks", "torchrec", "torchrec.distributed", "fbgemm_gpu"]
+PRELOAD = ["dlrm_multiepoch.testing.ranks", "torchrec", "torchrec.distributed", "fbgemm_gpu"]
 mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
 
 
@@ -73,6 +73,13 @@ def _entry(
 
 
 def run_on_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any) -> None:
+    """Call ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks, each a process; raise if any rank fails.
+
+    Args:
+        fn: a module-level function (it is pickled into the ranks).
+        world_size: the number of ranks (processes).
+        *args: picklable arguments passed after ``rank`` and ``world_size``.
+    """
     mp.start_processes(
         _entry,
         args=(world_size, free_port(), fn, args, dict(os.environ), os.getcwd()),

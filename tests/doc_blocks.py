@@ -1,10 +1,10 @@
-"""README's drop-in code blocks and the example they are excerpts of (``examples/deepfm/train_deepfm.py``), and
+"""The docs' drop-in code blocks and the example they are excerpts of (``examples/deepfm/train_deepfm.py``), and
 docs/YOUR_MODEL.md's commands over the example's model (:data:`YOUR_MODEL_RUN`).
 
-README.md marks each block with an HTML comment (:data:`LOOP`, :data:`PARTS`); the
-example marks the same code with ``# [README: <name>]`` ... ``# [README: end]`` inside a
-function. :func:`readme_block` returns README's text, :func:`example_block` the example's
-dedented; the tests run the README's and require the two equal.
+A page marks each block with an HTML comment (``<!-- NAME: ... -->``): README.md the loop
+(:data:`LOOP`), docs/DROPIN.md the parts (:data:`PARTS`); the example marks the same code with
+``# [PAGE: NAME]`` ... ``# [end of block]`` inside a function. :func:`doc_block` returns the page's
+text, :func:`example_block` the example's dedented; the tests run the page's and require the two equal.
 
 Names a block reads from its caller (what a script running it must define):
 
@@ -23,24 +23,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DROPIN = ROOT / "docs" / "DROPIN.md"
 YOUR_MODEL = ROOT / "docs" / "YOUR_MODEL.md"
 EXAMPLE_DIR = ROOT / "examples" / "deepfm"
 EXAMPLE = EXAMPLE_DIR / "train_deepfm.py"
 LOOP, PARTS = "drop-in loop", "drop-in parts"
 YOUR_MODEL_RUN = "your model"  # docs/YOUR_MODEL.md's bash block, run from a folder holding the example's files
+PAGES = {LOOP: README, PARTS: DROPIN, YOUR_MODEL_RUN: YOUR_MODEL}  # where each block is shown
 
 
-def readme_block(name: str, page: Path = README) -> str:
-    """The code block of ``page`` (README.md by default) marked ``<!-- NAME: ... -->``, verbatim."""
+def doc_block(name: str) -> str:
+    """The code block marked ``<!-- NAME: ... -->`` on the page that shows it (:data:`PAGES`), verbatim."""
+    page = PAGES[name]
     match = re.search(r"<!-- " + re.escape(name) + r":[^>]*-->\s*```\w+\n(.*?)```", page.read_text(), re.S)
-    assert match, f"{page.name} has no code block marked <!-- {name}: ... -->"
+    assert match, f"{page.relative_to(ROOT)} has no code block marked <!-- {name}: ... -->"
     return match.group(1)
 
 
 def example_block(name: str) -> str:
-    """The example's code between ``# [README: NAME]`` and ``# [README: end]``, dedented."""
-    match = re.search(r"\n( *)# \[README: " + re.escape(name) + r"\]\n(.*?)\n\1# \[README: end\]", EXAMPLE.read_text(), re.S)
-    assert match, f"{EXAMPLE} has no block marked # [README: {name}]"
+    """The example's code between ``# [PAGE: NAME]`` and ``# [end of block]``, dedented."""
+    marker = re.escape(f"{PAGES[name].relative_to(ROOT)}: {name}")
+    match = re.search(r"\n( *)# \[" + marker + r"\]\n(.*?)\n\1# \[end of block\]", EXAMPLE.read_text(), re.S)
+    assert match, f"{EXAMPLE} has no block marked # [{PAGES[name].relative_to(ROOT)}: {name}]"
     return textwrap.dedent(match.group(2)) + "\n"
 
 

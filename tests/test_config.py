@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dlrm_multiepoch.config_section import flag_fields, flag_name, validated
+from dlrm_multiepoch.config_section import flag_fields, flag_name, option, validated
 from dlrm_multiepoch.data.cache import cache_key
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
@@ -55,7 +55,7 @@ def test_a_field_repeated_in_two_sections_is_refused(monkeypatch):
 def test_a_flag_renamed_onto_another_is_refused(monkeypatch):
     @dataclasses.dataclass
     class Clash:
-        kind: str = dataclasses.field(default="x", metadata={"flag": "pipeline"})  # the pipeline section's --pipeline
+        kind: str = option("x", flags=("--pipeline",))  # the pipeline section's --pipeline
 
     monkeypatch.setitem(_SECTIONS, "clash", Clash)
     with pytest.raises(TypeError, match="--pipeline is a field of both PipelineConfig and Clash"):

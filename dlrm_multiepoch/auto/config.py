@@ -11,9 +11,10 @@ Example::
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, Sequence
 
+from dlrm_multiepoch.config_section import option
 from dlrm_multiepoch.metrics import METRICS, check_metric
 
 AUTO = "auto"  # the --freeze_schedule value that selects this schedule
@@ -59,57 +60,41 @@ class AutoScheduleConfig:
         AutoScheduleConfig(auto_patience=2, auto_after_tables="stop", auto_frozen_cap=0.0)  # joint + early stop
     """
 
-    auto_evals_per_epoch: int = field(
-        default=10, metadata={"help": "auto schedule: validation evaluations per epoch (patience counts these)"}
+    auto_evals_per_epoch: int = option(10, "auto schedule: validation evaluations per epoch (patience counts these)")
+    auto_patience: int = option(3, "auto schedule: evaluations without improvement that end a phase")
+    auto_min_improvement: float = option(
+        0.001, "auto schedule: relative improvement of the validation objective that counts (0.001 = 0.1%%)",
     )
-    auto_patience: int = field(
-        default=3, metadata={"help": "auto schedule: evaluations without improvement that end a phase"}
+    auto_frozen_cap: float = option(
+        0.5,
+        "auto schedule: most of the budget (a share, rounded down to whole epochs) the tables stay "
+        "frozen at first; below one epoch skips that phase",
     )
-    auto_min_improvement: float = field(
-        default=0.001,
-        metadata={"help": "auto schedule: relative improvement of the validation objective that counts (0.001 = 0.1%%)"},
+    auto_after_tables: str = option(
+        "refreeze",
+        "auto schedule: when the tables stop improving validation, 'refreeze' them and let the dense "
+        "part continue while it improves, or 'stop' the run",
     )
-    auto_frozen_cap: float = field(
-        default=0.5,
-        metadata={
-            "help": "auto schedule: most of the budget (a share, rounded down to whole epochs) the tables stay "
-            "frozen at first; below one epoch skips that phase"
-        },
+    auto_min_tables_epochs: float = option(
+        1.0,
+        "auto schedule: epochs the tables train before a validation plateau may end their phase "
+        "(1: one whole pass over the data; 0: the first plateau)",
     )
-    auto_after_tables: str = field(
-        default="refreeze",
-        metadata={
-            "help": "auto schedule: when the tables stop improving validation, 'refreeze' them and let the dense "
-            "part continue while it improves, or 'stop' the run"
-        },
+    auto_metric: str = option(
+        "cal_ne",
+        f"auto schedule: validation metric it follows, one of {', '.join(METRICS)} "
+        f"(cal_ne: {METRICS['cal_ne'].help})",
     )
-    auto_min_tables_epochs: float = field(
-        default=1.0,
-        metadata={
-            "help": "auto schedule: epochs the tables train before a validation plateau may end their phase "
-            "(1: one whole pass over the data; 0: the first plateau)"
-        },
+    auto_task_weights: str = option(
+        "", "auto schedule: weights of the tasks' metrics, e.g. 'like:1,love:0.5' (empty: equal)",
     )
-    auto_metric: str = field(
-        default="cal_ne",
-        metadata={
-            "help": f"auto schedule: validation metric it follows, one of {', '.join(METRICS)} "
-            f"(cal_ne: {METRICS['cal_ne'].help})"
-        },
+    auto_gate: str = option(
+        "",
+        "auto schedule: a GradientGate (e.g. feature_cross) closed while the tables train once the "
+        "train/validation gap grows by --auto_gate_gap (empty: none)",
     )
-    auto_task_weights: str = field(
-        default="", metadata={"help": "auto schedule: weights of the tasks' metrics, e.g. 'like:1,love:0.5' (empty: equal)"}
-    )
-    auto_gate: str = field(
-        default="",
-        metadata={
-            "help": "auto schedule: a GradientGate (e.g. feature_cross) closed while the tables train once the "
-            "train/validation gap grows by --auto_gate_gap (empty: none)"
-        },
-    )
-    auto_gate_gap: float = field(
-        default=0.1,
-        metadata={"help": "auto schedule: growth of the relative train/validation gap that closes --auto_gate"},
+    auto_gate_gap: float = option(
+        0.1, "auto schedule: growth of the relative train/validation gap that closes --auto_gate",
     )
 
     def validate(self) -> None:

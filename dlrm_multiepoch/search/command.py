@@ -24,8 +24,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, List, Optional
 
-from dlrm_multiepoch.command_options import SearchOptions, add_option_args, from_args
-from dlrm_multiepoch.config_section import SEARCH_SETS
+from dlrm_multiepoch.command_options import SearchOptions
+from dlrm_multiepoch.config_section import RESERVED_BY_SEARCH, add_arguments, from_args, options_of
 from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.search.candidates import candidate_tree, select
 from dlrm_multiepoch.search.checks import check_search
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from dlrm_multiepoch.search.driver import ScheduleSearch
 
 # App flags the search sets per branch: its schedule, its launch horizon and checkpoints.
-BRANCH_FLAGS = flags_with(SEARCH_SETS)
+BRANCH_FLAGS = flags_with(RESERVED_BY_SEARCH)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
-    add_option_args(parser, SearchOptions)
+    add_arguments(parser, options_of(SearchOptions))
     add_launch_args(parser, "branch", "as for dlrm-multiepoch sweep")
     return parser
 

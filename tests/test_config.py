@@ -9,6 +9,7 @@ from dlrm_multiepoch.data.cache import cache_key
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.optim.options import ReinitSchedule, TableLRSchedule
+from dlrm_multiepoch.run_files import flat_config
 from dlrm_multiepoch.schedule import FreezeSchedule
 from dlrm_multiepoch.table_values import TableValues
 from dlrm_multiepoch.train.config import _SECTIONS, TrainConfig, _top_fields, build_parser, config_fields, parse_config
@@ -65,9 +66,11 @@ def test_a_flag_renamed_onto_another_is_refused(monkeypatch):
 def test_run_records_keep_their_shape_from_before_the_sections():
     before = json.loads(RECORD_BEFORE_SECTIONS.read_text())
     cfg = parse_config(before["argv"])
-    # Flags added since, at their defaults (the validation designs of issue 30).
-    before["record"]["data"].update(val_gap=0.0, val_unseen_share="")
-    assert json.loads(json.dumps(cfg.to_dict())) == before["record"]
+    record, old = flat_config(json.loads(json.dumps(cfg.to_dict()))), flat_config(before["record"])
+    assert {path: record.get(path) for path in old} == old  # every recorded value, where it was
+    # Flags added since (their paths: tests/fixtures/options.txt), at their defaults.
+    defaults = flat_config(json.loads(json.dumps(TrainConfig().to_dict())))
+    assert {path: record[path] for path in set(record) - set(old)} == {path: defaults[path] for path in set(record) - set(old)}
     assert TrainConfig.from_flags(**cfg.flags()).to_dict() == cfg.to_dict()  # the flat view round-trips
 
 

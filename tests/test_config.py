@@ -181,7 +181,12 @@ def test_auto_schedule_flags_and_their_errors(capsys):
         (["--freeze_schedule", "auto; gate:feature_cross=closed", "--val_fraction", "0.1"], "'auto' stands alone"),
         (["--freeze_schedule", "auto", "--val_fraction", "0.1", "--auto_metric", "acc"], "--auto_metric must be one of"),
         (["--val_fraction", "1"], "--val_fraction must be in [0, 1), got 1.0"),
+        # Parsed with the flags, whatever the schedule (the search decides on it): not after the data loads.
+        (["--auto_task_weights", "like=1"], "--auto_task_weights: 'like=1' must be TASK:WEIGHT"),
+        (["--auto_task_weights", "like:1,like:2"], "--auto_task_weights 'like:1,like:2' names task 'like' twice"),
+        (["--auto_task_weights", "like:0"], "at least one weight must be positive"),
     ]:
         with pytest.raises(SystemExit):
             parse_config(argv)
         assert message in capsys.readouterr().err, argv
+    assert parse_config(["--auto_task_weights", "like:1, love:0.5"]).auto.task_weight_values == {"like": 1.0, "love": 0.5}

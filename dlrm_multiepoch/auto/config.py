@@ -7,44 +7,55 @@ Example::
 
     cfg = AutoScheduleConfig(auto_metric="auc", auto_task_weights="like:1,love:0.5")
     cfg.validate()
-    parse_task_weights(cfg.auto_task_weights, ["like", "love"])   # {"like": 1.0, "love": 0.5}
+    cfg.task_weight_values                                         # {"like": 1.0, "love": 0.5}
+    check_task_weights(cfg.task_weight_values, ["like", "love"])   # the data's tasks: it has both
 """
 
 import math
 from dataclasses import dataclass
 from typing import Dict, Sequence
 
-from dlrm_multiepoch.config_section import option
+from dlrm_multiepoch.config_section import option, parsed, split_list
 from dlrm_multiepoch.metrics import METRICS, check_metric
 
 AUTO = "auto"  # the --freeze_schedule value that selects this schedule
 AFTER_TABLES = ("refreeze", "stop")
 
 
-def parse_task_weights(text: str, tasks: Sequence[str]) -> Dict[str, float]:
-    """``"like:1,love:0.5"`` -> ``{"like": 1.0, "love": 0.5}``; empty: every task weighs 1.
+def parse_task_weights(text: str) -> Dict[str, float]:
+    """``"like:1,love:0.5"`` -> ``{"like": 1.0, "love": 0.5}``; empty: ``{}`` (every task weighs 1). The tasks
+    are checked against the data's by :func:`check_task_weights`.
 
     Raises:
-        ValueError: naming ``--auto_task_weights`` for unknown tasks, bad numbers or an
-            all-zero weighting.
+        ValueError: naming ``--auto_task_weights`` for a bad entry, a task named twice or an all-zero weighting.
     """
-    if not text.strip():
-        return {t: 1.0 for t in tasks}
     weights: Dict[str, float] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        name, sep, value = part.partition(":")
+    for part in split_list(text):
+        name, sep, value = (x.strip() for x in part.partition(":"))
         try:
             weight = float(value)
         except ValueError:
             weight = float("nan")
-        if not sep or not math.isfinite(weight) or weight < 0:
+        if not sep or not name or not math.isfinite(weight) or weight < 0:
             raise ValueError(f"--auto_task_weights: {part!r} must be TASK:WEIGHT with a weight >= 0, e.g. 'like:1'")
-        if name not in tasks:
-            raise ValueError(f"--auto_task_weights: unknown task {name!r}; tasks: {list(tasks)}")
+        if name in weights:
+            raise ValueError(f"--auto_task_weights {text!r} names task {name!r} twice")
         weights[name] = weight
-    if not any(weights.values()):
+    if weights and not any(weights.values()):
         raise ValueError(f"--auto_task_weights {text!r}: at least one weight must be positive")
     return weights
+
+
+def check_task_weights(weights: Dict[str, float], tasks: Sequence[str]) -> Dict[str, float]:
+    """``weights`` (parsed ``--auto_task_weights``) checked against the data's ``tasks``; empty: each weighs 1.
+
+    Raises:
+        ValueError: naming ``--auto_task_weights`` and a task the data does not have.
+    """
+    unknown = [name for name in weights if name not in tasks]
+    if unknown:
+        raise ValueError(f"--auto_task_weights: unknown task {unknown[0]!r}; tasks: {list(tasks)}")
+    return dict(weights) or {t: 1.0 for t in tasks}
 
 
 @dataclass
@@ -96,6 +107,7 @@ class AutoScheduleConfig:
     auto_gate_gap: float = option(
         0.1, "auto schedule: growth of the relative train/validation gap that closes --auto_gate",
     )
+    task_weight_values: Dict[str, float] = parsed()  # --auto_task_weights; {}: every task weighs 1
 
     def validate(self) -> None:
         for name in ("auto_evals_per_epoch", "auto_patience"):
@@ -110,3 +122,4 @@ class AutoScheduleConfig:
         if self.auto_after_tables not in AFTER_TABLES:
             raise ValueError(f"--auto_after_tables must be one of {AFTER_TABLES}, got {self.auto_after_tables!r}")
         check_metric("--auto_metric", self.auto_metric)
+        self.task_weight_values = parse_task_weights(self.auto_task_weights)

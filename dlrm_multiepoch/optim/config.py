@@ -105,11 +105,8 @@ class OptimConfig:
             check=lambda v: math.isfinite(v) and v >= 0, expected="must be a finite number >= 0",
         )  # fmt: skip
         self.lr_schedule = TableLRSchedule.parse(self.table_lr_warmup, self.table_lr_decay, self.table_lr_final)
-        self.falr_config = (
-            FALRConfig(self.falr, power=self.falr_power, floor=self.falr_floor, ref=parse_falr_ref(self.falr_ref))
-            if self.falr
-            else None
-        )
+        ref = parse_falr_ref(self.falr_ref)  # parsed with FALR off too: a typo fails now, not when it is turned on
+        self.falr_config = FALRConfig(self.falr, power=self.falr_power, floor=self.falr_floor, ref=ref) if self.falr else None
         self.falr_table_list = tuple(t.strip() for t in self.falr_tables.split(",") if t.strip()) or None
         self.reinit_schedule = ReinitSchedule.parse(self.reinit, epochs)
         check_accumulation(self.grad_accum_steps, self.grad_accum_lr_rule)

@@ -99,7 +99,7 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
         )
     cfg = parse_app_flags([*common, "--epochs", str(own.epochs)])
     tree = select(candidate_tree(own.epochs, cfg.auto.auto_frozen_cap), own.candidate_names())
-    settings = SearchSettings(cfg.auto.auto_metric, _weights(cfg.auto.auto_task_weights), own.eta, own.rung_fraction)
+    settings = SearchSettings(cfg.auto.auto_metric, cfg.auto.task_weight_values, own.eta, own.rung_fraction)
     options = launch_options(args, runner)
     folder = own.experiment_dir
     loaded = read_record(folder)
@@ -145,10 +145,3 @@ def _run(search: "ScheduleSearch", args: argparse.Namespace) -> int:
         )
     return 0
 
-
-def _weights(text: str) -> dict:
-    """``--auto_task_weights`` as ``{task: weight}``; the tasks are checked by the runs (empty: equal weights)."""
-    from dlrm_multiepoch.auto.config import parse_task_weights
-
-    names = [part.partition(":")[0].strip() for part in text.split(",") if part.strip()]
-    return parse_task_weights(text, names) if names else {}

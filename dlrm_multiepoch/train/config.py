@@ -152,8 +152,8 @@ class TrainConfig:
         if self.model.model == "multipath" and self.data.history_length <= 0:
             raise ValueError("--model multipath needs --history_length > 0 (its sequence path reads the item history)")
         self.freeze.validate(self.epochs)
+        self.auto.validate()  # the search decides on --auto_metric and --auto_task_weights whatever the schedule
         if self.freeze.is_auto:
-            self.auto.validate()
             if self.data.val_fraction == 0:
                 raise ValueError(
                     "--freeze_schedule auto decides from a validation split: set --val_fraction (e.g. 0.1)"

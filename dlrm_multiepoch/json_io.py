@@ -5,10 +5,13 @@ Python's ``json`` writes ``NaN``/``Infinity`` tokens by default, which strict re
 :func:`write_json`, which stores them as ``null``.
 """
 
+import contextlib
 import json
 import math
 import os
 from typing import Any, Mapping
+
+from dlrm_multiepoch.command_faults import naming
 
 
 def json_safe(value: Any) -> Any:
@@ -30,13 +33,24 @@ def json_safe(value: Any) -> Any:
 
 
 def write_json(path: str, value: Any) -> None:
-    """Write ``json_safe(value)`` to ``path`` atomically (temp file, fsync, rename)."""
+    """Write ``json_safe(value)`` to ``path`` atomically (temp file, fsync, rename).
+
+    A write that fails (a full disk, a read-only folder) leaves ``path`` as it was and no
+    temp file behind, and its ``OSError`` names ``path``.
+    """
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(json_safe(value), f, indent=2, allow_nan=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    text = json.dumps(json_safe(value), indent=2, allow_nan=False)
+    with naming(path):
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
 
 
 def read_json(path: str) -> Any:

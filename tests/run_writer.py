@@ -1,9 +1,11 @@
 """Run folders as the training app and ``sweep`` write them, and readers of what ``compare`` writes back."""
 
 import glob
+import io
 import json
 import os
 import struct
+from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
@@ -11,6 +13,8 @@ from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.plugins.hparams import metadata, plugin_data_pb2
 from tensorboard.util import tensor_util
 from torch.utils.tensorboard import SummaryWriter
+
+from dlrm_multiepoch.report.command import main as compare_main
 
 
 def write_run(
@@ -105,3 +109,14 @@ def hparams_sessions(exp):
                 elif value.metadata.plugin_data.plugin_name == "scalars":
                     scalars.setdefault(run, {})[value.tag] = float(tensor_util.make_ndarray(value.tensor))
     return sessions, scalars
+
+
+def run_compare(*argv):
+    """``dlrm-multiepoch compare ARGV`` as the console runs it: (exit code, stdout, stderr); a refusal is exit 2."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = compare_main(list(argv))
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue(), err.getvalue()

@@ -239,5 +239,5 @@ def test_a_build_removes_the_scratch_that_a_killed_build_left(tmp_path: Path) ->
     (stale / "spill").write_bytes(b"x" * 1000)
     lines: List[str] = []
     prepare_dataset(DataConfig(dataset="criteo", data_path=str(tsv)), str(output), log=lines.append)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["day.tsv", "out", "out.lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["day.tsv", "out"]  # no lock file left
     assert f"removing {stale.parent}, left by an interrupted build" in lines

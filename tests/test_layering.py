@@ -23,7 +23,7 @@ FLOORS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     # The loop's interface (TrainPart) and what every floor shares: names, config sections, JSON and run files.
     ("ground", (
         "part", "step_output", "json_io", "json_state", "config_section", "names", "metrics", "table_values", "schedule", "saved_state", "gates", "tables",
-        "distributed", "file_digests", "run_files", "launch_options", "command_options", "lock_holder", "lazy", "import_path",
+        "distributed", "file_digests", "run_files", "launch_options", "command_options", "command_faults", "lock_holder", "lazy", "import_path",
     )),
     # What a training step is made of and what goes around it: each a TrainPart or its config.
     ("parts", ("data", "lookup", "freeze", "optim", "pipeline")),

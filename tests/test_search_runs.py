@@ -133,6 +133,15 @@ def test_the_branch_starts_from_its_parent_and_the_record_holds_every_curve(sear
     assert f"deploy: {deploy['checkpoint']}" in output
 
 
+def test_each_launch_says_how_far_it_trains_and_a_branch_shows_only_its_own_epochs(searched):
+    """Issue 35, row 20: a launch that pauses at a rung said "training, 3 epochs"; a branch's first launch repeated
+    its parent's ``epoch 1:`` line."""
+    _, output, (_, first, _) = searched
+    assert "[1/1] joint-s0: training, to epoch 1.5 of 3, 1x2 ranks under TorchX local_cwd" in first
+    start = output.index(f"[1/1] early-s0: starting from joint-s0's step_{STEPS}, to epoch 1.5 of 2, 1x2 ranks")
+    assert "epoch 1:" not in output[start : output.index("done in", start)], output
+
+
 def test_rerunning_the_same_search_trains_nothing_and_decides_the_same(searched):
     exp = searched[0]
     before = json.loads((exp / "search.json").read_text())["seeds"]["0"]

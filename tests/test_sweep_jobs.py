@@ -300,3 +300,8 @@ def test_a_data_error_every_run_would_hit_stops_the_sweep_after_the_first_run(tm
         "sweep: j-s0's data failed to load, and 3 other run(s) read the same data (the same data flags): not "
         "launched (k-s0, j-s1, k-s1). Fix the data, then rerun the same command"
     ) in text
+    # Issue 35, row 20: the last line agrees (it said "4 run(s) failed ...; rerun the same command to retry them").
+    assert text.rstrip().splitlines()[-1] == (
+        "sweep: 4 run(s) not done (j-s0, k-s0, j-s1, k-s1): j-s0's data failed to load (its error is above); fix the "
+        "data, then rerun the same command"
+    )

@@ -59,6 +59,8 @@ def weighted_objective(metrics: TaskMetrics, metric: str, weights: Mapping[str, 
     """
     weights = task_weights(metrics, weights)
     total = sum(weights.values())
+    if not total:
+        return math.nan  # no task to decide on (no metrics at all): undefined, as a missing task
     value = 0.0
     for task, weight in weights.items():
         if not weight:

@@ -69,9 +69,17 @@ def build_lock(folder: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - non-POSIX
         yield
         return
-    with open(folder.parent / f"{folder.name}.lock", "w") as f:
+    path = folder.parent / f"{folder.name}.lock"
+    while True:
+        f = open(path, "a")
         fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        # The holder before us removes the file as it lets go: a lock on that removed file locks nothing.
+        if path.exists() and os.path.samestat(os.fstat(f.fileno()), path.stat()):
+            break
+        f.close()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # nothing left beside the folder, whether it was built or refused
+        f.close()

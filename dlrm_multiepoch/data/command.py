@@ -13,6 +13,7 @@ Example::
 import argparse
 from typing import List
 
+from dlrm_multiepoch.command_faults import guarded
 from dlrm_multiepoch.config_section import add_arguments, from_args, options_of
 from dlrm_multiepoch.data.config import DataConfig
 
@@ -35,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: List[str]) -> int:
+    # A full disk or a read-only --output: one line (the folder appears only complete, so a rerun starts clean).
+    return guarded("dlrm-multiepoch preprocess", lambda: _preprocess(argv), "then rerun the same command")
+
+
+def _preprocess(argv: List[str]) -> int:
     from dlrm_multiepoch.data.load import prepare_dataset
     from dlrm_multiepoch.data.workers import WorkerDied
     from dlrm_multiepoch.data.store import open_dataset

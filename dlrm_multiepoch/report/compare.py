@@ -120,7 +120,7 @@ class TaskComparison:
     runner_up: Optional[str] = None
     margin: Optional[float] = None  # how much better the winner's mean metric on decided_on is than the runner-up's
     spread: Optional[float] = None  # the larger seed std of the two (None with one seed)
-    search_metric: Optional[str] = None  # a search's folder: it decides on this objective, over the tasks
+    no_winner: Optional[str] = None  # why no winner is named though strategies have figures (a search decides)
     metric: str = "auc"
 
     @property
@@ -166,9 +166,16 @@ def compare_experiment(experiment_dir: str, metric: Optional[str] = None) -> Com
     cut = [RunProblem(p.name, p.path, _cut_reason(*view.cut[p.name])) for p in problems if p.name in view.cut]
     comparison = compare_runs(runs, [p for p in problems if p.name not in view.cut], experiment_dir, metric)
     comparison.search, comparison.cut = view, cut
+    why = (
+        f"the schedule search decides on validation {view.metric} over the tasks, among what each candidate deploys "
+        "(the search's table above names what it deployed)"
+        if view.readable
+        else "this is a schedule search's folder whose search.json is damaged (above): a winner per task may not be "
+        "what the search deploys"
+    )
     for task in comparison.tasks:
         task.winner = task.runner_up = task.margin = task.spread = None
-        task.search_metric = view.metric
+        task.no_winner = why
     return comparison
 
 
@@ -300,9 +307,17 @@ def _rank(comparison: TaskComparison) -> TaskComparison:
             ranked.append((row.strategy, figure))
     sign = METRICS[comparison.metric].sign
     ranked.sort(key=lambda item: -sign * item[1].mean)  # stable: ties keep the table's order
-    if ranked:
-        comparison.winner = ranked[0][0]
+    if len(ranked) == 1:
+        (name, figure), row, metric = ranked[0], comparison.row(ranked[0][0]), METRICS[comparison.metric]
+        on = "validation" if comparison.decided_on == VAL else "test"
+        on_test = row.test_metric if on == "validation" and row is not None else None
+        test = f", test {metric.label} {metric.show(on_test.mean)}" if on_test is not None else ""
+        comparison.no_winner = (
+            f"{name} is the only strategy with a figure ({on} {metric.label} {metric.show(figure.mean)}{test}): "
+            "nothing to compare it with"
+        )
     if len(ranked) > 1:
+        comparison.winner = ranked[0][0]
         (_, first), (comparison.runner_up, second) = ranked[0], ranked[1]
         comparison.margin = sign * (first.mean - second.mean)
         stds = [first.std, second.std]

@@ -17,14 +17,16 @@ Example::
 import glob
 import json
 import os
+import socket
 import time
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
-from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.summary.writer.record_writer import RecordWriter
 
+from dlrm_multiepoch.command_faults import naming
 from dlrm_multiepoch.report.compare import Comparison
 from dlrm_multiepoch.report.groups import ConfigGroup
 from dlrm_multiepoch.report.runs import RunRecord
@@ -68,12 +70,17 @@ def run_hparams(runs: List[RunRecord], groups: Sequence[ConfigGroup] = ()) -> Di
     return out
 
 
-def write_hparams(comparison: Comparison) -> List[str]:
+def write_hparams(comparison: Comparison, folder: Optional[str] = None) -> List[str]:
     """Write the experiment description and one session per compared run; return the files written.
 
     Metrics per task: the runs' own evaluation tags (last value: the last evaluation) and
     the deployed model's validation and test AUC and the best test AUC; an undefined value
     (NaN) is not written, so it never sorts.
+
+    Args:
+        folder: where to write instead of beside the runs (their folders are read-only): the
+            description in ``folder``, each session in ``folder/<run>`` with the last whole-epoch
+            value of each evaluation tag beside it (the dashboard reads a session's metrics from its folder).
     """
     runs = comparison.runs
     if not runs:
@@ -86,27 +93,46 @@ def write_hparams(comparison: Comparison) -> List[str]:
     metric_tags = [f"{split}/{task}/{m}" for task in tasks for split, m in splits]
     metric_tags += ["compare/wall_time_s", "compare/samples_per_s"]
     metric_tags += [f"compare/{what}_{t}" for t in tasks for what in _PER_TASK]
-    written = [_write(comparison.experiment_dir, _experiment(hparams, metric_tags), {})]
+    written = [_write(folder or comparison.experiment_dir, _experiment(hparams, metric_tags), {})]
     for run in runs:
-        scalars = {"compare/wall_time_s": run.wall_time_s, "compare/samples_per_s": run.samples_per_s}
+        scalars: Dict[str, Any] = {"compare/wall_time_s": run.wall_time_s, "compare/samples_per_s": run.samples_per_s}
+        if folder is not None:
+            scalars |= {tag: _last(run, tag) for tag in metric_tags if not tag.startswith("compare/")}
         for t in tasks:
             defined = [v for v in run.curve("test", t, "auc").values() if is_defined(v)]
             scalars[f"compare/best_test_auc_{t}"] = max(defined, default=None)
             scalars[f"compare/deployed_val_auc_{t}"] = run.final("val", t, "auc")
             scalars[f"compare/deployed_test_auc_{t}"] = run.final("test", t, "auc")
-        written.append(_write(run.path, _session(run.name, hparams[run.name]), scalars))
+        where = run.path if folder is None else os.path.join(folder, run.name)
+        written.append(_write(where, _session(run.name, hparams[run.name]), scalars))
     return written
 
 
+def _last(run: RunRecord, tag: str) -> Optional[float]:
+    """The run's last whole-epoch value of an evaluation tag ``split/task/metric`` (None: not evaluated)."""
+    split, rest = tag.split("/", 1)
+    task, metric = rest.rsplit("/", 1)
+    curve = run.curve(split, task, metric)
+    return curve[max(curve)] if curve else None
+
+
 def _write(folder: str, summaries: List[Summary], scalars: Dict[str, Any]) -> str:
-    for old in glob.glob(os.path.join(folder, f"*{SUFFIX}")):
-        os.remove(old)
+    """One event file of ``summaries`` and ``scalars`` in ``folder`` (replacing the old ones), written here and
+    now: TensorBoard's own writer writes from a thread, which prints its own traceback when the disk is full."""
     values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items() if is_defined(v)]
-    writer = EventFileWriter(folder, filename_suffix=SUFFIX)
-    for summary in [*summaries, Summary(value=values)]:
-        writer.add_event(Event(wall_time=time.time(), step=0, summary=summary))
-    writer.close()
-    return writer._file_name
+    now = time.time()
+    events = [Event(wall_time=now, file_version="brain.Event:2")]
+    events += [Event(wall_time=now, step=0, summary=summary) for summary in [*summaries, Summary(value=values)]]
+    path = os.path.join(folder, f"events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}{SUFFIX}")
+    with naming(path):
+        for old in glob.glob(os.path.join(glob.escape(folder), f"*{SUFFIX}")):
+            os.remove(old)
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "wb") as f:
+            writer = RecordWriter(f)
+            for event in events:
+                writer.write(event.SerializeToString())
+    return path
 
 
 def _experiment(hparams: Dict[str, Dict[str, Any]], metric_tags: List[str]) -> List[Summary]:

@@ -30,15 +30,15 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from dlrm_multiepoch.command_faults import is_utf8, shown
 from dlrm_multiepoch.metrics import METRIC_NAMES
+from dlrm_multiepoch.report.recorded import checked_manifest, checked_summary
 from dlrm_multiepoch.run_files import (
     MANIFEST_FILE,
     OWN_FOLDERS,
     has_event_files,
     manifest_path,
     parse_run_folder_name,
-    read_manifest,
-    read_summary,
     summary_finished,
     whole_epoch_evaluations,
 )
@@ -198,9 +198,11 @@ def read_run(
     Raises:
         RunError: missing folder, no event files, no evaluations, or an unreadable ``summary.json``.
     """
-    name = name or os.path.basename(os.path.normpath(run_dir))
+    name = name or shown(os.path.basename(os.path.normpath(run_dir)))
     if not os.path.isdir(run_dir):
         raise RunError("missing: no run folder")
+    if not is_utf8(run_dir):
+        raise RunError("its folder's name is not UTF-8: TensorBoard reads no event file there; rename the folder")
     if not has_event_files(run_dir):
         raise RunError("no TensorBoard event files")
     summary = _read_summary(run_dir)
@@ -288,26 +290,34 @@ def _shared_epochs(summary: Dict[str, Any], evals: Dict[MetricKey, Dict[int, flo
 def read_experiment(experiment_dir: str) -> Tuple[List[RunRecord], List[RunProblem]]:
     """Every run of an experiment folder, and what could not be used (missing, partial, corrupt runs;
     folders that are not runs of it)."""
+    if os.path.exists(experiment_dir) and not os.path.isdir(experiment_dir):
+        raise ValueError(f"{shown(experiment_dir)} is a file, not an experiment folder (a folder of run folders)")
     if not os.path.isdir(experiment_dir):
-        raise FileNotFoundError(f"experiment folder {experiment_dir!r} does not exist")
+        raise FileNotFoundError(f"experiment folder {shown(experiment_dir)!r} does not exist")
+    if not is_utf8(experiment_dir):
+        raise ValueError(
+            f"{shown(experiment_dir)}: its name is not UTF-8, and TensorBoard reads no event file under such a path; "
+            "rename it"
+        )
     manifest = _manifest(experiment_dir)
     folders = sorted(
         d for d in os.listdir(experiment_dir) if os.path.isdir(os.path.join(experiment_dir, d)) and d not in OWN_FOLDERS
     )
     problems = []
     if manifest is None:
-        entries = [{"name": d} for d in folders if has_event_files(os.path.join(experiment_dir, d))]
-        skipped, why = [d for d in folders if d not in {e["name"] for e in entries}], "no TensorBoard event files"
+        # A folder's name as shown (bytes that are not UTF-8 as \xff), and the folder itself.
+        entries = [{"name": shown(d), "folder": d} for d in folders if has_event_files(os.path.join(experiment_dir, d))]
+        skipped, why = [d for d in folders if d not in {e["folder"] for e in entries}], "no TensorBoard event files"
     else:
         entries = list(manifest["runs"].values())
         skipped, why = [d for d in folders if d not in manifest["runs"]], f"not a run of {MANIFEST_FILE}"
-    problems += [RunProblem(d, os.path.join(experiment_dir, d), f"skipped: {why}") for d in skipped]
+    problems += [RunProblem(shown(d), os.path.join(experiment_dir, d), f"skipped: {why}") for d in skipped]
     runs = []
     # Reading many event files logs nothing a user needs.
     logging.getLogger("tensorboard").setLevel(logging.ERROR)
     own_flags = (manifest or {}).get("strategies", {})
     for entry in entries:
-        path = os.path.join(experiment_dir, entry["name"])
+        path = os.path.join(experiment_dir, entry.get("folder", entry["name"]))
         strategy = entry.get("strategy")
         flags = own_flags.get(strategy, {}).get("flags") if strategy in own_flags else None
         try:
@@ -368,17 +378,12 @@ def partial_reason(run: RunRecord) -> Optional[str]:
 
 
 def _manifest(experiment_dir: str) -> Optional[Dict[str, Any]]:
-    if not os.path.isfile(manifest_path(experiment_dir)):
-        return None
-    manifest = read_manifest(experiment_dir)
-    if not isinstance(manifest.get("runs"), dict):
-        raise ValueError(f"{manifest_path(experiment_dir)} is not a sweep manifest (no 'runs'); fix or remove it")
-    return manifest
+    return checked_manifest(experiment_dir) if os.path.isfile(manifest_path(experiment_dir)) else None
 
 
 def _read_summary(run_dir: str) -> Dict[str, Any]:
     try:
-        return read_summary(run_dir)
+        return checked_summary(run_dir)
     except ValueError as e:
         raise RunError(f"corrupt summary.json: {e}") from None
 

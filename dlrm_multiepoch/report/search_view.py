@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from dlrm_multiepoch.data.fetch import default_cache_dir
 from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.report.stats import Stat, stat_of
-from dlrm_multiepoch.run_files import search_record_path
+from dlrm_multiepoch.run_files import manifest_path, read_manifest, read_summary, search_record_path, summary_path
 from dlrm_multiepoch.search.candidates import Candidate, candidate_tree, select
 from dlrm_multiepoch.search.pruning import Curve, choose, rung_points
 from dlrm_multiepoch.search.record import deploy_choice, read_branch, run_name
@@ -65,24 +65,34 @@ class SearchView:
     cut: Dict[str, Tuple[float, str]]
     damage: Optional[str] = None
     passed_over: Dict[int, List[Dict[str, Any]]] = field(default_factory=dict)
+    readable: bool = True  # False: search.json is too damaged to know the search (no candidates, budget, rungs)
 
 
 def search_view(experiment_dir: str) -> Optional[SearchView]:
-    """The view of a search folder; None when ``experiment_dir`` holds no ``search.json`` (or none intact enough).
+    """The view of a search folder; None when ``experiment_dir`` is not a search's; a view that is not
+    ``readable`` (``damage`` says why) when its ``search.json`` is missing or too damaged to tell the search's
+    candidates and rungs.
 
     Raises:
         ValueError: a branch's ``summary.json`` that is not as the training app writes it, naming the field.
     """
-    if not os.path.isfile(search_record_path(experiment_dir)):
-        return None
+    path = search_record_path(experiment_dir)
+    if not os.path.isfile(path):
+        launches = _branch_launches(experiment_dir)
+        if launches is None:
+            return None
+        missing = f"{path} is missing, and {launches} records a search's branch launches (--stop_at_epoch)"
+        return SearchView("", [], {}, {}, [], {}, missing, readable=False)
     loaded = read_record(experiment_dir)
     record = loaded.record
+    unreadable = SearchView("", [], {}, {}, [], {}, loaded.damage, readable=False)
     if not {"budget", "metric", "task_weights", "rung_fraction", "candidates"} <= set(record):
-        return None
+        return unreadable
     try:
         tree = select(candidate_tree(record["budget"]), list(record["candidates"]))
-    except ValueError:
-        return None  # candidates of another version of the search
+    except ValueError as e:  # candidates of another version of the search, or values no search has
+        unreadable.damage = unreadable.damage or f"{search_record_path(experiment_dir)}: {e}"
+        return unreadable
     seeds = sorted(int(s) for s in record["seeds"])
     rows = {c.name: SearchRow(c.name) for c in tree}
     vals: Dict[str, List[float]] = {c.name: [] for c in tree}
@@ -95,13 +105,22 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
     for seed in seeds:
         entry = record["seeds"][str(seed)]
         curves, points = _curves(experiment_dir, tree, seed, record, rungs)
+        recorded = entry["deploy"]
         choice, passed[seed] = None, []
-        if entry["deploy"] is not None:  # the search's own choice: the best deployable whose checkpoint verifies
+        if recorded is not None:  # the search's own choice: the best deployable whose checkpoint verifies
             metric, weights = record["metric"], record["task_weights"]
             choice, passed[seed] = deploy_choice(experiment_dir, tree, seed, curves, metric, weights, sign, cache)
+        same = choice is not None and (choice["branch"], choice["epoch"]) == (recorded["branch"], recorded["epoch"])
+        if recorded is not None and not same and not passed[seed]:  # no checkpoint failed: a branch's record moved
+            now = f"{choice['branch']} after epoch {choice['epoch']:g}" if choice is not None else "no deployable model"
+            undecided[seed] = (
+                f"search.json records deploying {recorded['branch']} after epoch {recorded['epoch']:g}, but its run "
+                f"folders now give {now} (a branch's record changed or is gone since): rerun the search to decide again"
+            )
+            choice = None
         if choice is not None:
             deployed[seed] = (choice["branch"], choice["epoch"], choice["val_metric"])
-        else:
+        elif seed not in undecided:
             undecided[seed] = entry.get("no_decision") or "the search has not decided yet (interrupted?)"
             if passed[seed]:  # the search deployed one; every deployable checkpoint has been damaged since
                 undecided[seed] = "no deployable checkpoint verifies any more (damaged since the search decided?)"
@@ -127,6 +146,26 @@ def search_view(experiment_dir: str) -> Optional[SearchView]:
         rows[c.name].val = stat_of(vals[c.name]) if vals[c.name] else None
         rows[c.name].test_auc = {t: stat_of(aucs) for t, aucs in tests[c.name].items()}
     return SearchView(record["metric"], list(rows.values()), deployed, undecided, seeds, cut, loaded.damage, passed)
+
+
+def _branch_launches(experiment_dir: str) -> Optional[str]:
+    """Which record says ``experiment_dir`` holds a search's branch launches (each pauses at a rung:
+    ``--stop_at_epoch``): ``sweep.json``'s strategies, else a run folder's ``summary.json``; None: none does."""
+    try:
+        strategies = read_manifest(experiment_dir).get("strategies")
+    except ValueError:
+        strategies = None
+    flags = [s.get("flags") for s in strategies.values() if isinstance(s, dict)] if isinstance(strategies, dict) else []
+    if any(isinstance(f, list) and "--stop_at_epoch" in f for f in flags):
+        return manifest_path(experiment_dir)
+    for name in sorted(os.listdir(experiment_dir)):
+        try:
+            config = read_summary(os.path.join(experiment_dir, name)).get("config")
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("stop_at_epoch"):
+            return summary_path(os.path.join(experiment_dir, name))
+    return None
 
 
 def _curves(

@@ -13,8 +13,10 @@ Example::
 import csv
 from typing import Any, Dict, List, Optional
 
+from dlrm_multiepoch.command_faults import shown
 from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.report.compare import TEST, VAL, Comparison, StrategyRow, TaskComparison
+from dlrm_multiepoch.report.runs import RunProblem
 from dlrm_multiepoch.report.search_view import SearchView
 from dlrm_multiepoch.report.stats import Stat
 from dlrm_multiepoch.report.windows import WindowFit
@@ -149,11 +151,8 @@ def decision_note(task: TaskComparison) -> str:
 def verdict(task: TaskComparison) -> str:
     """The winner in words: its margin over the runner-up against the seed spread, its test AUC, against joint-best."""
     on, label = SPLIT_NAME[task.decided_on], _label(task)
-    if task.search_metric is not None:
-        return (
-            f"{task.task}: no winner per task here: the schedule search decides on validation {task.search_metric} "
-            "over the tasks, among what each candidate deploys (the search's table above names what it deployed)."
-        )
+    if task.no_winner is not None:
+        return f"{task.task}: no winner: {task.no_winner}."
     if task.winner is None:
         if not task.rows:
             return f"{task.task}: no strategy to compare."
@@ -209,7 +208,7 @@ def window_markdown(fit: WindowFit) -> str:
 
 def to_markdown(comparison: Comparison) -> str:
     """The whole report: per configuration group, one section per task and the update-window fit; then the runs left out."""
-    parts = [f"## Strategy comparison: {comparison.experiment_dir}"]
+    parts = [f"## Strategy comparison: {shown(comparison.experiment_dir)}"]
     if comparison.search is not None:
         parts += [search_markdown(comparison.search), "## Every branch trained to its end, per task"]
     groups = comparison.groups
@@ -231,14 +230,25 @@ def to_markdown(comparison: Comparison) -> str:
             parts.append("## Update-window sweep")
             parts += [window_markdown(f) for f in fits]
     if comparison.cut:
-        parts.append("Branches the search cut:\n" + "\n".join(f"- {p.name}: {p.reason} ({p.path})" for p in comparison.cut))
+        parts.append("Branches the search cut:\n" + "\n".join(_problem(p) for p in comparison.cut))
     if comparison.problems:
-        parts.append("Runs left out:\n" + "\n".join(f"- {p.name}: {p.reason} ({p.path})" for p in comparison.problems))
+        parts.append("Runs left out:\n" + "\n".join(_problem(p) for p in comparison.problems))
     return "\n\n".join(parts) + "\n"
+
+
+def _problem(p: RunProblem) -> str:
+    return f"- {p.name}: {p.reason} ({shown(p.path)})"
 
 
 def search_markdown(view: SearchView) -> str:
     """The search's decision: each candidate's state per seed, the model it deploys and its validation figure."""
+    if not view.readable:
+        return (
+            f"**The schedule search's record is damaged** ({view.damage}): what it decided cannot be read, so its "
+            "branches are compared below as runs, with no winner named (the branches it cut show as partial "
+            "runs). Rerun the same `dlrm-multiepoch search` command: it rebuilds search.json from the run folders "
+            "(what was trained is kept)."
+        )
     tasks = sorted({t for row in view.rows for t in row.test_auc})
     header = ["candidate", *[f"seed {s}" for s in view.seeds], "deploys (epoch)", f"val {view.metric}"]
     header += [f"test AUC {t}" for t in tasks]
@@ -317,7 +327,7 @@ def csv_rows(comparison: Comparison) -> List[Dict[str, Any]]:
 
 def write_csv(comparison: Comparison, path: str) -> None:
     """One row per group, task and strategy; empty cells where a figure does not exist (std of one seed, n/a)."""
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="", errors="backslashreplace") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         for row in csv_rows(comparison):
@@ -326,7 +336,7 @@ def write_csv(comparison: Comparison, path: str) -> None:
 
 def write_window_csv(comparison: Comparison, path: str) -> None:
     """Final test AUC per group, task, seed and window start, and each seed's fitted slope."""
-    with open(path, "w", newline="") as f:
+    with open(path, "w", newline="", errors="backslashreplace") as f:
         writer = csv.writer(f)
         writer.writerow(["group", "task", "seed", "window_start", "final_test_auc", "seed_slope"])
         for fit in comparison.windows:

@@ -24,6 +24,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, List, Optional
 
+from dlrm_multiepoch.command_faults import check_folder, guarded, signal_of
 from dlrm_multiepoch.command_options import SearchOptions
 from dlrm_multiepoch.config_section import RESERVED_BY_SEARCH, add_arguments, from_args, options_of
 from dlrm_multiepoch.launch_options import split_at_dashes
@@ -33,7 +34,7 @@ from dlrm_multiepoch.search.record import SearchError
 from dlrm_multiepoch.search.record_file import keep_damaged, read_record
 from dlrm_multiepoch.search.settings import SearchSettings
 from dlrm_multiepoch.sweep.command import DEFAULT_VAL_FRACTION, add_launch_args, launch_options
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep, signal_name
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted
 from dlrm_multiepoch.sweep.plan import parse_app_flags
 from dlrm_multiepoch.sweep.strategies import flag_names
 from dlrm_multiepoch.train.config import flags_with
@@ -60,10 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# How a search goes on once an interruption or a fault of its folder is over.
+RERUN = "then rerun the same command to continue (what was trained is kept)"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     own, common = split_at_dashes(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = parser.parse_args(own)
+    return guarded("search", lambda: _main(parser, args, common), RERUN)
+
+
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, common: List[str]) -> int:
     from torchx.runner import get_runner
     from torchx.schedulers.local_scheduler import SignalException
 
@@ -74,8 +83,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         except ValueError as e:
             parser.error(str(e))
         return _run(search, args)
-    except (KeyboardInterrupt, SignalException):  # before or between launches: nothing to stop
-        print("\nsearch: interrupted (no branch was training). Rerun the same command to continue.", flush=True)
+    except (KeyboardInterrupt, SignalException) as e:  # before or between launches: nothing to stop
+        print(f"\nsearch: interrupted ({signal_of(e)}; no branch was training). Rerun the same command to continue.")
         return 130
     finally:
         runner.close()
@@ -85,6 +94,8 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
     """The search, every check done before its first launch (ValueError names the flag, file or field)."""
     own = from_args(SearchOptions, args)
     own.check()
+    if not args.dryrun:
+        check_folder(own.experiment_dir, "EXPERIMENT_DIR")
     taken = sorted(set(flag_names(tuple(common))) & set(BRANCH_FLAGS))
     if taken:
         raise ValueError(
@@ -116,14 +127,14 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
 
 
 def _run(search: "ScheduleSearch", args: argparse.Namespace) -> int:
-    """Search; Ctrl-C, SIGTERM and SIGHUP print one line (exit 130), a problem found on the way one line (exit 1)."""
+    """Search; Ctrl-C, SIGTERM and SIGHUP print one line (exit 130), a problem found on the way one line (exit 1)
+    (a fault of its folder, an ``OSError``, is the boundary's: :func:`~dlrm_multiepoch.command_faults.guarded`)."""
     from torchx.schedulers.local_scheduler import SignalException
 
     try:
-        with hangup_stops_the_sweep():
-            failed = search.run()
+        failed = search.run()
     except (SweepInterrupted, KeyboardInterrupt, SignalException) as e:  # the record is saved; nothing is lost
-        name = e.signal_name if isinstance(e, SweepInterrupted) else signal_name(e)
+        name = e.signal_name if isinstance(e, SweepInterrupted) else signal_of(e)
         run = e.run if isinstance(e, SweepInterrupted) else None
         stopped = f"; stopped branch {run}, which resumes from its last checkpoint" if run else ""
         print(f"\nsearch: interrupted ({name}){stopped}. Rerun the same command to continue.", flush=True)

@@ -32,6 +32,7 @@ from dlrm_multiepoch.run_files import (
 )
 from dlrm_multiepoch.search.candidates import Candidate
 from dlrm_multiepoch.search.pruning import Curve, choose, objective
+from dlrm_multiepoch.search.record_file import field_text
 
 
 @dataclass
@@ -108,6 +109,8 @@ def read_branch(
     facts: Dict[str, Any] = {"test_auc": {}, "steps": {}, "start_step": 0, "finished": summary_finished(summary)}
     facts["unreadable"], facts["undefined"] = "unreadable" in summary, {}
     evaluations = [_evaluation(e, i, run_dir) for i, e in enumerate(_field(summary, "evaluations", list, run_dir, []))]
+    for i, (_, _, e) in enumerate(evaluations):
+        _check_metrics(e, f"evaluations.{i}", run_dir)
     facts["last_step"] = max((step for _, step, _ in evaluations), default=0)
     for epoch, step, e in evaluations:
         point = _point(epoch, step, rungs)
@@ -125,6 +128,7 @@ def read_branch(
     best = _field(summary, "best", dict, run_dir, None)
     if best and VAL in best:
         epoch, step, _ = _evaluation(best, "best", run_dir, "best")
+        _check_metrics(best, "best", run_dir)
         curve.best = (epoch, objective(best[VAL], metric, weights))
         facts["best"] = {"step": step, "epoch": epoch, "test_auc": _aucs(best)}
     return curve, facts
@@ -149,6 +153,46 @@ def _evaluation(e: Any, i: Any, run_dir: str, where: str = "evaluations") -> Tup
             "branch's next launch rewrites it from its newest checkpoint"
         )
     return float(epoch), int(step), e  # type: ignore[arg-type]
+
+
+# Where the evaluator's metrics lie (the others: any finite number).
+_RANGES = {"auc": (0.0, 1.0), "positive_rate": (0.0, 1.0), "logloss": (0.0, math.inf), "ne": (0.0, math.inf),
+           "cal_ne": (0.0, math.inf), "rows": (0.0, math.inf), "auc_error_bound": (0.0, math.inf)}  # fmt: skip
+
+
+def _check_metrics(e: Mapping[str, Any], where: str, run_dir: str) -> None:
+    """SearchError naming the field when an evaluation's validation or test metrics are not as the app writes
+    them: per task, metric -> a finite number in its range, or null (undefined). Never read as undefined nor
+    ranked: a value the app did not write would silently change what the search ranks and deploys."""
+    for split in (VAL, TEST):
+        if split not in e:
+            continue
+        per_task, found = e[split], None
+        if not isinstance(per_task, dict) or not per_task:
+            found = (f"{where}.{split}", per_task, "an object of each task's metrics")
+        for task, metrics in per_task.items() if found is None else ():
+            if not isinstance(metrics, dict):
+                found = (f"{where}.{split}.{task}", metrics, "an object of metrics")
+                break
+            bad = next((k for k, v in metrics.items() if v is not None and not _in_range(k, v)), None)
+            if bad is not None:
+                low, high = _RANGES.get(bad, (-math.inf, math.inf))
+                within = f" from {low:g}" + (f" to {high:g}" if math.isfinite(high) else "") if math.isfinite(low) else ""
+                found = (f"{where}.{split}.{task}.{bad}", metrics[bad], f"a number{within}, or null where undefined")
+                break
+        if found is not None:
+            field_name, value, expected = found
+            raise SearchError(
+                f"{summary_path(run_dir)}: {field_name} is {field_text(value)}, expected {expected} (damaged); move the "
+                "file aside: the branch's next launch rewrites it from its newest checkpoint"
+            )
+
+
+def _in_range(metric: str, value: Any) -> bool:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    low, high = _RANGES.get(metric, (-math.inf, math.inf))
+    return low <= value <= high
 
 
 def _aucs(e: Mapping[str, Any]) -> Dict[str, Optional[float]]:

@@ -103,26 +103,26 @@ def problem(value: Any, spec: Any, path: str) -> Optional[str]:
     if isinstance(spec, tuple) and spec and spec[0] == "where":
         _, inner, test, _ = spec
         found = problem(value, inner, path)
-        return found or (None if test(value) else f"{path} is {_show(value)}, expected {_kind(spec)}")
+        return found or (None if test(value) else f"{path} is {field_text(value)}, expected {_kind(spec)}")
     if isinstance(spec, tuple) and spec and isinstance(spec[0], str):
         kind, inner = spec
         if kind == "opt":
             return None if value is None else problem(value, inner, path)
         if kind == "list":
             if not isinstance(value, list):
-                return f"{path} is {_show(value)}, expected {_kind(spec)}"
+                return f"{path} is {field_text(value)}, expected {_kind(spec)}"
             return next((p for i, v in enumerate(value) if (p := problem(v, inner, f"{path}.{i}"))), None)
         if not isinstance(value, dict):
-            return f"{path} is {_show(value)}, expected {_kind(spec)}"
+            return f"{path} is {field_text(value)}, expected {_kind(spec)}"
         return next((p for k, v in value.items() if (p := problem(v, inner, f"{path}.{k}"))), None)
     if isinstance(spec, dict):
         if not isinstance(value, dict):
-            return f"{path} is {_show(value)}, expected an object"
+            return f"{path} is {field_text(value)}, expected an object"
         missing = [k for k in spec if k not in value]
         if missing:
             return f"{path}.{missing[0]} is missing"
         return next((p for k, s in spec.items() if (p := problem(value[k], s, f"{path}.{k}"))), None)
-    return None if _matches(value, spec) else f"{path} is {_show(value)}, expected {_kind(spec)}"
+    return None if _matches(value, spec) else f"{path} is {field_text(value)}, expected {_kind(spec)}"
 
 
 def _is_candidate(name: str, budget: Optional[int]) -> bool:
@@ -132,7 +132,8 @@ def _is_candidate(name: str, budget: Optional[int]) -> bool:
     return name in {c.name for c in candidate_tree(2)} or re.fullmatch(r"window@[1-9]\d*", name) is not None
 
 
-def _show(value: Any) -> str:
+def field_text(value: Any) -> str:
+    """A field's value as a message shows it: JSON, a string quoted, at most 40 characters."""
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -147,7 +148,7 @@ def _seed_key(key: str) -> bool:
 def check_record(record: Any) -> Tuple[Dict[str, Any], List[Tuple[str, str]]]:
     """The intact part of a parsed ``search.json`` and ``(field, problem)`` for each damaged part."""
     if not isinstance(record, dict):
-        return {}, [("(the file)", f"holds {_show(record)}, not a JSON object")]
+        return {}, [("(the file)", f"holds {field_text(record)}, not a JSON object")]
     intact: Dict[str, Any] = {}
     damaged: List[Tuple[str, str]] = []
     for name, spec in TOP.items():
@@ -168,12 +169,12 @@ def check_record(record: Any) -> Tuple[Dict[str, Any], List[Tuple[str, str]]]:
     if "candidates" in intact:  # names this search's tree has (its budget's, when that is intact)
         unknown = [n for n in intact["candidates"] if not _is_candidate(n, intact.get("budget"))]
         if unknown or not intact["candidates"]:
-            damaged.append(("candidates", f"candidates holds {_show(unknown[0]) if unknown else 'none'}, expected "
+            damaged.append(("candidates", f"candidates holds {field_text(unknown[0]) if unknown else 'none'}, expected "
                                           "candidates of the search"))  # fmt: skip
             del intact["candidates"]
     seeds = record.get("seeds")
     if not isinstance(seeds, dict):
-        found = f"seeds is {_show(seeds)}, expected an object" if "seeds" in record else "seeds is missing"
+        found = f"seeds is {field_text(seeds)}, expected an object" if "seeds" in record else "seeds is missing"
         damaged.append(("seeds", found))
         seeds = {}
     intact["seeds"] = {}

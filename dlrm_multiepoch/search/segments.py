@@ -25,13 +25,14 @@ from torchx.runner import Runner
 from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs import AppDef
 
+from dlrm_multiepoch.command_faults import signal_of
 from dlrm_multiepoch.json_io import write_json
 from dlrm_multiepoch.launch_options import LOCAL, TRAIN_MODULE, LaunchOptions
 from dlrm_multiepoch.lock_holder import process_start
 from dlrm_multiepoch.run_files import LOGS_DIR
 from dlrm_multiepoch.search.worker import DRIVER_ENV, STOP_FILE, request_path
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, job_state, launch_log_dir, signal_name
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, job_state, launch_log_dir
 from dlrm_multiepoch.sweep.launch import SweepLauncher
 from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan
 
@@ -107,7 +108,11 @@ class SegmentWorker:
         """Let the job end (the stop file), or cancel it if it does not within a minute."""
         if self.runner is None or self.handle is None:
             return
-        write_json(os.path.join(self.queue, STOP_FILE), {"why": "the search is done"})
+        try:
+            write_json(os.path.join(self.queue, STOP_FILE), {"why": "the search is done"})
+        except OSError:  # a full disk, a read-only folder: the job cannot be told, so it is stopped
+            self.cancel()
+            return
         deadline = time.monotonic() + _STOP_WAIT_S
         while time.monotonic() < deadline:
             status, _ = job_state(self.runner, self.handle)
@@ -154,7 +159,7 @@ class SegmentLauncher(SweepLauncher):
                 time.sleep(0 if ended else _POLL_S)
         except (KeyboardInterrupt, SignalException, SweepInterrupted) as e:
             self.worker.cancel()
-            name = e.signal_name if isinstance(e, SweepInterrupted) else signal_name(e)
+            name = e.signal_name if isinstance(e, SweepInterrupted) else signal_of(e)
             raise SweepInterrupted(name, run.name) from None
         follower.poll()
         seconds = time.perf_counter() - start

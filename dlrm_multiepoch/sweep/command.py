@@ -27,11 +27,12 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from dlrm_multiepoch.command_faults import check_folder, guarded, signal_of
 from dlrm_multiepoch.command_options import SweepOptions
 from dlrm_multiepoch.config_section import add_arguments, from_args, options_of
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions, split_at_dashes
 from dlrm_multiepoch.sweep import checks
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, hangup_stops_the_sweep
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted
 from dlrm_multiepoch.sweep.manifest import check_experiment, group_record, is_flag_list
 from dlrm_multiepoch.run_files import manifest_path, read_manifest
 from dlrm_multiepoch.sweep.plan import SweepPlan, build_plan
@@ -95,6 +96,10 @@ def list_strategies() -> str:
     return "\n".join(lines)
 
 
+# How a sweep goes on once an interruption or a fault of its folder is over.
+RERUN = "then rerun the same command to continue (finished runs are kept)"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--list" in split_at_dashes(argv)[0]:
@@ -103,6 +108,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     own, common = split_at_dashes(argv)
     parser = build_parser()
     args = parser.parse_intermixed_args(own)  # strategies may come before or after the options
+    return guarded("sweep", lambda: _main(parser, args, common), RERUN)
+
+
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, common: List[str]) -> int:
     from torchx.runner import get_runner
     from torchx.schedulers.local_scheduler import SignalException
 
@@ -113,8 +122,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         except ValueError as e:
             parser.error(str(e))
         return _launch(plan, options, runner, args)
-    except (KeyboardInterrupt, SignalException):  # before or between runs: nothing to stop
-        print("\nsweep: interrupted (no run was running). Rerun the same command to continue.", flush=True)
+    except (KeyboardInterrupt, SignalException) as e:  # before or between runs: nothing to stop
+        print(f"\nsweep: interrupted ({signal_of(e)}; no run was running). Rerun the same command to continue.")
         return 130
     finally:
         runner.close()
@@ -126,6 +135,8 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> T
 
     own = from_args(SweepOptions, args)
     own.check()
+    if not args.dryrun:
+        check_folder(own.experiment_dir, "EXPERIMENT_DIR")
     checks.check_not_a_search(own.experiment_dir)
     options = launch_options(args, runner)
     local = args.scheduler == LOCAL and not args.dryrun
@@ -176,13 +187,19 @@ def _launch(plan: SweepPlan, options: LaunchOptions, runner: "Runner", args: arg
     n = len(plan.strategies)
     where = os.path.join(args.experiment_dir, args.group) if args.group else args.experiment_dir
     print(f"sweep: {runs} run(s) = {n} strateg{'y' if n == 1 else 'ies'} x {len(plan.seeds)} seed(s) in {where} ({args.scheduler})", flush=True)
+    launcher = SweepLauncher(plan, options, runner=runner)
     try:
-        with hangup_stops_the_sweep():
-            failed = SweepLauncher(plan, options, runner=runner).run()
+        failed = launcher.run()
     except SweepInterrupted as e:
         stopped = f"; stopped run {e.run}, which resumes from its last checkpoint" if e.run else ""
         print(f"\nsweep: interrupted ({e.signal_name}){stopped}. Rerun the same command to continue.", flush=True)
         return 130
+    if launcher.data_failure is not None:
+        print(
+            f"sweep: {len(failed)} run(s) not done ({', '.join(failed)}): {launcher.data_failure}'s data failed to load "
+            "(its error is above); fix the data, then rerun the same command"
+        )
+        return 1
     if failed:
         print(f"sweep: {len(failed)} run(s) failed: {', '.join(failed)}; rerun the same command to retry them")
         return 1

@@ -46,10 +46,13 @@ class EvaluationFollower:
     def poll(self) -> None:
         """Emit the evaluations that appeared since the last call."""
         summary = self._read()
+        # A branch's evaluations up to the checkpoint it started from are its parent's: not news either.
+        started = summary.get("started_from")
+        inherited = started.get("step") if isinstance(started, dict) else None
         # Mid-epoch evaluations (--eval_every_n_steps, the auto schedule's) stay in the log.
         for e in whole_epoch_evaluations(summary):
             epoch = e["epoch"]
-            if epoch in self.seen:
+            if epoch in self.seen or _at_or_before(e.get("step"), inherited):
                 continue
             self.seen.add(epoch)
             self.emit(f"    epoch {epoch:g}: {auc_line(e)}")
@@ -59,6 +62,11 @@ class EvaluationFollower:
             epoch = best.get("epoch")
             at = f"epoch {epoch:.2f}" if isinstance(epoch, (int, float)) else "epoch unknown"
             self.emit(f"    kept its best-validation weights ({at}): {auc_line(best)}")
+
+
+def _at_or_before(step: Any, limit: Any) -> bool:
+    numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (step, limit))
+    return numbers and step <= limit
 
 
 def auc_line(evaluation: Mapping[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """A sweep's view of its jobs and run folders: a job's state that never raises, the trainer
 already in a run folder, a failed run's own error line (and whether its data failed to load),
-and an interrupted sweep.
+and an interrupted sweep (the signals that interrupt it: :mod:`dlrm_multiepoch.command_faults`).
 
 Example::
 
@@ -9,11 +9,10 @@ Example::
         ...                                   # the run is stopped: resume or restart it from its folder
 """
 
-import contextlib
 import os
 import re
-import signal
-from typing import Iterator, Optional, Tuple
+import shutil
+from typing import Optional, Tuple
 
 from torchx.runner import Runner
 from torchx.specs import AppState, AppStatus, parse_app_handle
@@ -22,6 +21,7 @@ from dlrm_multiepoch.lock_holder import LockHolder
 from dlrm_multiepoch.run_files import DATA_ERROR_MARK
 
 _ERROR_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Busy)): (.+)$")
+_FULL_BELOW = 1 << 20  # bytes: a run's disk with less free space is full (its next checkpoint or record will not fit)
 # The app's parser refusing a flag (a path the launch names that is not there: ``--start_from``, ``--resume``).
 _USAGE_LINE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*(?:python -m )?[\w./-]+: error: (.+)$")
 # torchrun's and TorchX's own wrappers around a worker's error: never the reason.
@@ -81,9 +81,19 @@ def failure_reason(log_file: Optional[str]) -> Optional[str]:
     return reason
 
 
-def signal_name(e: BaseException) -> str:
-    """The signal behind TorchX's ``SignalException`` (Ctrl-C's ``KeyboardInterrupt``: SIGINT)."""
-    return getattr(getattr(e, "sigval", None), "name", None) or "SIGINT"
+def disk_full(folder: str) -> Optional[str]:
+    """Why a run failed without a word in its log: the disk of its folder is full (the log, on the same disk, could
+    not take its error); None when it is not."""
+    existing = folder
+    while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return None
+    if free >= _FULL_BELOW:
+        return None
+    return f"the disk of {existing} is full ({free} bytes free): free space, then rerun the same command"
 
 
 def launch_log_dir(log_dir: str, handle: str) -> str:
@@ -108,21 +118,3 @@ def data_failed(log_file: Optional[str]) -> bool:
         return False
     with open(log_file, errors="replace") as f:
         return any(DATA_ERROR_MARK in line for line in f)
-
-
-@contextlib.contextmanager
-def hangup_stops_the_sweep() -> Iterator[None]:
-    """A closed terminal (SIGHUP) stops the sweep the way Ctrl-C does (its current run is cancelled); so does
-    SIGTERM where nothing else handles it (TorchX's local scheduler does, raising its ``SignalException``)."""
-
-    def stop(signum: int, _frame: object) -> None:
-        raise SweepInterrupted(signal.Signals(signum).name)
-
-    before = {signal.SIGHUP: signal.signal(signal.SIGHUP, stop)}
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        before[signal.SIGTERM] = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)

@@ -28,14 +28,16 @@ from torchx.schedulers.local_scheduler import SignalException
 from torchx.specs import AppDef, AppState
 
 from dlrm_multiepoch import components
+from dlrm_multiepoch.command_faults import signal_of
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.run_files import LOGS_DIR, read_manifest
 from dlrm_multiepoch.sweep.follow import EvaluationFollower
-from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, data_failed, failure_reason, holder_is_job
-from dlrm_multiepoch.sweep.jobs import job_state, launch_log_dir, signal_name
+from dlrm_multiepoch.sweep.jobs import SweepInterrupted, combined_log, data_failed, disk_full, failure_reason
+from dlrm_multiepoch.sweep.jobs import holder_is_job, job_state, launch_log_dir
 from dlrm_multiepoch.sweep.manifest import recorded_handle, update_manifest
-from dlrm_multiepoch.sweep.plan import RunSpec, SweepPlan, run_state
+from dlrm_multiepoch.sweep.plan import RunSpec, RunState, SweepPlan, run_state
+from dlrm_multiepoch.sweep.strategies import flag_value
 from dlrm_multiepoch.train.lock import RunFolderBusy
 
 _POLL_S = 2.0
@@ -59,12 +61,15 @@ class SweepLauncher:
         self.options = options
         self.out = out
         self._runner = runner
+        self.data_failure: Optional[str] = None  # the run whose data failed to load (local): the others' too
 
     def app(self, run: RunSpec) -> AppDef:
         """The run's job: the ``train`` component with the run's flags."""
         o = self.options
         env = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **o.env} if o.scheduler == LOCAL else dict(o.env)
-        name = f"{os.path.basename(os.path.normpath(self.plan.experiment_dir))}/{run.name}"
+        # TorchX names the job {experiment}/{run}; the run's part may hold no "/" (a --group run's does): the app id
+        # would, and its handle (scheduler://session/app_id) would never read back.
+        name = f"{os.path.basename(os.path.normpath(self.plan.experiment_dir))}/{run.name.replace('/', '-')}"
         return components.train(*run.flags, name=name, **{**o.component_kwargs(), "env": env})
 
     def run(self) -> List[str]:
@@ -104,6 +109,7 @@ class SweepLauncher:
                 failed.append(run.name)
             if result == "data":
                 data_failure = run
+                self.data_failure = run.name
         if data_failure is not None and spared:
             self._print(
                 f"sweep: {data_failure.name}'s data failed to load, and {len(spared)} other run(s) read the same data "
@@ -125,8 +131,7 @@ class SweepLauncher:
                 self._follow(run)
                 waited = True
                 continue
-            how = {"resumable": f"resuming after epoch {state.epochs_done}", "stale": "starting over (no checkpoint)"}
-            self._print(f"{tag}: {how.get(state.status, 'training')}, {_epochs(run.epochs)}, {self.options.j} ranks under TorchX {LOCAL}")
+            self._print(f"{tag}: {_how(run, state)}, {self.options.j} ranks under TorchX {LOCAL}")
             result = self._launch_and_wait(runner, run, tag)
             if result != "busy":
                 return result
@@ -143,7 +148,7 @@ class SweepLauncher:
                 follower.poll()
                 time.sleep(_POLL_S)
         except (KeyboardInterrupt, SignalException) as e:
-            raise SweepInterrupted(signal_name(e)) from None  # not ours to stop: that trainer keeps running
+            raise SweepInterrupted(signal_of(e)) from None  # not ours to stop: that trainer keeps running
         follower.poll()
 
     def _launch_and_wait(self, runner: Runner, run: RunSpec, tag: str) -> str:
@@ -162,7 +167,7 @@ class SweepLauncher:
                 time.sleep(_POLL_S)
         except (KeyboardInterrupt, SignalException, SweepInterrupted) as e:
             runner.cancel(handle)
-            name = e.signal_name if isinstance(e, SweepInterrupted) else signal_name(e)
+            name = e.signal_name if isinstance(e, SweepInterrupted) else signal_of(e)
             raise SweepInterrupted(name, run.name) from None
         follower.poll()
         seconds = time.perf_counter() - start
@@ -176,7 +181,7 @@ class SweepLauncher:
     def _failed(self, run: RunSpec, tag: str, log: Optional[str], how: str) -> str:
         """A launch of ``run`` that did not succeed, from its log: ``busy`` (another trainer holds or held its
         folder: the caller looks again), ``data`` (its data failed to load) or ``failed``, with one line."""
-        reason = failure_reason(log)
+        reason = failure_reason(log) or disk_full(os.path.join(self.plan.experiment_dir, run.name))
         holder = live_holder(os.path.join(self.plan.experiment_dir, run.name))
         if holder is not None or (reason or "").startswith(f"{RunFolderBusy.__name__}:"):
             who = f" ({holder.describe()})" if holder is not None else ""
@@ -241,6 +246,23 @@ class SweepLauncher:
 
 def _epochs(n: int) -> str:
     return f"{n} epoch{'' if n == 1 else 's'}"
+
+
+def _how(run: RunSpec, state: RunState) -> str:
+    """What a launch of ``run`` does: how it starts (fresh, resuming, from another run's checkpoint: a search's
+    branch) and how far it trains (its epochs, or the epoch it pauses at: ``--stop_at_epoch``)."""
+    start_from, stop = flag_value(run.flags, "start_from"), flag_value(run.flags, "stop_at_epoch")
+    if state.status == "resumable":
+        how = f"resuming after epoch {state.epochs_done}"
+    elif state.status == "stale":
+        how = "starting over (no checkpoint)"
+    elif start_from:
+        checkpoint = os.path.normpath(start_from)  # <run folder>/checkpoints/step_S
+        how = f"starting from {os.path.basename(os.path.dirname(os.path.dirname(checkpoint)))}'s "
+        how += os.path.basename(checkpoint)
+    else:
+        how = "training"
+    return f"{how}, {f'to epoch {stop} of {run.epochs}' if stop else _epochs(run.epochs)}"
 
 
 def _same_data(a: RunSpec, b: RunSpec) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import asdict
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.config_section import RERUN_MAY_CHANGE
-from dlrm_multiepoch.json_io import json_safe
+from dlrm_multiepoch.json_io import json_safe, write_json
 from dlrm_multiepoch.run_files import (
     FORMAT_VERSION,
     MANIFEST_FILE,
@@ -195,8 +195,5 @@ def update_manifest(plan: SweepPlan, handles: Optional[Dict[str, str]] = None, j
             **manifest.get("strategies", {}),
             **{s.name: {"flags": list(s.flags), "help": s.help, "window": s.window} for s in plan.strategies},
         }
-        path = manifest_path(plan.experiment_dir)
-        with open(path + ".tmp", "w") as f:
-            json.dump(manifest, f, indent=2)
-        os.replace(path + ".tmp", path)
+        write_json(manifest_path(plan.experiment_dir), manifest)
     return manifest

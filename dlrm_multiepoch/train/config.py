@@ -24,6 +24,7 @@ from dlrm_multiepoch.config_section import (
     BOOKKEEPING,
     BRANCH_MAY_CHANGE,
     IGNORED_BY_PRETRAINING,
+    MAX_SEED,
     RESERVED_BY_SWEEP,
     TRAIN_COMPONENT,
     Option,
@@ -128,6 +129,8 @@ class TrainConfig:
         self.model.validate()
         if self.epochs <= 0:
             raise ValueError(f"--epochs must be a positive integer, got {self.epochs}")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"--seed must be an integer from 0 to {MAX_SEED}, got {self.seed}")
         self.loader.validate(world_size)
         self.pipeline.validate()
         self.metrics.validate()

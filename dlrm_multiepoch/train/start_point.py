@@ -263,9 +263,11 @@ def record_start(
         logger.record("resumed_from", logger.summary.get("resumed_from", []) + [where])
         return
     parent_wall_time, progress.wall_time_s = progress.wall_time_s, 0.0  # this run's cost is its own training
-    logger.restore({"evaluations": [e for e in info.parts["metrics"].get("evaluations", []) if e["step"] <= info.step]})
+    inherited = [e for e in info.parts["metrics"].get("evaluations", []) if e["step"] <= info.step]
     fine_tuning = {"other_data": list(other_data)} if other_data else {}
-    logger.record("started_from", where | {"parent_wall_time_s": parent_wall_time} | fine_tuning)
+    started = where | {"parent_wall_time_s": parent_wall_time} | fine_tuning
+    # One write: a reader never sees the parent's evaluations without where they stop (the sweep's console follower).
+    logger.restore({"evaluations": inherited, "started_from": started})
 
 
 def start_message(start: StartPoint, progress: TrainProgress, cfg: TrainConfig, changes: Sequence[str]) -> str:

@@ -9,15 +9,13 @@ This module is the single definition of the components. It is reachable two ways
 - by file, through the symlink ``components/dlrm.py`` that points here:
   ``torchx run -s local_cwd components/dlrm.py:train --epochs 3``.
 
-The training app's flags offered as typed parameters are those whose config field has the
-component's role (``config_section.ROLES``), built from ``TrainConfig`` (type, help, default) by
-:func:`add_config_params`; every other app
-flag passes through after ``--``. The job parameters (``j``, ``cpu``, ``env``, ...) are
-built from :class:`~dlrm_multiepoch.launch_options.LaunchOptions` by
-:func:`add_launch_params`, the sweep and search commands' launch flags too; the sweep's and
-search's own parameters (``experiment_dir``, ``epochs``, ``seeds``, ...) from their commands'
-:class:`~dlrm_multiepoch.command_options.SweepOptions` and ``SearchOptions`` by
-:func:`add_option_params`. TorchX reads a component's signature and docstring
+Every parameter comes from an option (``config_section.option``) whose roles say which components
+offer it: the training app's flags (``TrainConfig``; any other app flag passes through after ``--``),
+the job parameters (``j``, ``cpu``, ``env``, ...: :class:`~dlrm_multiepoch.launch_options.LaunchOptions`,
+the sweep and search commands' launch flags too) and the sweep's and search's own parameters
+(``experiment_dir``, ``epochs``, ``seeds``, ...: their commands'
+:class:`~dlrm_multiepoch.command_options.SweepOptions` and ``SearchOptions``), each written by
+:func:`~dlrm_multiepoch.component_params.add_params`. TorchX reads a component's signature and docstring
 to build its command line, and lints the source file that defines it (every
 parameter typed, ``AppDef`` returned), so the definition must live in one real file
 that both forms can parse: hence the symlink rather than a re-export. TorchX also
@@ -29,26 +27,18 @@ from typing import List
 import torchx.components.dist as dist
 from torchx import specs
 
-from dlrm_multiepoch.command_options import SearchOptions, SweepOptions, command_args
-from dlrm_multiepoch.component_params import (
-    add_config_params,
-    add_launch_params,
-    add_option_params,
-    config_flags,
-    take_launch_options,
-    take_options,
-)
-from dlrm_multiepoch.config_section import PREPROCESS_COMPONENT, RUNS_COMPONENT, TRAIN_COMPONENT
+from dlrm_multiepoch.command_options import SearchOptions, SweepOptions
+from dlrm_multiepoch.component_params import add_params, app_flags, take_options
+from dlrm_multiepoch.config_section import PREPROCESS_COMPONENT, SWEEP_SEARCH_COMPONENT, TRAIN_COMPONENT, argv_of
 from dlrm_multiepoch.launch_options import LaunchOptions, split_at_dashes
-from dlrm_multiepoch.train.config import flags_with
+from dlrm_multiepoch.train.config import TrainConfig, flags_with
 
 # Training-app flags offered as typed parameters (their fields' roles); the rest go after "--".
 TRAIN_PARAMS = flags_with(TRAIN_COMPONENT)
 # Flags common to every run of a sweep or search (the sweep sets epochs, seed, run folder and strategy flags).
-SWEEP_PARAMS = flags_with(RUNS_COMPONENT)
-# Launch settings (from LaunchOptions): a training job's, and those a sweep or search job passes to its runs.
-JOB_LAUNCH = ("m", "script", "j", "cpu", "gpu", "memMB", "h", "image", "env", "max_retries", "mounts")
-RUNS_LAUNCH = ("scheduler", "scheduler_args", *JOB_LAUNCH)
+SWEEP_PARAMS = flags_with(SWEEP_SEARCH_COMPONENT)
+# Data flags offered as typed parameters of the preprocessing job; the rest go after "--".
+PREPROCESS_PARAMS = flags_with(PREPROCESS_COMPONENT)
 
 
 def train(
@@ -86,8 +76,8 @@ def train(
     """
     if max_restarts < 0:
         raise ValueError(f"--max_restarts must be >= 0, got {max_restarts}")
-    options = take_launch_options(train, params)
-    app = dist.ddp(*config_flags(train, params, script_args), *script_args, name=name, **options.component_kwargs())
+    options = take_options(train, LaunchOptions, params)
+    app = dist.ddp(*app_flags(train, params, script_args), *script_args, name=name, **options.component_kwargs())
     if max_restarts:  # dist.ddp has no parameter for torchrun's own restarts
         (role,) = app.roles
         assert role.args[1].startswith("torchrun "), role.args
@@ -98,8 +88,8 @@ def train(
     return app
 
 
-add_launch_params(train, JOB_LAUNCH, unit="job")
-add_config_params(train, TRAIN_PARAMS)
+add_params(train, LaunchOptions, TRAIN_COMPONENT, unit="job")
+add_params(train, TrainConfig, TRAIN_COMPONENT)
 
 
 def sweep(
@@ -128,16 +118,16 @@ def sweep(
             and training-app flags common to every run
         name: job name, {experimentname}/{runname}
     """
-    own = take_options(sweep, params)
-    options = take_launch_options(sweep, params)
+    own = take_options(sweep, SweepOptions, params)
+    options = take_options(sweep, LaunchOptions, params)
     strategies, common = split_at_dashes(sweep_args)
-    args = ["sweep", *command_args(own), *options.to_flags(), *strategies, "--", *config_flags(sweep, params, common), *common]
+    args = ["sweep", *argv_of(own), *argv_of(options), *strategies, "--", *app_flags(sweep, params, common), *common]
     return _cli_job("sweep", args, name, options)
 
 
-add_option_params(sweep, SweepOptions)
-add_launch_params(sweep, RUNS_LAUNCH, unit="run")
-add_config_params(sweep, SWEEP_PARAMS)
+add_params(sweep, SweepOptions, SWEEP_SEARCH_COMPONENT, first=True)
+add_params(sweep, LaunchOptions, SWEEP_SEARCH_COMPONENT, unit="run")
+add_params(sweep, TrainConfig, SWEEP_SEARCH_COMPONENT)
 
 
 def search(
@@ -164,19 +154,16 @@ def search(
         app_args: training-app flags common to every branch
         name: job name, {experimentname}/{runname}
     """
-    own = take_options(search, params)
-    options = take_launch_options(search, params)
-    args = ["search", *command_args(own), *options.to_flags(), "--", *config_flags(search, params, app_args), *app_args]
+    own = take_options(search, SearchOptions, params)
+    options = take_options(search, LaunchOptions, params)
+    args = ["search", *argv_of(own), *argv_of(options), "--", *app_flags(search, params, app_args), *app_args]
     return _cli_job("search", args, name, options)
 
 
-add_option_params(search, SearchOptions)
-add_launch_params(search, RUNS_LAUNCH, unit="branch")
-add_config_params(search, SWEEP_PARAMS)
+add_params(search, SearchOptions, SWEEP_SEARCH_COMPONENT, first=True)
+add_params(search, LaunchOptions, SWEEP_SEARCH_COMPONENT, unit="branch")
+add_params(search, TrainConfig, SWEEP_SEARCH_COMPONENT)
 
-
-# Data flags offered as typed parameters of the preprocessing job; the rest go after "--".
-PREPROCESS_PARAMS = flags_with(PREPROCESS_COMPONENT)
 
 
 def preprocess(
@@ -205,17 +192,16 @@ def preprocess(
         output: dataset folder to write (new, or empty)
         name: job name, {experimentname}/{runname}
     """
-    options = take_launch_options(preprocess, params)
+    options = take_options(preprocess, LaunchOptions, params)
     passed = any(a == "--preprocess_workers" or a.startswith("--preprocess_workers=") for a in preprocess_args)
     if params.get("preprocess_workers") is None and not passed:
         params["preprocess_workers"] = options.cpu
-    args = ["preprocess", "--output", output, *config_flags(preprocess, params, preprocess_args), *preprocess_args]
+    args = ["preprocess", "--output", output, *app_flags(preprocess, params, preprocess_args), *preprocess_args]
     return _cli_job("preprocess", args, name, options)
 
 
-add_launch_params(preprocess, ("cpu", "memMB", "h", "image", "env", "max_retries", "mounts"), unit="job",
-                  defaults={"cpu": 8, "memMB": 16384})  # fmt: skip
-add_config_params(preprocess, PREPROCESS_PARAMS)
+add_params(preprocess, LaunchOptions, PREPROCESS_COMPONENT, unit="job", defaults={"cpu": 8, "memMB": 16384})
+add_params(preprocess, TrainConfig, PREPROCESS_COMPONENT)
 
 
 def _cli_job(command: str, args: List[str], name: str, options: LaunchOptions) -> specs.AppDef:

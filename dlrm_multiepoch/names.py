@@ -17,9 +17,6 @@ from typing import Collection, Tuple
 MODELS: Tuple[str, ...] = ("dlrm", "dlrm_dcn", "multipath")
 #: ``--pipeline``: :func:`dlrm_multiepoch.pipeline.factory.make_train_pipeline`.
 PIPELINES: Tuple[str, ...] = ("sparse_dist", "semi_sync", "torchrec_semi_sync")
-#: ``--dataset``: the built-in sources (:data:`dlrm_multiepoch.data.registry.BUILTIN_SOURCES`);
-#: ``register_source`` adds more.
-DATASETS: Tuple[str, ...] = ("bookcrossing", "movielens", "interactions", "criteo")
 #: ``--sharding_types``: TorchRec's ``ShardingType`` values the planner may use.
 SHARDING_TYPES: Tuple[str, ...] = (
     "data_parallel", "table_wise", "column_wise", "row_wise", "table_row_wise", "table_column_wise",

@@ -8,9 +8,21 @@ import pytest
 from torchx.specs.file_linter import get_fn_docstring
 
 import dlrm_multiepoch.components as components
-from dlrm_multiepoch.command_options import SearchOptions, SweepOptions, from_args, option_fields, option_help
+from dlrm_multiepoch.command_options import SearchOptions, SweepOptions
+from dlrm_multiepoch.config_section import SWEEP_SEARCH_COMPONENT, flag_fields, from_args, roles_of
 from dlrm_multiepoch.search.command import build_parser as search_parser
 from dlrm_multiepoch.sweep.command import build_parser as sweep_parser
+
+
+def option_fields(cls, component=False):
+    """The options of ``cls`` (``component``: those its TorchX component offers, by their role)."""
+    return [f for f in flag_fields(cls) if not component or SWEEP_SEARCH_COMPONENT in roles_of(f)]
+
+
+def option_help(cls, f):
+    """The help of option ``f``: each command declares its own options, with their help."""
+    return f.metadata["help"]
+
 
 COMMANDS = [(components.sweep, SweepOptions, sweep_parser), (components.search, SearchOptions, search_parser)]
 
@@ -26,7 +38,7 @@ def test_the_components_and_the_commands_take_each_option_with_its_default_and_h
         action = actions[f.name]
         assert (action.default, action.help) == (None if default is inspect.Parameter.empty else default, option_help(cls, f))
         assert action.type is (None if f.metadata["positional"] else f.type), f.name
-        if not f.metadata["component"]:  # the command's alone (--group, --jobs)
+        if SWEEP_SEARCH_COMPONENT not in roles_of(f):  # the command's alone (--group, --jobs)
             assert f.name not in parameters
             continue
         p = parameters[f.name]

@@ -4,24 +4,25 @@ import numpy as np
 import pytest
 
 import dlrm_multiepoch.components as components
-from dlrm_multiepoch.component_params import config_flags, take_options
+from dlrm_multiepoch.command_options import SweepOptions
+from dlrm_multiepoch.component_params import app_flags, take_options
 from dlrm_multiepoch.config_section import split_list
 from dlrm_multiepoch.data.val_design import unseen_codes
 
 
 @pytest.mark.parametrize("value", [True, False])
-def test_config_flags_refuses_a_bool_for_a_number(value):
-    # take_options and take_launch_options refused a bool for an int; config_flags let it through as 1/0.
+def test_app_flags_refuses_a_bool_for_a_number(value):
+    # take_options refused a bool for an int; the app flags let it through as 1/0 once.
     with pytest.raises(TypeError, match=f"--epochs must be int, got {value}"):
-        config_flags(components.train, {"epochs": value})
+        app_flags(components.train, {"epochs": value})
     with pytest.raises(TypeError, match=f"--learning_rate must be float, got {value}"):
-        config_flags(components.train, {"learning_rate": value})
-    assert config_flags(components.train, {"learning_rate": 1}) == ["--learning_rate=1"]
+        app_flags(components.train, {"learning_rate": value})
+    assert app_flags(components.train, {"learning_rate": 1}) == ["--learning_rate=1"]
 
 
 def test_take_options_names_a_missing_experiment_dir():
     with pytest.raises(TypeError, match=r"^--experiment_dir is required$"):
-        take_options(components.sweep, {})
+        take_options(components.sweep, SweepOptions, {})
 
 
 def test_split_list():

@@ -69,19 +69,18 @@ def test_app_parameters_are_the_config_fields_with_their_types_and_help():
 
 
 def test_every_app_parameter_parses_in_the_training_app_to_its_value():
-    values = dict(
+    # Values other than the defaults where a flag's format needs one; any other parameter given its default.
+    samples = dict(
         dataset="movielens", data_path="/data/ml.zip", max_rows=1000, history_length=4, model="dlrm_dcn",
         embedding_dim=8, dense_arch_layer_sizes="32,8", over_arch_layer_sizes="16", learning_rate=0.002,
         embedding_learning_rate=0.1, epochs=2, batch_size=512, seed=5, freeze_schedule="tables=frozen@[0,1) train@[1,end)",
         pipeline="semi_sync", pretrained_tables="ckpt/tables", tensorboard_dir="runs", run_name="probe", resume="auto",
     )  # fmt: skip
-    assert set(values) == set(components.TRAIN_PARAMS)
+    fields = config_fields()
+    values = {name: samples.get(name, fields[name].default) for name in components.TRAIN_PARAMS}
     _, app_args = split_torchrun(_role_command(components.train(**values)), SCRIPT)
-    cfg = parse_config(app_args).to_dict()
-    flat = {**cfg, **cfg["data"], **cfg["model"], **cfg["optim"]}
-    assert {name: flat[name] for name in values} == values
-
-
+    flags = parse_config(app_args).flags()
+    assert {name: flags[name] for name in values} == values
 def test_train_refuses_an_unknown_parameter():
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['epoch'\]"):
         components.train(epoch=3)
@@ -296,26 +295,31 @@ def test_local_cwd_launch_runs_every_rank_with_the_flags(tmp_path):
 
 
 def test_launch_flags_and_component_parameters_come_from_launch_options():
-    from dlrm_multiepoch.launch_options import LaunchOptions, launch_fields
+    from dlrm_multiepoch.config_section import PREPROCESS_COMPONENT, SWEEP_SEARCH_COMPONENT, TRAIN_COMPONENT, options_of
+    from dlrm_multiepoch.launch_options import LaunchOptions
     from dlrm_multiepoch.sweep.command import build_parser
 
-    defaults = LaunchOptions()
     actions = {a.dest: a for a in build_parser()._actions}
-    for f in launch_fields():
-        action = actions[f.name]
-        assert f"--{f.name}" in action.option_strings and action.help, f.name
-        assert action.default == ("" if isinstance(getattr(defaults, f.name), (dict, list)) else getattr(defaults, f.name))
-    for component, names in ((components.train, components.JOB_LAUNCH), (components.sweep, components.RUNS_LAUNCH)):
+    for o in options_of(LaunchOptions):
+        action = actions[o.name]
+        assert f"--{o.name}" in action.option_strings and action.help, o.name
+        assert action.default == ("" if isinstance(o.default, (dict, list)) else o.default)
+    own_defaults = {components.preprocess: {"cpu": 8, "memMB": 16384}}
+    roles = ((components.train, TRAIN_COMPONENT), (components.sweep, SWEEP_SEARCH_COMPONENT), (components.preprocess, PREPROCESS_COMPONENT))
+    for component, role in roles:
         parameters = inspect.signature(component).parameters
         _, help_of = get_fn_docstring(component)
-        for name in names:
-            default = getattr(defaults, name)
-            assert parameters[name].default == (None if isinstance(default, (dict, list)) else default), name
-            assert help_of[name], name
-    assert inspect.signature(components.preprocess).parameters["cpu"].default == 8
+        for o in options_of(LaunchOptions):
+            if role not in o.roles:
+                assert o.name not in parameters, (component, o.name)
+                continue
+            default = own_defaults.get(component, {}).get(o.name, o.default)
+            assert parameters[o.name].default == (None if isinstance(default, (dict, list)) else default), o.name
+            assert help_of[o.name], o.name
 
 
 def test_launch_options_round_trip_through_the_sweep_flags():
+    from dlrm_multiepoch.config_section import argv_of, from_args
     from dlrm_multiepoch.launch_options import LaunchOptions
     from dlrm_multiepoch.sweep.command import build_parser
 
@@ -324,9 +328,9 @@ def test_launch_options_round_trip_through_the_sweep_flags():
         gpu=4, memMB=65536, h="gpu.small", image="reg/dlrm:1", env={"A": "1", "B": "x=y"}, max_retries=2,
         mounts=["type=bind", "src=/data", "dst=/data"],
     )  # fmt: skip
-    parsed = LaunchOptions.from_args(build_parser().parse_intermixed_args(["exp", *options.to_flags()]))
+    parsed = from_args(LaunchOptions, build_parser().parse_intermixed_args(["exp", *argv_of(options)]))
     assert parsed == options
-    assert LaunchOptions().to_flags() == []  # defaults are left to the command's own defaults
+    assert argv_of(LaunchOptions()) == []  # defaults are left to the command's own defaults
 
 
 def test_torchx_args_launch_the_same_job_as_the_component(tmp_path):

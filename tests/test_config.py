@@ -4,11 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from dlrm_multiepoch.config_section import flag_fields, flag_name, validated
+from dlrm_multiepoch.config_section import flag_fields, flag_name, option, validated
 from dlrm_multiepoch.data.cache import cache_key
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
 from dlrm_multiepoch.optim.options import ReinitSchedule, TableLRSchedule
+from dlrm_multiepoch.run_files import flat_config
 from dlrm_multiepoch.schedule import FreezeSchedule
 from dlrm_multiepoch.table_values import TableValues
 from dlrm_multiepoch.train.config import _SECTIONS, TrainConfig, _top_fields, build_parser, config_fields, parse_config
@@ -55,7 +56,7 @@ def test_a_field_repeated_in_two_sections_is_refused(monkeypatch):
 def test_a_flag_renamed_onto_another_is_refused(monkeypatch):
     @dataclasses.dataclass
     class Clash:
-        kind: str = dataclasses.field(default="x", metadata={"flag": "pipeline"})  # the pipeline section's --pipeline
+        kind: str = option("x", flags=("--pipeline",))  # the pipeline section's --pipeline
 
     monkeypatch.setitem(_SECTIONS, "clash", Clash)
     with pytest.raises(TypeError, match="--pipeline is a field of both PipelineConfig and Clash"):
@@ -65,9 +66,11 @@ def test_a_flag_renamed_onto_another_is_refused(monkeypatch):
 def test_run_records_keep_their_shape_from_before_the_sections():
     before = json.loads(RECORD_BEFORE_SECTIONS.read_text())
     cfg = parse_config(before["argv"])
-    # Flags added since, at their defaults (the validation designs of issue 30).
-    before["record"]["data"].update(val_gap=0.0, val_unseen_share="")
-    assert json.loads(json.dumps(cfg.to_dict())) == before["record"]
+    record, old = flat_config(json.loads(json.dumps(cfg.to_dict()))), flat_config(before["record"])
+    assert {path: record.get(path) for path in old} == old  # every recorded value, where it was
+    # Flags added since (their paths: tests/fixtures/options.txt), at their defaults.
+    defaults = flat_config(json.loads(json.dumps(TrainConfig().to_dict())))
+    assert {path: record[path] for path in set(record) - set(old)} == {path: defaults[path] for path in set(record) - set(old)}
     assert TrainConfig.from_flags(**cfg.flags()).to_dict() == cfg.to_dict()  # the flat view round-trips
 
 
@@ -178,7 +181,12 @@ def test_auto_schedule_flags_and_their_errors(capsys):
         (["--freeze_schedule", "auto; gate:feature_cross=closed", "--val_fraction", "0.1"], "'auto' stands alone"),
         (["--freeze_schedule", "auto", "--val_fraction", "0.1", "--auto_metric", "acc"], "--auto_metric must be one of"),
         (["--val_fraction", "1"], "--val_fraction must be in [0, 1), got 1.0"),
+        # Parsed with the flags, whatever the schedule (the search decides on it): not after the data loads.
+        (["--auto_task_weights", "like=1"], "--auto_task_weights: 'like=1' must be TASK:WEIGHT"),
+        (["--auto_task_weights", "like:1,like:2"], "--auto_task_weights 'like:1,like:2' names task 'like' twice"),
+        (["--auto_task_weights", "like:0"], "at least one weight must be positive"),
     ]:
         with pytest.raises(SystemExit):
             parse_config(argv)
         assert message in capsys.readouterr().err, argv
+    assert parse_config(["--auto_task_weights", "like:1, love:0.5"]).auto.task_weight_values == {"like": 1.0, "love": 0.5}

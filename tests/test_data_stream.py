@@ -1,8 +1,10 @@
 """Data at scale: chunked preprocessing, per-rank streaming from column files, multi-hot
 bags, TorchRec's Criteo npy folders, the source registry, and torch-free preprocessing."""
 
+import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -21,7 +23,7 @@ import dlrm_multiepoch.data.recipe as recipe_module
 from dlrm_multiepoch.data import DataConfig, InteractionData, Ragged, Split, TableSpec, load_dataset, prepare_dataset
 from dlrm_multiepoch.data.loader import BatchLoader
 from dlrm_multiepoch.data.prefetch import Prefetcher
-from dlrm_multiepoch.data.registry import SOURCES, Source, register_source
+from dlrm_multiepoch.data.registry import BUILTIN, SOURCES, Source, get_source, register_source
 from dlrm_multiepoch.data.shuffle import rank_rows
 from dlrm_multiepoch.data.store import open_dataset
 from dlrm_multiepoch.data.store_writer import write_dataset
@@ -259,7 +261,7 @@ def test_two_gloo_ranks_stream_every_row_once_and_train_on_torchrec_criteo_days(
 def test_registered_source_is_loadable(tmp_path: Path) -> None:
     table = tmp_path / "mine.csv"
     events(200).drop(columns="tags").assign(click=lambda f: (f["stars"] > 3).astype(int)).to_csv(table, index=False)
-    interactions = SOURCES["interactions"]
+    interactions = get_source("interactions")  # the built-in sources load on first lookup
 
     def prepare(cfg, path, output, log, meta):  # a source that renames columns, then reuses interactions
         renamed = replace(cfg, user_col="uid", item_col="iid", label_col="click")
@@ -271,6 +273,21 @@ def test_registered_source_is_loadable(tmp_path: Path) -> None:
         assert data.tasks == ["label"] and len(data.splits["train"]) == 160
     finally:
         del SOURCES["mine"]
+
+
+def test_the_registrys_builtin_list_is_the_one_list_of_datasets() -> None:
+    # A built-in dataset is its module and one line of BUILTIN: that module registers a source of its name,
+    # and no other module of the package registers one.
+    for name, builtin in BUILTIN.items():
+        importlib.import_module(builtin.module)
+        assert SOURCES[name].name == name
+    data_dir = REPO / "dlrm_multiepoch" / "data"
+    registering = {f"dlrm_multiepoch.data.{p.stem}" for p in data_dir.glob("*.py") if re.search(r"^register_source\(", p.read_text(), re.M)}
+    assert registering == {b.module for b in BUILTIN.values()}
+    with pytest.raises(ValueError, match="--history_length needs user and item columns; --dataset criteo has none"):
+        DataConfig(dataset="criteo", history_length=3).validate()
+    with pytest.raises(ValueError, match="--dataset 'nosuch' is unknown; choices: bookcrossing, movielens, interactions, criteo"):
+        DataConfig(dataset="nosuch").validate()
 
 
 def test_preprocess_command_imports_no_torch(tmp_path: Path) -> None:

@@ -1,19 +1,26 @@
-"""Each flag's roles are metadata on its config field; every list of flag names the modules read is derived from them.
+"""Every option's roles are declared with it; every list of flag names the modules read is derived from them.
 
-``TODAY`` pins each derived list to the literal it replaced (written by hand in its module until the
-roles replaced them), so the derivation changed no list: the same names, in the order of the training
-app's ``--help`` (each list's literal is put in that order here). ``--val_gap`` and ``--val_unseen_share``
-joined the preprocess component: they decide the encoded data as ``--val_fraction`` does. A new flag
-with roles is written here too, in each list it joins: the lists decide what reruns, branches and
-compare accept, so a change to one is a reviewed line, not a side effect.
+``tests/fixtures/options.txt`` is generated from the declarations (``python -m tests.test_flag_roles``):
+every training-app flag with its record path, default and roles, the sweep's and search's own options and
+the launch settings, each derived list, and every TorchX component's parameters. These decide what a
+rerun, a branch, compare and a component accept, so a change to one shows as a changed line of the fixture
+in review; nothing is written by hand. The lists were first derived equal to the ones written by hand in
+their modules (main at a1e92cf), and the fixture was first generated equal to those.
 """
 
 import dataclasses
+import difflib
+import inspect
+import json
+from pathlib import Path
+from typing import List
 
 import pytest
 
 import dlrm_multiepoch.components as components
-from dlrm_multiepoch.config_section import ROLES, roles_of
+from dlrm_multiepoch.command_options import SearchOptions, SweepOptions
+from dlrm_multiepoch.config_section import ROLES, options_of, roles_of
+from dlrm_multiepoch.launch_options import LaunchOptions
 from dlrm_multiepoch.report.groups import BOOKKEEPING
 from dlrm_multiepoch.run_files import flat_config
 from dlrm_multiepoch.search.checks import LAUNCH_FLAGS
@@ -25,74 +32,55 @@ from dlrm_multiepoch.train.config import TrainConfig, config_fields
 from dlrm_multiepoch.train.pretrain import NOT_APPLIED
 from dlrm_multiepoch.train.start_point import SUFFIX_FIELDS
 
-# The lists as they were written by hand (main at a1e92cf), each in its module's order.
-TODAY = {
-    "TRAIN_PARAMS": (
-        "dataset", "data_path", "max_rows", "history_length", "model", "embedding_dim", "dense_arch_layer_sizes",
-        "over_arch_layer_sizes", "learning_rate", "embedding_learning_rate", "epochs", "batch_size", "seed",
-        "freeze_schedule", "pipeline", "pretrained_tables", "tensorboard_dir", "run_name", "resume",
-    ),
-    "SWEEP_PARAMS": (
-        "dataset", "data_path", "max_rows", "history_length", "model", "embedding_dim", "learning_rate",
-        "embedding_learning_rate", "batch_size", "pipeline", "pretrained_tables",
-    ),
-    "PREPROCESS_PARAMS": (
-        "dataset", "data_path", "criteo_hash_size", "max_rows", "min_count", "test_fraction", "val_fraction",
-        "preprocess_workers", "preprocess_chunk_mb", "val_gap", "val_unseen_share",  # the last two: new
-    ),
-    "SUFFIX_FIELDS": (  # data.data_path: new (issue 35: a branch reads its data anywhere; other data is said)
-        "epochs", "data.data_path", "freeze_schedule", "optim.reinit", "auto.", "run_name", "tensorboard_dir", "resume", "start_from",
-        "stop_at_epoch", "overwrite", "eval_every_n_steps", "eval_batch_size", "train_eval_rows", "log_every_n_steps",
-        "progress_bar", "checkpoint", "checkpoint_every_n_steps", "keep_checkpoints", "prefetch_batches",
-    ),
-    "NOT_APPLIED": (
-        "freeze_schedule", "pretrained_tables", "auto.", "start_from", "eval_every_n_steps", "eval_batch_size",
-        "train_eval_rows", "id_dropout", "optim.table_lr_warmup", "optim.table_lr_decay", "optim.table_lr_final",
-        "optim.falr", "optim.reinit", "optim.grad_accum_steps", "optim.grad_accum_lr_rule",
-    ),
-    "SWEEP_FLAGS": ("epochs", "seed", "tensorboard_dir", "run_name", "resume"),
-    "PLACE_FLAGS": ("tensorboard_dir", "run_name", "resume", "overwrite", "progress_bar", "stop_at_epoch"),
-    "BRANCH_FLAGS": (
-        "freeze_schedule", "reinit", "start_from", "stop_at_epoch", "keep_checkpoints", "checkpoint",
-        "checkpoint_every_n_steps",
-    ),
-    "LAUNCH_FLAGS": ("stop_at_epoch", "keep_checkpoints", "start_from"),
-    "SHAPE_FIELDS": (
-        "data.dataset", "data.history_length", "data.dense_cols", "data.task_thresholds", "model.model",
-        "model.embedding_dim", "model.dense_arch_layer_sizes", "model.over_arch_layer_sizes", "model.dcn_num_layers",
-        "model.dcn_low_rank_dim", "model.transformer_layers", "model.transformer_heads", "model.transformer_ff_dim",
-        "model.sequence_head_layer_sizes", "optim.embedding_optimizer",
-    ),
-    "START_FIELDS": ("resume", "start_from", "stop_at_epoch", "overwrite"),  # compat.py's unnamed tuple
-    "BOOKKEEPING": (
-        "seed", "run_name", "tensorboard_dir", "resume", "progress_bar", "log_every_n_steps", "cache_dir",
-        "checkpoint", "checkpoint_every_n_steps", "keep_checkpoints", "overwrite", "preprocess_workers",
-        "preprocess_chunk_mb",
-    ),
-}  # fmt: skip
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "options.txt"
+UPDATE = "python -m tests.test_flag_roles"
+# Each derived list, by the module that reads it.
 DERIVED = {
-    "TRAIN_PARAMS": components.TRAIN_PARAMS, "SWEEP_PARAMS": components.SWEEP_PARAMS,
-    "PREPROCESS_PARAMS": components.PREPROCESS_PARAMS, "SUFFIX_FIELDS": SUFFIX_FIELDS, "NOT_APPLIED": NOT_APPLIED,
-    "SWEEP_FLAGS": SWEEP_FLAGS, "PLACE_FLAGS": PLACE_FLAGS, "BRANCH_FLAGS": BRANCH_FLAGS, "LAUNCH_FLAGS": LAUNCH_FLAGS,
-    "SHAPE_FIELDS": SHAPE_FIELDS, "START_FIELDS": START_FIELDS, "BOOKKEEPING": tuple(BOOKKEEPING),
+    "components.py TRAIN_PARAMS": components.TRAIN_PARAMS, "components.py SWEEP_PARAMS": components.SWEEP_PARAMS,
+    "components.py PREPROCESS_PARAMS": components.PREPROCESS_PARAMS, "train/start_point.py SUFFIX_FIELDS": SUFFIX_FIELDS,
+    "train/pretrain.py NOT_APPLIED": NOT_APPLIED, "sweep/plan.py SWEEP_FLAGS": SWEEP_FLAGS,
+    "sweep/manifest.py PLACE_FLAGS": PLACE_FLAGS, "search/command.py BRANCH_FLAGS": BRANCH_FLAGS,
+    "search/checks.py LAUNCH_FLAGS": LAUNCH_FLAGS, "train/checkpoint/compat.py SHAPE_FIELDS": SHAPE_FIELDS,
+    "train/checkpoint/compat.py START_FIELDS": START_FIELDS,
+    "report/groups.py BOOKKEEPING": tuple(f for f in config_fields() if f in BOOKKEEPING),
 }  # fmt: skip
 
 
-def _help_order(names):
-    """``names`` (flags or record paths) in the order of the training app's ``--help``."""
-    position = {name: i for i, name in enumerate(config_fields())}
-    first_in_section = {}
-    for i, f in enumerate(config_fields().values()):
-        first_in_section.setdefault(f.path.split(".")[0] + ".", i)
-    return tuple(sorted(names, key=lambda n: first_in_section[n] if n.endswith(".") else position[n.split(".")[-1]]))
+def options_listing() -> List[str]:
+    """The fixture's lines, from the declarations."""
+    record = flat_config(json.loads(json.dumps(TrainConfig().to_dict())))
+    path = {p.split(".")[-1]: p for p in record}
+    lines = ["[training app: --flag, its record path and default, its roles]"]
+    lines += [f"--{n}  {path[n]}={json.dumps(record[path[n]])}  {' '.join(sorted(f.roles))}" for n, f in config_fields().items()]
+    for cls in (SweepOptions, SearchOptions, LaunchOptions):
+        lines.append(f"[{cls.__name__}: option, spellings, default, roles]")
+        for o in options_of(cls):
+            default = "(required)" if o.default is dataclasses.MISSING else repr(o.default)
+            lines.append(f"{o.name}  {' '.join(o.flags) or '(positional)'}  {default}  {' '.join(sorted(o.roles))}")
+    lines.append("[derived lists]")
+    lines += [f"{name}: {' '.join(names)}" for name, names in DERIVED.items()]
+    lines.append("[TorchX components: parameter=default]")
+    for name in ("train", "sweep", "search", "preprocess"):
+        parameters = inspect.signature(getattr(components, name)).parameters.values()
+        lines.append(f"{name}: " + " ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in parameters))
+    return [line.rstrip() for line in lines]
 
 
-@pytest.mark.parametrize("name", sorted(TODAY))
-def test_each_derived_list_is_the_list_it_replaced(name):
-    derived = DERIVED[name] if name != "BOOKKEEPING" else _help_order(BOOKKEEPING)
-    assert derived == _help_order(TODAY[name]), (
-        f"{name} changed: a flag's roles now put it in (or take it out of) this list; if meant, write it in TODAY"
-    )
+def _fixture_text() -> str:
+    header = [
+        "# Every option of dlrm-multiepoch from its declaration: the training app's flags, the sweep's and search's",
+        "# own options, the launch settings; the lists their roles make; the TorchX components' parameters. These",
+        "# decide what reruns, branches, compare and the components accept: a change here is a reviewed line.",
+        f"# Generated by `{UPDATE}`; tests/test_flag_roles.py compares the declarations with it.",
+    ]
+    return "\n".join(header + options_listing()) + "\n"
+
+
+def test_the_options_their_roles_and_lists_are_the_generated_ones():
+    pinned = [line for line in FIXTURE.read_text().splitlines() if not line.startswith("#")]
+    now = options_listing()
+    diff = "\n".join(difflib.unified_diff(pinned, now, "pinned (tests/fixtures/options.txt)", "now", lineterm=""))
+    assert now == pinned, f"An option, its roles or a list derived from them changed: if meant, run `{UPDATE}`\n{diff}"
 
 
 def test_every_derived_list_names_flags_that_exist():
@@ -117,3 +105,8 @@ def test_an_unknown_role_is_refused_by_name():
 
     with pytest.raises(ValueError, match=r"field 'x': unknown roles \['placse'\]"):
         roles_of(dataclasses.fields(Section)[0])
+
+
+if __name__ == "__main__":
+    FIXTURE.write_text(_fixture_text())
+    print(f"wrote {FIXTURE}: {len(options_listing())} lines; review its diff")

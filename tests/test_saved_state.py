@@ -21,6 +21,7 @@ from torchrec.optim.keyed import KeyedOptimizerWrapper
 from dlrm_multiepoch.auto.config import AutoScheduleConfig
 from dlrm_multiepoch.auto.policy import AutoSchedulePolicy
 from dlrm_multiepoch.auto.wrapper import PolicySource
+from dlrm_multiepoch.config_section import flag_values
 from dlrm_multiepoch.freeze import FreezeScheduleWrapper
 from dlrm_multiepoch.optim.accumulation import GradientAccumulation
 from dlrm_multiepoch.optim.lr import TableLRScheduler
@@ -133,7 +134,7 @@ def test_the_automatic_schedule_refuses_a_damaged_or_mismatched_state() -> None:
     other = AutoSchedulePolicy(40, 4, ["like"], config)  # another run length
     _refused(other, saved, "automatic schedule policy: the state was saved with other settings (total steps 200 -> 160)")
     source.load_state_dict({"policy": saved, "decisions": []})
-    assert source.policy.state_dict() == saved and asdict(source.policy.config) == saved["config"]
+    assert source.policy.state_dict() == saved and flag_values(source.policy.config) == saved["config"]
 
 
 def test_the_checkpointer_names_the_checkpoint_and_the_part_that_refuses_its_state(tmp_path: Path) -> None:

@@ -83,6 +83,15 @@ def test_bad_schedules_name_group_and_window(text: str, message: str) -> None:
     assert message in str(e.value)
 
 
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("epochs", [2, 3, 5])
+def test_every_schedule_preset_parses_and_resolves(name: str, epochs: int) -> None:
+    schedule = FreezeSchedule.preset(name)
+    assert FreezeSchedule.parse(str(schedule)) == schedule == FreezeSchedule.parse(name)
+    plan = schedule.resolve(steps_per_epoch=4, num_epochs=epochs)
+    assert plan.total_steps == 4 * epochs and set(plan.windows) == {"tables"}
+
+
 def test_unknown_preset() -> None:
     with pytest.raises(ValueError, match="unknown freeze-schedule preset 'late'"):
         FreezeSchedule.preset("late")

@@ -1,5 +1,6 @@
 """The schedule search's candidate tree and pruning rule, on recorded validation curves (no training)."""
 
+import dataclasses
 import math
 import re
 
@@ -21,11 +22,12 @@ from dlrm_multiepoch.search.command import main as search_main
 from dlrm_multiepoch.sweep.strategies import STRATEGIES, window_strategy
 
 
-def test_the_tree_holds_every_fixed_preset_and_auto_with_their_shared_prefixes() -> None:
+def test_the_tree_holds_the_search_presets_and_the_windows_with_their_shared_prefixes() -> None:
     tree = candidate_tree(3)
     by = {c.name: c for c in tree}
     assert [c.name for c in tree] == ["joint", "delayed", "auto", "early", "reinit", "window@1"]
     # The sweep's own flags, from its registry: a candidate is the preset it names.
+    assert [n for n, s in STRATEGIES.items() if s.search] == ["joint", "early", "delayed", "auto", "reinit"]
     for name in ("joint", "delayed", "auto", "early", "reinit"):
         assert by[name].flags == STRATEGIES[name].flags
     assert by["window@1"].flags == window_strategy(1, 3).flags
@@ -54,6 +56,18 @@ def test_the_tree_holds_every_fixed_preset_and_auto_with_their_shared_prefixes()
     ]  # fmt: skip
     assert [c.name for c in candidate_tree(1)] == ["joint", "auto"]
     assert {c.name: c.judged_from() for c in candidate_tree(1)} == {"joint": 1, "auto": 1}
+
+
+def test_a_search_presets_place_in_the_tree_follows_from_what_it_trains(monkeypatch) -> None:
+    # frozen shares all but its last epoch with delayed; falr trains otherwise from step 0; a joint copy is joint.
+    monkeypatch.setitem(STRATEGIES, "frozen", dataclasses.replace(STRATEGIES["frozen"], search=True))
+    monkeypatch.setitem(STRATEGIES, "falr", dataclasses.replace(STRATEGIES["falr"], search=True))
+    monkeypatch.setitem(STRATEGIES, "joint-copy", dataclasses.replace(STRATEGIES["joint"], name="joint-copy"))
+    tree = candidate_tree(3)
+    assert [(c.name, c.parent, c.fork, c.tables_from) for c in tree] == [
+        ("joint", None, 0, 0), ("delayed", None, 0, 2), ("auto", None, 0, 1), ("falr", None, 0, 0),
+        ("early", "joint", 1, 0), ("frozen", "delayed", 2, 3), ("reinit", "joint", 1, 0), ("window@1", "delayed", 1, 1),
+    ]  # fmt: skip
 
 
 def test_a_subset_must_keep_each_branch_with_its_parent() -> None:
@@ -154,7 +168,7 @@ def test_search_component_runs_the_search_command(tmp_path) -> None:
     assert role.entrypoint == "dlrm-multiepoch" and role.args[:2] == ["search", str(tmp_path / "s")]
     at = role.args.index("--")
     assert role.args[at:] == ["--", "--dataset=movielens", "--max_rows=3000", "--val_fraction", "0.2"]
-    assert role.args[role.args.index("--eta") + 1] == "2"
+    assert "--eta=2" in role.args
     # The job's command line is one the search command takes: its dry run shows the roots' launches.
     out = tmp_path / "out.txt"
     with open(out, "w") as f, redirect_stdout(f):

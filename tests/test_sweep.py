@@ -38,6 +38,25 @@ def test_presets_and_free_strategies():
         parse_strategy("x=delayed")
 
 
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_preset_plans_and_the_app_parses_its_flags(name, tmp_path):
+    strategy = STRATEGIES[name]
+    common = [*(["--model", strategy.model, "--history_length", "3"] if strategy.model else []),
+              *(["--val_fraction", "0.1"] if strategy.needs_val else [])]  # fmt: skip
+    for budget in (2, 3):
+        (run,) = build_plan(str(tmp_path / "exp"), [strategy], [0], budget, common).runs  # the app's parser on each run
+        cfg = parse_config(list(run.flags))
+        assert (run.name, cfg.epochs) == (f"{name}-s0", strategy.run_epochs(budget))
+        if "--freeze_schedule" in strategy.flags and not cfg.freeze.is_auto:  # the schedule binds to the run's length
+            cfg.freeze.schedule.resolve(steps_per_epoch=4, num_epochs=cfg.epochs)
+
+
+def test_a_free_strategy_may_not_take_a_presets_name():
+    with pytest.raises(ValueError, match=r"strategy 'delayed=--min_count 2': 'delayed' is a preset "
+                                         r"\(--freeze_schedule delayed\); give yours another name"):  # fmt: skip
+        parse_strategy("delayed=--min_count 2")
+
+
 def test_window_strategies():
     assert window_strategy(0, 2).flags == ("--freeze_schedule", "tables=train")
     w = window_strategy(1.5, 2)

@@ -169,6 +169,7 @@ def test_slice_metrics_follow_each_batch_through_a_read_ahead_pipeline():
         (["--grad_accum_steps", "0"], "--grad_accum_steps must be >= 1"),
         (["--grad_accum_lr_rule", "sqrt"], "--grad_accum_lr_rule must be one of"),
         (["--falr", "log", "--falr_ref", "most"], "--falr_ref must be 'max' or a positive integer"),
+        (["--falr_ref", "most"], "--falr_ref must be 'max' or a positive integer"),  # with FALR off too
         (["--reinit", "tables@"], "--reinit: entry 'tables@' must be GROUP@EPOCHS"),
         (["--table_lr_warmup", "2x"], "--table_lr_warmup: bad window bound"),
     ],

@@ -7,43 +7,55 @@ Example::
 
     cfg = AutoScheduleConfig(auto_metric="auc", auto_task_weights="like:1,love:0.5")
     cfg.validate()
-    parse_task_weights(cfg.auto_task_weights, ["like", "love"])   # {"like": 1.0, "love": 0.5}
+    cfg.task_weight_values                                         # {"like": 1.0, "love": 0.5}
+    check_task_weights(cfg.task_weight_values, ["like", "love"])   # the data's tasks: it has both
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, Sequence
 
+from dlrm_multiepoch.config_section import option, parsed, split_list
 from dlrm_multiepoch.metrics import METRICS, check_metric
 
 AUTO = "auto"  # the --freeze_schedule value that selects this schedule
 AFTER_TABLES = ("refreeze", "stop")
 
 
-def parse_task_weights(text: str, tasks: Sequence[str]) -> Dict[str, float]:
-    """``"like:1,love:0.5"`` -> ``{"like": 1.0, "love": 0.5}``; empty: every task weighs 1.
+def parse_task_weights(text: str) -> Dict[str, float]:
+    """``"like:1,love:0.5"`` -> ``{"like": 1.0, "love": 0.5}``; empty: ``{}`` (every task weighs 1). The tasks
+    are checked against the data's by :func:`check_task_weights`.
 
     Raises:
-        ValueError: naming ``--auto_task_weights`` for unknown tasks, bad numbers or an
-            all-zero weighting.
+        ValueError: naming ``--auto_task_weights`` for a bad entry, a task named twice or an all-zero weighting.
     """
-    if not text.strip():
-        return {t: 1.0 for t in tasks}
     weights: Dict[str, float] = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        name, sep, value = part.partition(":")
+    for part in split_list(text):
+        name, sep, value = (x.strip() for x in part.partition(":"))
         try:
             weight = float(value)
         except ValueError:
             weight = float("nan")
-        if not sep or not math.isfinite(weight) or weight < 0:
+        if not sep or not name or not math.isfinite(weight) or weight < 0:
             raise ValueError(f"--auto_task_weights: {part!r} must be TASK:WEIGHT with a weight >= 0, e.g. 'like:1'")
-        if name not in tasks:
-            raise ValueError(f"--auto_task_weights: unknown task {name!r}; tasks: {list(tasks)}")
+        if name in weights:
+            raise ValueError(f"--auto_task_weights {text!r} names task {name!r} twice")
         weights[name] = weight
-    if not any(weights.values()):
+    if weights and not any(weights.values()):
         raise ValueError(f"--auto_task_weights {text!r}: at least one weight must be positive")
     return weights
+
+
+def check_task_weights(weights: Dict[str, float], tasks: Sequence[str]) -> Dict[str, float]:
+    """``weights`` (parsed ``--auto_task_weights``) checked against the data's ``tasks``; empty: each weighs 1.
+
+    Raises:
+        ValueError: naming ``--auto_task_weights`` and a task the data does not have.
+    """
+    unknown = [name for name in weights if name not in tasks]
+    if unknown:
+        raise ValueError(f"--auto_task_weights: unknown task {unknown[0]!r}; tasks: {list(tasks)}")
+    return dict(weights) or {t: 1.0 for t in tasks}
 
 
 @dataclass
@@ -59,58 +71,43 @@ class AutoScheduleConfig:
         AutoScheduleConfig(auto_patience=2, auto_after_tables="stop", auto_frozen_cap=0.0)  # joint + early stop
     """
 
-    auto_evals_per_epoch: int = field(
-        default=10, metadata={"help": "auto schedule: validation evaluations per epoch (patience counts these)"}
+    auto_evals_per_epoch: int = option(10, "auto schedule: validation evaluations per epoch (patience counts these)")
+    auto_patience: int = option(3, "auto schedule: evaluations without improvement that end a phase")
+    auto_min_improvement: float = option(
+        0.001, "auto schedule: relative improvement of the validation objective that counts (0.001 = 0.1%%)",
     )
-    auto_patience: int = field(
-        default=3, metadata={"help": "auto schedule: evaluations without improvement that end a phase"}
+    auto_frozen_cap: float = option(
+        0.5,
+        "auto schedule: most of the budget (a share, rounded down to whole epochs) the tables stay "
+        "frozen at first; below one epoch skips that phase",
     )
-    auto_min_improvement: float = field(
-        default=0.001,
-        metadata={"help": "auto schedule: relative improvement of the validation objective that counts (0.001 = 0.1%%)"},
+    auto_after_tables: str = option(
+        "refreeze",
+        "auto schedule: when the tables stop improving validation, 'refreeze' them and let the dense "
+        "part continue while it improves, or 'stop' the run",
     )
-    auto_frozen_cap: float = field(
-        default=0.5,
-        metadata={
-            "help": "auto schedule: most of the budget (a share, rounded down to whole epochs) the tables stay "
-            "frozen at first; below one epoch skips that phase"
-        },
+    auto_min_tables_epochs: float = option(
+        1.0,
+        "auto schedule: epochs the tables train before a validation plateau may end their phase "
+        "(1: one whole pass over the data; 0: the first plateau)",
     )
-    auto_after_tables: str = field(
-        default="refreeze",
-        metadata={
-            "help": "auto schedule: when the tables stop improving validation, 'refreeze' them and let the dense "
-            "part continue while it improves, or 'stop' the run"
-        },
+    auto_metric: str = option(
+        "cal_ne",
+        f"auto schedule: validation metric it follows, one of {', '.join(METRICS)} "
+        f"(cal_ne: {METRICS['cal_ne'].help})",
     )
-    auto_min_tables_epochs: float = field(
-        default=1.0,
-        metadata={
-            "help": "auto schedule: epochs the tables train before a validation plateau may end their phase "
-            "(1: one whole pass over the data; 0: the first plateau)"
-        },
+    auto_task_weights: str = option(
+        "", "auto schedule: weights of the tasks' metrics, e.g. 'like:1,love:0.5' (empty: equal)",
     )
-    auto_metric: str = field(
-        default="cal_ne",
-        metadata={
-            "help": f"auto schedule: validation metric it follows, one of {', '.join(METRICS)} "
-            f"(cal_ne: {METRICS['cal_ne'].help})"
-        },
+    auto_gate: str = option(
+        "",
+        "auto schedule: a GradientGate (e.g. feature_cross) closed while the tables train once the "
+        "train/validation gap grows by --auto_gate_gap (empty: none)",
     )
-    auto_task_weights: str = field(
-        default="", metadata={"help": "auto schedule: weights of the tasks' metrics, e.g. 'like:1,love:0.5' (empty: equal)"}
+    auto_gate_gap: float = option(
+        0.1, "auto schedule: growth of the relative train/validation gap that closes --auto_gate",
     )
-    auto_gate: str = field(
-        default="",
-        metadata={
-            "help": "auto schedule: a GradientGate (e.g. feature_cross) closed while the tables train once the "
-            "train/validation gap grows by --auto_gate_gap (empty: none)"
-        },
-    )
-    auto_gate_gap: float = field(
-        default=0.1,
-        metadata={"help": "auto schedule: growth of the relative train/validation gap that closes --auto_gate"},
-    )
+    task_weight_values: Dict[str, float] = parsed()  # --auto_task_weights; {}: every task weighs 1
 
     def validate(self) -> None:
         for name in ("auto_evals_per_epoch", "auto_patience"):
@@ -125,3 +122,4 @@ class AutoScheduleConfig:
         if self.auto_after_tables not in AFTER_TABLES:
             raise ValueError(f"--auto_after_tables must be one of {AFTER_TABLES}, got {self.auto_after_tables!r}")
         check_metric("--auto_metric", self.auto_metric)
+        self.task_weight_values = parse_task_weights(self.auto_task_weights)

@@ -44,8 +44,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from dlrm_multiepoch.auto.config import AutoScheduleConfig, parse_task_weights
+from dlrm_multiepoch.auto.config import AutoScheduleConfig, check_task_weights
 from dlrm_multiepoch.auto.objective import weighted_objective
+from dlrm_multiepoch.config_section import flag_values
 from dlrm_multiepoch.metrics import METRICS
 from dlrm_multiepoch.saved_state import StateMismatch, check_state
 
@@ -128,7 +129,7 @@ class AutoSchedulePolicy:
         self.steps_per_epoch = steps_per_epoch
         self.total_steps = steps_per_epoch * num_epochs
         self.tasks = list(tasks)
-        self.weights = parse_task_weights(self.config.auto_task_weights, self.tasks)
+        self.weights = check_task_weights(self.config.task_weight_values, self.tasks)
         # The last epoch boundary within the cap (a float product can land a hair below a whole number).
         self.cap_step = math.floor(self.config.auto_frozen_cap * num_epochs + 1e-9) * steps_per_epoch
         self.phase = FROZEN if self.cap_step > 0 else JOINT
@@ -286,7 +287,7 @@ class AutoSchedulePolicy:
     def state_dict(self) -> Dict[str, Any]:
         """JSON-able state; with the same config, ``load_state_dict`` continues exactly."""
         return {
-            "config": asdict(self.config),
+            "config": flag_values(self.config),
             "steps_per_epoch": self.steps_per_epoch,
             "total_steps": self.total_steps,
             "tables_start": self._tables_start,
@@ -306,7 +307,7 @@ class AutoSchedulePolicy:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``; its config and budget must equal this policy's (StateMismatch names them)."""
         check_state("automatic schedule policy", state, _STATE_FIELDS)
-        changed = sorted(k for k, v in state["config"].items() if asdict(self.config).get(k) != v)
+        changed = sorted(k for k, v in state["config"].items() if flag_values(self.config).get(k) != v)
         for key in ("steps_per_epoch", "total_steps"):
             if state[key] != getattr(self, key):
                 changed.append(f"{key.replace('_', ' ')} {state[key]} -> {getattr(self, key)}")

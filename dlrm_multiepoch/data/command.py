@@ -14,7 +14,7 @@ import argparse
 from typing import List
 
 from dlrm_multiepoch.command_faults import guarded
-from dlrm_multiepoch.config_section import flag_fields, section_fields
+from dlrm_multiepoch.config_section import add_arguments, from_args, options_of
 from dlrm_multiepoch.data.config import DataConfig
 
 
@@ -25,9 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
-    group = parser.add_argument_group("DataConfig")
-    for f in section_fields(DataConfig):
-        group.add_argument(f"--{f.name}", type=f.kind, default=f.default, help=f.help)
+    add_arguments(parser.add_argument_group("DataConfig"), options_of(DataConfig))
     parser.add_argument(
         "--output",
         default=None,
@@ -49,7 +47,7 @@ def _preprocess(argv: List[str]) -> int:
 
     parser = build_parser()
     ns = parser.parse_args(argv)
-    cfg = DataConfig(**{f.name: getattr(ns, f.name) for f in flag_fields(DataConfig)})
+    cfg = from_args(DataConfig, ns)
     try:
         folder = prepare_dataset(cfg, ns.output)
         data, meta = open_dataset(folder)

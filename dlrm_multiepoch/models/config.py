@@ -1,10 +1,17 @@
 """Model architecture config (flags of the same names, and the parsed values builders read)."""
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Tuple
 
-from dlrm_multiepoch.config_section import RUNS_COMPONENT, SHAPES, TRAIN_COMPONENT, parsed, validated
+from dlrm_multiepoch.config_section import (
+    CHANGES_SHAPES,
+    SWEEP_SEARCH_COMPONENT,
+    TRAIN_COMPONENT,
+    option,
+    parsed,
+    validated,
+)
 from dlrm_multiepoch.import_path import find_import_path, is_import_path, split_import_path
 from dlrm_multiepoch.names import MODELS
 
@@ -37,71 +44,50 @@ def float_list(text: str, flag: str) -> Tuple[float, ...]:
 class ModelConfig:
     """Architecture of the DLRM-style model (flags of the same names)."""
 
-    model: str = field(
-        default="dlrm",
-        metadata={
-            "help": "dlrm (dot interaction), dlrm_dcn (low-rank DCN-v2 cross), multipath (feature-cross + "
-            "sequence + contrastive paths; needs --history_length > 0), or your own model's builder by import path "
-            "MODULE:NAME, e.g. my_models:build (docs/YOUR_MODEL.md)",
-            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, SHAPES),
-        },
+    model: str = option(
+        "dlrm",
+        "dlrm (dot interaction), dlrm_dcn (low-rank DCN-v2 cross), multipath (feature-cross + "
+        "sequence + contrastive paths; needs --history_length > 0), or your own model's builder by import path "
+        "MODULE:NAME, e.g. my_models:build (docs/YOUR_MODEL.md)",
+        roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT, CHANGES_SHAPES),
     )
-    embedding_dim: int = field(
-        default=16,
-        metadata={"help": "dimension of every embedding table", "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, SHAPES)},
+    embedding_dim: int = option(
+        16, "dimension of every embedding table",
+        roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT, CHANGES_SHAPES),
     )
-    dense_arch_layer_sizes: str = field(
-        default="64,16",
-        metadata={"help": "dense MLP sizes; the last must equal --embedding_dim", "roles": (TRAIN_COMPONENT, SHAPES)},
+    dense_arch_layer_sizes: str = option(
+        "64,16", "dense MLP sizes; the last must equal --embedding_dim",
+        roles=(TRAIN_COMPONENT, CHANGES_SHAPES),
     )
-    over_arch_layer_sizes: str = field(
-        default="64,32",
-        metadata={
-            "help": "hidden sizes of the over arch; a head with one logit per task is appended",
-            "roles": (TRAIN_COMPONENT, SHAPES),
-        },
+    over_arch_layer_sizes: str = option(
+        "64,32", "hidden sizes of the over arch; a head with one logit per task is appended",
+        roles=(TRAIN_COMPONENT, CHANGES_SHAPES),
     )
-    dcn_num_layers: int = field(default=3, metadata={"help": "cross layers of dlrm_dcn", "roles": (SHAPES,)})
-    dcn_low_rank_dim: int = field(
-        default=16,
-        metadata={"help": "low-rank dimension of dlrm_dcn cross layers", "roles": (SHAPES,)},
-    )
+    dcn_num_layers: int = option(3, "cross layers of dlrm_dcn", roles=(CHANGES_SHAPES,))
+    dcn_low_rank_dim: int = option(16, "low-rank dimension of dlrm_dcn cross layers", roles=(CHANGES_SHAPES,))
     # Multi-path model (--model multipath). The feature-cross path reuses the dense arch,
     # --over_arch_layer_sizes and the dcn_* sizes above.
-    transformer_layers: int = field(
-        default=1, metadata={"help": "multipath: transformer encoder layers of the sequence path", "roles": (SHAPES,)}
+    transformer_layers: int = option(1, "multipath: transformer encoder layers of the sequence path", roles=(CHANGES_SHAPES,))
+    transformer_heads: int = option(2, "multipath: attention heads (must divide --embedding_dim)", roles=(CHANGES_SHAPES,))
+    transformer_ff_dim: int = option(64, "multipath: feed-forward width of the transformer", roles=(CHANGES_SHAPES,))
+    sequence_head_layer_sizes: str = option(
+        "32", "multipath: hidden sizes of the sequence path's task head",
+        roles=(CHANGES_SHAPES,),
     )
-    transformer_heads: int = field(
-        default=2, metadata={"help": "multipath: attention heads (must divide --embedding_dim)", "roles": (SHAPES,)}
+    task_loss_weights: str = option("", "multipath: comma-separated BCE weight per task, in task order (empty: 1 each)")
+    pairwise_loss_weight: float = option(
+        0.1, "multipath: weight of the in-batch pairwise (BPR) ranking loss; 0 disables it",
     )
-    transformer_ff_dim: int = field(
-        default=64,
-        metadata={"help": "multipath: feed-forward width of the transformer", "roles": (SHAPES,)},
+    contrastive_loss_weight: float = option(
+        0.1, "multipath: weight of the next-item InfoNCE loss over the history; 0 disables it",
     )
-    sequence_head_layer_sizes: str = field(
-        default="32", metadata={"help": "multipath: hidden sizes of the sequence path's task head", "roles": (SHAPES,)}
-    )
-    task_loss_weights: str = field(
-        default="", metadata={"help": "multipath: comma-separated BCE weight per task, in task order (empty: 1 each)"}
-    )
-    pairwise_loss_weight: float = field(
-        default=0.1, metadata={"help": "multipath: weight of the in-batch pairwise (BPR) ranking loss; 0 disables it"}
-    )
-    contrastive_loss_weight: float = field(
-        default=0.1,
-        metadata={"help": "multipath: weight of the next-item InfoNCE loss over the history; 0 disables it"},
-    )
-    contrastive_temperature: float = field(
-        default=0.1, metadata={"help": "temperature of the InfoNCE losses (multipath and pre-training)"}
-    )
-    fused_lookup: bool = field(
-        default=True,
-        metadata={
-            "help": "multipath: look up the candidate item and the history in ONE item-table lookup (one input "
-            "and one output all-to-all, started ahead of the forward by the train pipeline); --no-fused_lookup "
-            "looks them up separately, for comparison: twice the item table's all-to-alls, inside the forward, "
-            "and a sharded table's in-backward optimizer then steps once per lookup"
-        },
+    contrastive_temperature: float = option(0.1, "temperature of the InfoNCE losses (multipath and pre-training)")
+    fused_lookup: bool = option(
+        True,
+        "multipath: look up the candidate item and the history in ONE item-table lookup (one input "
+        "and one output all-to-all, started ahead of the forward by the train pipeline); --no-fused_lookup "
+        "looks them up separately, for comparison: twice the item table's all-to-alls, inside the forward, "
+        "and a sharded table's in-backward optimizer then steps once per lookup",
     )
     # Parsed by validate() from the flags above.
     dense_arch_sizes: Tuple[int, ...] = parsed()  # --dense_arch_layer_sizes

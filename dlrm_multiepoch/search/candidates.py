@@ -1,19 +1,24 @@
 """The candidate schedules a search chooses from, as a tree of shared prefixes.
 
-Every fixed preset of the sweep is a candidate, built from the same registry
-(:mod:`dlrm_multiepoch.sweep.strategies`), plus the greedy ``auto``. Candidates whose
-schedules agree up to a whole epoch share that prefix: the later one is a *branch* that
-starts from the earlier one's checkpoint at that epoch (``--start_from``):
+The candidates are the sweep's presets registered with ``search=True``
+(:mod:`dlrm_multiepoch.sweep.strategies`: ``joint``, ``delayed``, ``early``, ``reinit``, ``auto``), then
+the update windows ``window@W`` (tables frozen until epoch W, then trained). Each one's place in the tree
+is derived from what it trains, read by the training app's own parser: a candidate whose schedule
+(``--freeze_schedule``, resolved to its run's length, and ``--reinit``) and other flags agree with an
+earlier candidate's for its first k >= 1 whole epochs is a *branch* of it that starts from its checkpoint
+at epoch k (``--start_from``; the longest such prefix, the earliest candidate on a tie); one that agrees
+with an earlier one for its whole run is left out (it is that candidate at an epoch); any other is a root,
+and so is an adaptive one (``--freeze_schedule auto``: its decisions follow its own validation history
+from step 0). With today's presets:
 
-- ``joint`` (tables train every epoch, budget E + 1 epochs so that its best epoch can
-  be past E) is a root; ``early`` (tables train in epoch 1 only) and ``reinit`` (tables
-  re-initialised before every epoch after the first, so the tables it deploys start at
-  epoch E - 1) branch from it after epoch 1.
-- ``delayed`` (tables frozen until epoch E - 1, then trained) is a root;
-  ``window@W`` (tables frozen until epoch W, then trained), for each whole W in
-  1..E-2, branches from it after epoch W. ``window@0`` is ``joint`` over E epochs, so
-  ``joint``'s first E epochs stand for it.
-- ``auto`` is a root: its decisions follow its own validation history from step 0.
+- ``joint`` (tables train every epoch, budget E + 1 epochs so that its best epoch can be past E, where it
+  is deployed) is a root; ``early`` (tables train in epoch 1 only) and ``reinit`` (tables
+  re-initialised before every epoch after the first, so the tables it deploys start at epoch E - 1)
+  branch from it after epoch 1.
+- ``delayed`` (tables frozen until epoch E - 1, then trained) is a root; ``window@W``, for each whole W in
+  1..E-2, branches from it after epoch W (``window@0`` is ``joint``'s first E epochs, ``window@E-1`` is
+  ``delayed``). With E = 1, ``delayed``, ``early`` and ``reinit`` are ``joint``'s first epoch.
+- ``auto`` is a root.
 
 Example::
 
@@ -24,12 +29,17 @@ Example::
     tree[4].judged_from(0.3)          # 2.3: ... and again after epoch 2: those it deploys
 """
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from dlrm_multiepoch.optim.options import ReinitSchedule
-from dlrm_multiepoch.sweep.strategies import STRATEGIES, Strategy, window_strategy
+from dlrm_multiepoch.config_section import BRANCH_MAY_CHANGE
+from dlrm_multiepoch.run_files import flat_config, path_matches
+from dlrm_multiepoch.schedule import TABLES, ResolvedSchedule
+from dlrm_multiepoch.sweep.plan import parse_app_flags
+from dlrm_multiepoch.sweep.strategies import STRATEGIES, Strategy, flag_value, window_strategy
+from dlrm_multiepoch.train.config import record_paths
 
 
 @dataclass(frozen=True)
@@ -93,48 +103,90 @@ class Candidate:
         return Strategy(self.name, self.flags, help=f"search candidate {self.name}", epochs=self.epochs)
 
 
-def _preset(name: str, budget: int) -> Strategy:
-    strategy = STRATEGIES[name]
-    return Strategy(strategy.name, strategy.flags, strategy.help, epochs=strategy.run_epochs(budget))
+# Whole epochs are compared at this many steps each: fractional and percent bounds of presets land on steps.
+_STEPS = 10_000
+# What a branch may set otherwise than its parent: the rest of two candidates' flags must agree for a shared prefix.
+_SUFFIX = record_paths(BRANCH_MAY_CHANGE)
 
 
-def _restarts(flags: Sequence[str], budget: int) -> Tuple[int, ...]:
-    """The epochs before which ``flags``' ``--reinit`` re-initialises every table (the training app's own parser)."""
-    if "--reinit" not in flags:
-        return ()
-    schedule = ReinitSchedule.parse(flags[flags.index("--reinit") + 1], budget)
-    return tuple(sorted({e for group, epochs in schedule.events if group == "tables" for e in epochs}))
+@dataclass(frozen=True)
+class _Run:
+    """What a candidate trains, for comparing prefixes: its flags outside the schedule, its freeze plan, the
+    epochs before which its tables are re-initialised."""
+
+    strategy: Strategy
+    epochs: int
+    rest: Dict[str, Any]
+    plan: Optional[ResolvedSchedule]  # None: adaptive (auto)
+    restarts: Tuple[int, ...]
+
+    def trains(self, group: str, step: int) -> bool:
+        return self.plan is None or group not in self.plan.windows or self.plan.trains(group, step)
+
+    def shared_epochs(self, other: "_Run") -> int:
+        """Whole epochs from the start that both train alike (0 when either is adaptive)."""
+        if self.plan is None or other.plan is None or self.rest != other.rest:
+            return 0
+        groups = set(self.plan.windows) | set(other.plan.windows)
+        bounds = {b for p in (self.plan, other.plan) for g in groups for w in p.windows.get(g, ()) for b in (w.start, w.end)}
+        for k in range(min(self.epochs, other.epochs)):
+            points = [k * _STEPS, *(b for b in bounds if k * _STEPS < b < (k + 1) * _STEPS)]
+            alike = all(self.trains(g, p) == other.trains(g, p) for g in groups for p in points)
+            if not alike or [r for r in self.restarts if r <= k] != [r for r in other.restarts if r <= k]:
+                return k
+        return min(self.epochs, other.epochs)
+
+
+@functools.lru_cache(maxsize=None)
+def _run(strategy: Strategy, budget: int) -> _Run:
+    """``strategy`` as the training app parses its flags over its epochs for a ``budget``-epoch search."""
+    epochs = strategy.run_epochs(budget)
+    cfg = parse_app_flags(["--val_fraction", "0.1", *strategy.flags, "--epochs", str(epochs)])  # a search validates
+    record = flat_config(cfg.to_dict())
+    rest = {p: v for p, v in record.items() if not path_matches(p, _SUFFIX)}
+    plan = None if cfg.freeze.is_auto else cfg.freeze.schedule.resolve(_STEPS, epochs)
+    restarts = tuple(sorted({e for group, es in cfg.optim.reinit_schedule.events if group == TABLES for e in es}))
+    return _Run(strategy, epochs, rest, plan, restarts)
 
 
 def candidate_tree(budget: int, auto_frozen_cap: float = 0.5) -> List[Candidate]:
-    """The candidates for an ``budget``-epoch search, roots first, each branch after its parent.
+    """The candidates for a ``budget``-epoch search, roots first, each branch after its parent.
 
     Args:
         budget: the epoch budget E (>= 1); joint runs E + 1 epochs, as in the sweep.
-        auto_frozen_cap: ``--auto_frozen_cap`` of the runs: the latest epoch ``auto``'s
-            tables can start is ``floor(cap * E)``.
+        auto_frozen_cap: ``--auto_frozen_cap`` of the runs: the latest epoch an adaptive candidate's
+            tables can start is ``floor(cap * E)`` (unless its own flags set the cap).
 
     Raises:
         ValueError: a budget below one epoch.
     """
     if budget < 1:
         raise ValueError(f"--epochs must be at least 1, got {budget}")
-    joint, delayed, auto = _preset("joint", budget), _preset("delayed", budget), _preset("auto", budget)
-    tree = [Candidate(joint.name, joint.flags, joint.epochs or budget + 1, any_epoch=True)]
-    if budget >= 2:  # with one epoch, delayed would never train its tables
-        tree.append(Candidate(delayed.name, delayed.flags, budget, tables_from=budget - 1))
-    cap = math.floor(auto_frozen_cap * budget + 1e-9)  # the latest epoch its tables start
-    tree.append(Candidate(auto.name, auto.flags, budget, tables_from=cap, adaptive=True))
-    if budget >= 2:
-        for name in ("early", "reinit"):  # reinit: tables re-initialised before epoch 2 and every later one
-            s = _preset(name, budget)
-            tree.append(
-                Candidate(s.name, s.flags, budget, parent=joint.name, fork=1, restarts=_restarts(s.flags, budget))
-            )
-    for w in range(1, budget - 1):
-        s = window_strategy(w, budget)
-        tree.append(Candidate(s.name, s.flags, budget, parent=delayed.name, fork=w, tables_from=w))
-    return tree
+    runs: List[_Run] = []
+    tree: List[Candidate] = []
+    for strategy in [*(s for s in STRATEGIES.values() if s.search), *(window_strategy(w, budget) for w in range(budget))]:
+        try:
+            run = _run(strategy, budget)
+        except ValueError:  # a schedule this budget cannot hold (delayed and early need 2 epochs)
+            continue
+        fork, parent = 0, None
+        for other in runs:
+            if run.shared_epochs(other) > fork:
+                fork, parent = run.shared_epochs(other), other
+        if fork >= run.epochs:
+            continue  # an earlier candidate trains it: that candidate at an epoch
+        runs.append(run)
+        if run.plan is None:
+            cap = flag_value(strategy.flags, "auto_frozen_cap")
+            tables_from = math.floor((auto_frozen_cap if cap is None else float(cap)) * budget + 1e-9)
+        else:
+            first = next((s for s in range(0, run.epochs * _STEPS, _STEPS) if run.trains(TABLES, s)), run.epochs * _STEPS)
+            tables_from = math.ceil(first / _STEPS)
+        tree.append(Candidate(
+            strategy.name, strategy.flags, run.epochs, parent.strategy.name if parent else None, fork, tables_from,
+            adaptive=run.plan is None, any_epoch=run.epochs > budget, restarts=run.restarts,
+        ))  # fmt: skip
+    return [c for c in tree if c.parent is None] + [c for c in tree if c.parent is not None]
 
 
 def select(tree: List[Candidate], names: List[str]) -> List[Candidate]:

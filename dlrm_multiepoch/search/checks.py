@@ -26,7 +26,7 @@ Example::
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from dlrm_multiepoch.config_section import SEARCH_LAUNCH
+from dlrm_multiepoch.config_section import VARIES_PER_LAUNCH
 from dlrm_multiepoch.data.identity import IDENTITY, identity_changes
 from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions
 from dlrm_multiepoch.run_files import read_summary, search_record_path
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from torchx.runner import Runner
 
 # Flags the search sets per launch of a branch: where it pauses, what it keeps, the checkpoint it starts from.
-LAUNCH_FLAGS = flags_with(SEARCH_LAUNCH)
+LAUNCH_FLAGS = flags_with(VARIES_PER_LAUNCH)
 _NEW_FOLDER = "search this configuration in a new experiment folder"
 
 

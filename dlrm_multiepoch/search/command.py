@@ -25,8 +25,8 @@ import sys
 from typing import TYPE_CHECKING, List, Optional
 
 from dlrm_multiepoch.command_faults import check_folder, guarded, signal_of
-from dlrm_multiepoch.command_options import SearchOptions, add_option_args, from_args
-from dlrm_multiepoch.config_section import SEARCH_SETS
+from dlrm_multiepoch.command_options import SearchOptions
+from dlrm_multiepoch.config_section import RESERVED_BY_SEARCH, add_arguments, from_args, options_of
 from dlrm_multiepoch.launch_options import split_at_dashes
 from dlrm_multiepoch.search.candidates import candidate_tree, select
 from dlrm_multiepoch.search.checks import check_search
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from dlrm_multiepoch.search.driver import ScheduleSearch
 
 # App flags the search sets per branch: its schedule, its launch horizon and checkpoints.
-BRANCH_FLAGS = flags_with(SEARCH_SETS)
+BRANCH_FLAGS = flags_with(RESERVED_BY_SEARCH)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
-    add_option_args(parser, SearchOptions)
+    add_arguments(parser, options_of(SearchOptions))
     add_launch_args(parser, "branch", "as for dlrm-multiepoch sweep")
     return parser
 
@@ -110,7 +110,7 @@ def _prepare(args: argparse.Namespace, common: List[str], runner: "Runner") -> "
         )
     cfg = parse_app_flags([*common, "--epochs", str(own.epochs)])
     tree = select(candidate_tree(own.epochs, cfg.auto.auto_frozen_cap), own.candidate_names())
-    settings = SearchSettings(cfg.auto.auto_metric, _weights(cfg.auto.auto_task_weights), own.eta, own.rung_fraction)
+    settings = SearchSettings(cfg.auto.auto_metric, cfg.auto.task_weight_values, own.eta, own.rung_fraction)
     options = launch_options(args, runner)
     folder = own.experiment_dir
     loaded = read_record(folder)
@@ -156,10 +156,3 @@ def _run(search: "ScheduleSearch", args: argparse.Namespace) -> int:
         )
     return 0
 
-
-def _weights(text: str) -> dict:
-    """``--auto_task_weights`` as ``{task: weight}``; the tasks are checked by the runs (empty: equal weights)."""
-    from dlrm_multiepoch.auto.config import parse_task_weights
-
-    names = [part.partition(":")[0].strip() for part in text.split(",") if part.strip()]
-    return parse_task_weights(text, names) if names else {}

@@ -28,8 +28,9 @@ import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from dlrm_multiepoch.command_faults import check_folder, guarded, signal_of
-from dlrm_multiepoch.command_options import SweepOptions, add_option_args, from_args
-from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions, add_launch_args, split_at_dashes
+from dlrm_multiepoch.command_options import SweepOptions
+from dlrm_multiepoch.config_section import add_arguments, from_args, options_of
+from dlrm_multiepoch.launch_options import LOCAL, LaunchOptions, split_at_dashes
 from dlrm_multiepoch.sweep import checks
 from dlrm_multiepoch.sweep.jobs import SweepInterrupted
 from dlrm_multiepoch.sweep.manifest import check_experiment, group_record, is_flag_list
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
-    add_option_args(parser, SweepOptions)  # EXPERIMENT_DIR and the options; the strategies come after it
+    add_arguments(parser, options_of(SweepOptions))  # EXPERIMENT_DIR and the options; the strategies come after it
     parser.add_argument(
         "strategies",
         nargs="*",
@@ -71,9 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_launch_args(parser: argparse.ArgumentParser, unit: str, title: str) -> None:
+    """The :class:`LaunchOptions` flags, for every ``unit`` (run, branch) of a command, in a group ``title``."""
+    add_arguments(parser.add_argument_group(f"launch ({title})"), options_of(LaunchOptions), unit)
+
+
 def launch_options(args: argparse.Namespace, runner: "Runner") -> LaunchOptions:
     """The options :func:`add_launch_args` parsed, each checked (ValueError names the flag), the entry point too."""
-    options = LaunchOptions.from_args(args)
+    options = from_args(LaunchOptions, args)
     options.check()
     options.resolve(runner)
     if options.scheduler == LOCAL and not options.dryrun:

@@ -24,7 +24,7 @@ import os
 from dataclasses import asdict
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from dlrm_multiepoch.config_section import PLACES
+from dlrm_multiepoch.config_section import RERUN_MAY_CHANGE
 from dlrm_multiepoch.json_io import json_safe, write_json
 from dlrm_multiepoch.run_files import (
     FORMAT_VERSION,
@@ -40,7 +40,7 @@ from dlrm_multiepoch.sweep.strategies import flag_items
 from dlrm_multiepoch.train.config import flags_with, parse_config
 
 # Where a run writes and how a launch starts or pauses (a search's --stop_at_epoch): not what the run is.
-PLACE_FLAGS = flags_with(PLACES)
+PLACE_FLAGS = flags_with(RERUN_MAY_CHANGE)
 _NOT_SET = "(not set)"
 
 

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from dlrm_multiepoch.config_section import SWEEP_SETS
+from dlrm_multiepoch.config_section import RESERVED_BY_SWEEP
 from dlrm_multiepoch.lock_holder import live_holder
 from dlrm_multiepoch.run_files import (
     checkpoint_progress,
@@ -33,8 +33,8 @@ from dlrm_multiepoch.run_files import (
 from dlrm_multiepoch.sweep.strategies import Strategy, check_name, flag_items, flag_names, flag_value
 from dlrm_multiepoch.train.config import TrainConfig, flags_with, parse_config
 
-# Flags each run gets from the sweep itself (their fields' SWEEP_SETS role); a strategy may set --epochs.
-SWEEP_FLAGS = flags_with(SWEEP_SETS)
+# Flags each run gets from the sweep itself (their fields' RESERVED_BY_SWEEP role); a strategy may set --epochs.
+SWEEP_FLAGS = flags_with(RESERVED_BY_SWEEP)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ class Strategy:
         needs_val: it decides on a validation split, so the sweep's common flags need
             ``--val_fraction`` (every strategy of the sweep then trains on the same rows).
         window: for update-window strategies, the epoch the tables start training.
+        search: a candidate of ``dlrm-multiepoch search`` too (its place in the search's tree follows from
+            its schedule: ``search/candidates.py``).
     """
 
     name: str
@@ -50,6 +52,7 @@ class Strategy:
     model: Optional[str] = None
     needs_val: bool = False
     window: Optional[float] = None
+    search: bool = False
 
     def run_epochs(self, budget: int) -> int:
         """Epochs this strategy trains for a sweep whose budget is ``budget`` epochs."""
@@ -73,8 +76,10 @@ def register_strategy(
     extra_epochs: int = 0,
     model: Optional[str] = None,
     needs_val: bool = False,
+    search: bool = False,
 ) -> Strategy:
-    """Add a preset to the registry (``flags`` is shell-quoted text); ``default`` adds it to the default sweep."""
+    """Add a preset to the registry (``flags`` is shell-quoted text); ``default`` adds it to the default sweep,
+    ``search`` to the search's candidates."""
     if name in STRATEGIES:
         raise ValueError(f"strategy {name!r} is registered twice")
     strategy = Strategy(
@@ -85,6 +90,7 @@ def register_strategy(
         extra_epochs=extra_epochs,
         model=model,
         needs_val=needs_val,
+        search=search,
     )
     STRATEGIES[name] = strategy
     if default:
@@ -96,7 +102,7 @@ def register_strategy(
 
 
 def parse_strategy(spec: str) -> Strategy:
-    """A preset name, or ``NAME=FLAGS`` with FLAGS shell-quoted (``'...'`` keeps spaces)."""
+    """A preset name, or ``NAME=FLAGS`` with FLAGS shell-quoted (``'...'`` keeps spaces) and NAME not a preset's."""
     name, eq, flags = spec.partition("=")
     name = name.strip()
     if not eq:
@@ -106,6 +112,11 @@ def parse_strategy(spec: str) -> Strategy:
                 "e.g. 'late=--freeze_schedule \"tables=frozen@[0,2) train@[2,end)\"'"
             )
         return STRATEGIES[name]
+    if name in STRATEGIES:
+        raise ValueError(
+            f"strategy {spec!r}: {name!r} is a preset ({shlex.join(STRATEGIES[name].flags)}); give yours another "
+            f"name, e.g. '{name}-2={flags.strip()}'"
+        )
     try:
         tokens = tuple(shlex.split(flags))
     except ValueError as e:
@@ -186,12 +197,12 @@ register_strategy(
 register_strategy(
     "joint", "--freeze_schedule joint",
     "tables train with the rest every epoch, budget + 1 epochs (shows where joint peaks)",
-    default=True, extra_epochs=1,
+    default=True, extra_epochs=1, search=True,
 )  # fmt: skip
 # Freeze schedules (dlrm_multiepoch/schedule.py presets).
-register_strategy("early", "--freeze_schedule early", "tables train in epoch 1 only, then frozen", default=True)
+register_strategy("early", "--freeze_schedule early", "tables train in epoch 1 only, then frozen", default=True, search=True)
 register_strategy(
-    "delayed", "--freeze_schedule delayed", "tables frozen until the last epoch, trained in it", default=True
+    "delayed", "--freeze_schedule delayed", "tables frozen until the last epoch, trained in it", default=True, search=True
 )
 register_strategy("frozen", "--freeze_schedule frozen", "tables never train (their init or pre-trained values)")
 # Gradient-path gates of the multi-path model: which paths may update the tables.
@@ -214,7 +225,7 @@ register_strategy(
 register_strategy(
     "auto", "--freeze_schedule auto",
     "validation-driven: tables frozen until val plateaus, trained until it stops improving, then the rest alone",
-    default=False, needs_val=True,
+    default=False, needs_val=True, search=True,
 )  # fmt: skip
 register_strategy(
     "joint-early-stop", "--freeze_schedule auto --auto_frozen_cap 0 --auto_after_tables stop",
@@ -230,7 +241,7 @@ register_strategy(
 register_strategy(
     "reinit", "--reinit tables@each",
     "re-initialise every table (seeded) and its optimizer state before each epoch after the first (MEDA)",
-    default=True,
+    default=True, search=True,
 )  # fmt: skip
 register_strategy(
     "unknown-row", "--min_count 2",

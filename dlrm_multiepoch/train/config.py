@@ -14,6 +14,7 @@ one weight per task) wait until it is loaded, and still run before the first tra
 
 import argparse
 import dataclasses
+import itertools
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
@@ -21,18 +22,19 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 from dlrm_multiepoch.auto.config import AutoScheduleConfig
 from dlrm_multiepoch.config_section import (
     BOOKKEEPING,
+    BRANCH_MAY_CHANGE,
+    IGNORED_BY_PRETRAINING,
     MAX_SEED,
-    NOT_PRETRAINED,
-    RUNS_COMPONENT,
-    SUFFIX,
-    SWEEP_SETS,
+    RESERVED_BY_SWEEP,
     TRAIN_COMPONENT,
-    ConfigField,
+    Option,
+    add_arguments,
     flag_fields,
     flag_name,
     flag_values,
+    option,
+    options_of,
     roles_of,
-    section_fields,
 )
 from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.models.config import ModelConfig
@@ -79,21 +81,15 @@ class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     # Every --auto_* flag: what a branch may set (the automatic schedule is a schedule), what pre-training ignores.
-    auto: AutoScheduleConfig = field(default_factory=AutoScheduleConfig, metadata={"roles": (SUFFIX, NOT_PRETRAINED)})
+    auto: AutoScheduleConfig = field(default_factory=AutoScheduleConfig, metadata={"roles": (BRANCH_MAY_CHANGE, IGNORED_BY_PRETRAINING)})
     loader: LoaderConfig = field(default_factory=LoaderConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
     remedies: RemedyConfig = field(default_factory=RemedyConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    epochs: int = field(
-        default=3,
-        metadata={"help": "passes over the train split", "roles": (TRAIN_COMPONENT, SWEEP_SETS, SUFFIX)},
-    )
-    seed: int = field(
-        default=0,
-        metadata={"help": "seed of model init and shuffling", "roles": (TRAIN_COMPONENT, SWEEP_SETS, BOOKKEEPING)},
-    )
+    epochs: int = option(3, "passes over the train split", roles=(TRAIN_COMPONENT, RESERVED_BY_SWEEP, BRANCH_MAY_CHANGE))
+    seed: int = option(0, "seed of model init and shuffling", roles=(TRAIN_COMPONENT, RESERVED_BY_SWEEP, BOOKKEEPING))
 
     @classmethod
     def from_flags(cls, **values: Any) -> "TrainConfig":
@@ -159,8 +155,8 @@ class TrainConfig:
         if self.model.model == "multipath" and self.data.history_length <= 0:
             raise ValueError("--model multipath needs --history_length > 0 (its sequence path reads the item history)")
         self.freeze.validate(self.epochs)
+        self.auto.validate()  # the search decides on --auto_metric and --auto_task_weights whatever the schedule
         if self.freeze.is_auto:
-            self.auto.validate()
             if self.data.val_fraction == 0:
                 raise ValueError(
                     "--freeze_schedule auto decides from a validation split: set --val_fraction (e.g. 0.1)"
@@ -194,15 +190,15 @@ class TrainConfig:
         return out
 
 
-def config_fields() -> Dict[str, ConfigField]:
+def config_fields() -> Dict[str, Option]:
     """Every flag of :class:`TrainConfig` and its sections, by flag name (one field each).
 
     Raises:
         TypeError: two fields with one flag name (the second would silently shadow the first).
     """
-    fields: Dict[str, ConfigField] = {}
+    fields: Dict[str, Option] = {}
     for cls, prefix, leaves, roles in _owners():
-        for f in section_fields(cls, prefix, leaves, roles):
+        for f in options_of(cls, prefix, leaves, roles):
             if f.name in fields:
                 raise TypeError(f"--{f.name} is a field of both {fields[f.name].section} and {cls.__name__}")
             fields[f.name] = f
@@ -214,7 +210,7 @@ def flags_with(*roles: str) -> Tuple[str, ...]:
 
     Example::
 
-        flags_with(SWEEP_SETS)   # ("epochs", "seed", "resume", "tensorboard_dir", "run_name")
+        flags_with(RESERVED_BY_SWEEP)   # ("epochs", "seed", "resume", "tensorboard_dir", "run_name")
     """
     return tuple(name for name, f in config_fields().items() if f.roles & set(roles))
 
@@ -226,7 +222,7 @@ def record_paths(role: str) -> Tuple[str, ...]:
 
     Example::
 
-        record_paths(SUFFIX)[:4]   # ("epochs", "optim.reinit", "auto.", "eval_batch_size")
+        record_paths(BRANCH_MAY_CHANGE)[:4]   # ("epochs", "optim.reinit", "auto.", "eval_batch_size")
     """
     paths: List[str] = []
     for cls, prefix, leaves, section_roles in _owners():
@@ -269,13 +265,8 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,  # "--epoch" must not silently mean "--epochs"
     )
-    groups: Dict[str, argparse._ArgumentGroup] = {}
-    for f in config_fields().values():
-        group = groups.get(f.section) or groups.setdefault(f.section, parser.add_argument_group(f.section))
-        if f.kind is bool:
-            group.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=f.default, help=f.help)
-        else:
-            group.add_argument(f"--{f.name}", type=f.kind, default=f.default, help=f.help)
+    for section, options in itertools.groupby(config_fields().values(), key=lambda o: o.section):
+        add_arguments(parser.add_argument_group(section), options)
     return parser
 
 

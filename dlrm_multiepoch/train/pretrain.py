@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dlrm_multiepoch.config_section import NOT_PRETRAINED
+from dlrm_multiepoch.config_section import IGNORED_BY_PRETRAINING
 from dlrm_multiepoch.data.dataset import InteractionData
 from dlrm_multiepoch.json_io import write_json
 from dlrm_multiepoch.json_state import pack_json_state, unpack_json_state
@@ -31,11 +31,11 @@ from dlrm_multiepoch.train.spec import FinishedRun, TrainSpec
 
 PRETRAIN_SPLIT = "pretrain"
 # TrainConfig.to_dict() paths pre-training does not apply (a trailing "." covers a section: the fields with the
-# NOT_PRETRAINED role): it trains the tables at every step, evaluates nothing (no labels in its objective) and takes
+# IGNORED_BY_PRETRAINING role): it trains the tables at every step, evaluates nothing (no labels in its objective) and takes
 # none of the table remedies. The model flags are the fine-tuning model's (they are checked together, e.g. the dense
 # layers end with --embedding_dim); its tables, built from --embedding_dim and the data, are what the pre-training
 # model trains.
-NOT_APPLIED = record_paths(NOT_PRETRAINED)
+NOT_APPLIED = record_paths(IGNORED_BY_PRETRAINING)
 
 
 def pretrain_split(data: InteractionData, train_fraction: float, seed: int) -> str:

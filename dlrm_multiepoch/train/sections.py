@@ -10,22 +10,23 @@ Example::
     pipeline.sharding_type_list          # ("table_wise", "row_wise")
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Optional, Tuple
 
 from dlrm_multiepoch.auto.config import AUTO
 from dlrm_multiepoch.config_section import (
     BOOKKEEPING,
-    NOT_PRETRAINED,
-    PLACES,
-    RUNS_COMPONENT,
-    SEARCH_LAUNCH,
-    SEARCH_SETS,
-    STARTS,
-    SUFFIX,
-    SWEEP_SETS,
+    BRANCH_MAY_CHANGE,
+    IGNORED_BY_PRETRAINING,
+    RERUN_MAY_CHANGE,
+    RESERVED_BY_SEARCH,
+    RESERVED_BY_SWEEP,
+    STARTS_OR_PAUSES,
+    SWEEP_SEARCH_COMPONENT,
     TRAIN_COMPONENT,
+    VARIES_PER_LAUNCH,
+    option,
     parsed,
 )
 from dlrm_multiepoch.names import PIPELINES, SHARDING_TYPES, check_name
@@ -43,27 +44,19 @@ def _at_least(section: Any, names: Tuple[str, ...], low: int, expected: str) -> 
 class LoaderConfig:
     """Batches: sizes, the train shuffle, the background prefetch, and a cap on steps per epoch."""
 
-    batch_size: int = field(
-        default=1024,
-        metadata={"help": "global batch size (summed over ranks)", "roles": (TRAIN_COMPONENT, RUNS_COMPONENT)},
+    batch_size: int = option(1024, "global batch size (summed over ranks)", roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT))
+    eval_batch_size: int = option(4096, "global batch size for evaluation", roles=(BRANCH_MAY_CHANGE, IGNORED_BY_PRETRAINING))
+    shuffle_block_rows: int = option(
+        4096, "train shuffle: rows of consecutive blocks whose order is permuted each epoch",
     )
-    eval_batch_size: int = field(
-        default=4096,
-        metadata={"help": "global batch size for evaluation", "roles": (SUFFIX, NOT_PRETRAINED)},
+    shuffle_buffer_rows: int = option(
+        1 << 18, "train shuffle: rows each rank reads and shuffles together (its memory: this many rows)",
     )
-    shuffle_block_rows: int = field(
-        default=4096,
-        metadata={"help": "train shuffle: rows of consecutive blocks whose order is permuted each epoch"},
+    prefetch_batches: int = option(
+        2, "batches a background thread prepares ahead of training (0: none)",
+        roles=(BRANCH_MAY_CHANGE,),
     )
-    shuffle_buffer_rows: int = field(
-        default=1 << 18,
-        metadata={"help": "train shuffle: rows each rank reads and shuffles together (its memory: this many rows)"},
-    )
-    prefetch_batches: int = field(
-        default=2,
-        metadata={"help": "batches a background thread prepares ahead of training (0: none)", "roles": (SUFFIX,)},
-    )
-    limit_train_batches: int = field(default=0, metadata={"help": "stop each epoch after N steps (0: no limit)"})
+    limit_train_batches: int = option(0, "stop each epoch after N steps (0: no limit)")
 
     def validate(self, world_size: int = 1) -> None:
         """Sizes positive and divisible by ``world_size``; counts non-negative."""
@@ -81,34 +74,24 @@ class LoaderConfig:
 class PipelineConfig:
     """How a step runs: the train pipeline, the sharding the planner may use, non-finite batches."""
 
-    name: str = field(
-        default="sparse_dist",
-        metadata={
-            "flag": "pipeline",
-            "help": "train pipeline: sparse_dist (TorchRec's, synchronous), semi_sync (ours: next batch's lookup "
-            "overlaps this batch's backward, staleness 1), torchrec_semi_sync (TorchRec's, CUDA only)",
-            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT),
-        },
+    name: str = option(
+        "sparse_dist",
+        "train pipeline: sparse_dist (TorchRec's, synchronous), semi_sync (ours: next batch's lookup "
+        "overlaps this batch's backward, staleness 1), torchrec_semi_sync (TorchRec's, CUDA only)",
+        flags=("--pipeline",), roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT),
     )
-    pipeline_warmup_batches: int = field(
-        default=0, metadata={"help": "synchronous batches before a semi-sync pipeline starts overlapping"}
+    pipeline_warmup_batches: int = option(0, "synchronous batches before a semi-sync pipeline starts overlapping")
+    pipeline_staleness_interval: int = option(
+        20, "semi_sync: measure the stale-row fraction on one step in N, from step 1 (1: every step, exact)",
     )
-    pipeline_staleness_interval: int = field(
-        default=20,
-        metadata={
-            "help": "semi_sync: measure the stale-row fraction on one step in N, from step 1 (1: every step, exact)"
-        },
+    sharding_types: str = option(
+        "table_wise,row_wise,column_wise",
+        "sharding types the planner may use (add data_parallel to allow replicated tables)",
     )
-    sharding_types: str = field(
-        default="table_wise,row_wise,column_wise",
-        metadata={"help": "sharding types the planner may use (add data_parallel to allow replicated tables)"},
-    )
-    skip_nonfinite_batches: bool = field(
-        default=False,
-        metadata={
-            "help": "skip a batch whose loss is NaN/inf on any rank (no update; counted in the log) instead of "
-            "stopping the run; costs one host sync and one all-reduce per step"
-        },
+    skip_nonfinite_batches: bool = option(
+        False,
+        "skip a batch whose loss is NaN/inf on any rank (no update; counted in the log) instead of "
+        "stopping the run; costs one host sync and one all-reduce per step",
     )
     sharding_type_list: Tuple[str, ...] = parsed()  # --sharding_types
 
@@ -129,22 +112,18 @@ class PipelineConfig:
 class FreezeConfig:
     """Which parameter groups train when, and the tables a run starts from."""
 
-    freeze_schedule: str = field(
-        default="joint",
-        metadata={
-            "help": "which parameter groups train when: a preset (joint, delayed, early, frozen), e.g. "
-            "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)', "
-            "or 'auto': decided from the validation split (needs --val_fraction; knobs --auto_*)",
-            "roles": (TRAIN_COMPONENT, SEARCH_SETS, SUFFIX, NOT_PRETRAINED),
-        },
+    freeze_schedule: str = option(
+        "joint",
+        "which parameter groups train when: a preset (joint, delayed, early, frozen), e.g. "
+        "'tables=frozen@[0,1) train@[1,end); module:over_arch.*=frozen; gate:feature_cross=closed@[1,2)', "
+        "or 'auto': decided from the validation split (needs --val_fraction; knobs --auto_*)",
+        roles=(TRAIN_COMPONENT, RESERVED_BY_SEARCH, BRANCH_MAY_CHANGE, IGNORED_BY_PRETRAINING),
     )
-    pretrained_tables: str = field(
-        default="",
-        metadata={
-            "help": "checkpoint folder of pre-trained tables (python -m dlrm_multiepoch.pretrain) to start from; "
-                "empty: fresh",
-            "roles": (TRAIN_COMPONENT, RUNS_COMPONENT, NOT_PRETRAINED),
-        },
+    pretrained_tables: str = option(
+        "",
+        "checkpoint folder of pre-trained tables (python -m dlrm_multiepoch.pretrain) to start from; "
+        "empty: fresh",
+        roles=(TRAIN_COMPONENT, SWEEP_SEARCH_COMPONENT, IGNORED_BY_PRETRAINING),
     )
     schedule: Optional[FreezeSchedule] = parsed()  # --freeze_schedule; None for 'auto'
 
@@ -218,13 +197,11 @@ class RemedyConfig:
     """Train-time id dropout (the table-LR, FALR, re-initialisation and accumulation remedies are
     flags of the optimizer section, where run records keep them)."""
 
-    id_dropout: str = field(
-        default="",
-        metadata={
-            "help": "during training, look up this seeded fraction of ids as the unknown row 0, so it trains: "
-            "'0.02' (every table) or '0.02,t_age=0' (per table); empty: off",
-            "roles": (NOT_PRETRAINED,),
-        },
+    id_dropout: str = option(
+        "",
+        "during training, look up this seeded fraction of ids as the unknown row 0, so it trains: "
+        "'0.02' (every table) or '0.02,t_age=0' (per table); empty: off",
+        roles=(IGNORED_BY_PRETRAINING,),
     )
     id_dropout_values: TableValues[float] = parsed()  # --id_dropout
 
@@ -238,65 +215,49 @@ class RemedyConfig:
 class CheckpointConfig:
     """When the training state is saved, and which checkpoint a run starts from."""
 
-    enabled: bool = field(
-        default=True,
-        metadata={
-            "flag": "checkpoint",
-            "help": "save the training state to <run folder>/checkpoints/step_N after each epoch's evaluation "
-            "(and every --checkpoint_every_n_steps)",
-            "roles": (SEARCH_SETS, SUFFIX, BOOKKEEPING),
-        },
+    enabled: bool = option(
+        True,
+        "save the training state to <run folder>/checkpoints/step_N after each epoch's evaluation "
+        "(and every --checkpoint_every_n_steps)",
+        flags=("--checkpoint", "--no-checkpoint"), roles=(RESERVED_BY_SEARCH, BRANCH_MAY_CHANGE, BOOKKEEPING),
     )
-    checkpoint_every_n_steps: int = field(
-        default=0,
-        metadata={
-            "help": "also checkpoint every N train steps, with the data position, so a resume continues mid-epoch "
-            "(0: after each epoch only)",
-            "roles": (SEARCH_SETS, SUFFIX, BOOKKEEPING),
-        },
+    checkpoint_every_n_steps: int = option(
+        0,
+        "also checkpoint every N train steps, with the data position, so a resume continues mid-epoch "
+        "(0: after each epoch only)",
+        roles=(RESERVED_BY_SEARCH, BRANCH_MAY_CHANGE, BOOKKEEPING),
     )
-    keep_checkpoints: int = field(
-        default=2,
-        metadata={
-            "help": "complete checkpoints to keep (older ones are deleted; protected ones stay)",
-            "roles": (SEARCH_SETS, SEARCH_LAUNCH, SUFFIX, BOOKKEEPING),
-        },
+    keep_checkpoints: int = option(
+        2, "complete checkpoints to keep (older ones are deleted; protected ones stay)",
+        roles=(RESERVED_BY_SEARCH, VARIES_PER_LAUNCH, BRANCH_MAY_CHANGE, BOOKKEEPING),
     )
-    resume: str = field(
-        default="",
-        metadata={
-            "help": "empty: start fresh; 'auto': resume from this run folder's newest intact checkpoint if one "
-            "exists (needs --run_name); or a checkpoint folder (e.g. runs/NAME/checkpoints/step_240). A restart "
-            "of the same torchrun/TorchX job always resumes from its own newest checkpoint",
-            "roles": (TRAIN_COMPONENT, SWEEP_SETS, PLACES, SUFFIX, STARTS, BOOKKEEPING),
-        },
+    resume: str = option(
+        "",
+        "empty: start fresh; 'auto': resume from this run folder's newest intact checkpoint if one "
+        "exists (needs --run_name); or a checkpoint folder (e.g. runs/NAME/checkpoints/step_240). A restart "
+        "of the same torchrun/TorchX job always resumes from its own newest checkpoint",
+        roles=(TRAIN_COMPONENT, RESERVED_BY_SWEEP, RERUN_MAY_CHANGE, BRANCH_MAY_CHANGE, STARTS_OR_PAUSES, BOOKKEEPING),
     )
-    start_from: str = field(
-        default="",
-        metadata={
-            "help": "start this run (a new run folder) from another run's step_N checkpoint: weights, optimizer "
-            "state and data position; the freeze schedule and remedies are this run's own flags and must agree "
-            "with what that run did up to the checkpoint (a schedule branch). With --resume auto, the run's own "
-            "newest checkpoint wins once it has one",
-            "roles": (SEARCH_SETS, SEARCH_LAUNCH, SUFFIX, NOT_PRETRAINED, STARTS),
-        },
+    start_from: str = option(
+        "",
+        "start this run (a new run folder) from another run's step_N checkpoint: weights, optimizer "
+        "state and data position; the freeze schedule and remedies are this run's own flags and must agree "
+        "with what that run did up to the checkpoint (a schedule branch). With --resume auto, the run's own "
+        "newest checkpoint wins once it has one",
+        roles=(RESERVED_BY_SEARCH, VARIES_PER_LAUNCH, BRANCH_MAY_CHANGE, IGNORED_BY_PRETRAINING, STARTS_OR_PAUSES),
     )
-    stop_at_epoch: float = field(
-        default=0.0,
-        metadata={
-            "help": "pause after this many epochs of the --epochs schedule (checkpoint saved, no final records); a "
-            "later launch with --resume auto continues (0: train to --epochs). A fraction pauses inside an epoch, "
-            "at step round(X * steps per epoch), with an evaluation of every split and a checkpoint there",
-            "roles": (PLACES, SEARCH_SETS, SEARCH_LAUNCH, SUFFIX, STARTS),
-        },
+    stop_at_epoch: float = option(
+        0.0,
+        "pause after this many epochs of the --epochs schedule (checkpoint saved, no final records); a "
+        "later launch with --resume auto continues (0: train to --epochs). A fraction pauses inside an epoch, "
+        "at step round(X * steps per epoch), with an evaluation of every split and a checkpoint there",
+        roles=(RERUN_MAY_CHANGE, RESERVED_BY_SEARCH, VARIES_PER_LAUNCH, BRANCH_MAY_CHANGE, STARTS_OR_PAUSES),
     )
-    overwrite: bool = field(
-        default=False,
-        metadata={
-            "help": "let a fresh start delete the checkpoints and summary.json an earlier run left in this run "
-            "folder (without it, such a start is refused)",
-            "roles": (PLACES, SUFFIX, STARTS, BOOKKEEPING),
-        },
+    overwrite: bool = option(
+        False,
+        "let a fresh start delete the checkpoints and summary.json an earlier run left in this run "
+        "folder (without it, such a start is refused)",
+        roles=(RERUN_MAY_CHANGE, BRANCH_MAY_CHANGE, STARTS_OR_PAUSES, BOOKKEEPING),
     )
 
     def validate(self, epochs: int) -> None:
@@ -319,39 +280,24 @@ class CheckpointConfig:
 class MetricsConfig:
     """Where a run writes, and how often it evaluates and logs."""
 
-    tensorboard_dir: str = field(
-        default="runs",
-        metadata={
-            "help": "parent folder of run folders",
-            "roles": (TRAIN_COMPONENT, SWEEP_SETS, PLACES, SUFFIX, BOOKKEEPING),
-        },
+    tensorboard_dir: str = option(
+        "runs", "parent folder of run folders",
+        roles=(TRAIN_COMPONENT, RESERVED_BY_SWEEP, RERUN_MAY_CHANGE, BRANCH_MAY_CHANGE, BOOKKEEPING),
     )
-    run_name: str = field(
-        default="",
-        metadata={
-            "help": "run folder name under --tensorboard_dir (default: derived)",
-            "roles": (TRAIN_COMPONENT, SWEEP_SETS, PLACES, SUFFIX, BOOKKEEPING),
-        },
+    run_name: str = option(
+        "", "run folder name under --tensorboard_dir (default: derived)",
+        roles=(TRAIN_COMPONENT, RESERVED_BY_SWEEP, RERUN_MAY_CHANGE, BRANCH_MAY_CHANGE, BOOKKEEPING),
     )
-    eval_every_n_steps: int = field(
-        default=0,
-        metadata={"help": "also evaluate every N train steps (0: per epoch only)", "roles": (SUFFIX, NOT_PRETRAINED)},
+    eval_every_n_steps: int = option(
+        0, "also evaluate every N train steps (0: per epoch only)",
+        roles=(BRANCH_MAY_CHANGE, IGNORED_BY_PRETRAINING),
     )
-    train_eval_rows: int = field(
-        default=20000,
-        metadata={
-            "help": "rows of a fixed train sample evaluated each time (memorisation check)",
-            "roles": (SUFFIX, NOT_PRETRAINED),
-        },
+    train_eval_rows: int = option(
+        20000, "rows of a fixed train sample evaluated each time (memorisation check)",
+        roles=(BRANCH_MAY_CHANGE, IGNORED_BY_PRETRAINING),
     )
-    log_every_n_steps: int = field(
-        default=20,
-        metadata={"help": "train loss/throughput logging interval", "roles": (SUFFIX, BOOKKEEPING)},
-    )
-    progress_bar: bool = field(
-        default=True,
-        metadata={"help": "show a tqdm progress bar on rank 0", "roles": (PLACES, SUFFIX, BOOKKEEPING)},
-    )
+    log_every_n_steps: int = option(20, "train loss/throughput logging interval", roles=(BRANCH_MAY_CHANGE, BOOKKEEPING))
+    progress_bar: bool = option(True, "show a tqdm progress bar on rank 0", roles=(RERUN_MAY_CHANGE, BRANCH_MAY_CHANGE, BOOKKEEPING))
 
     def validate(self) -> None:
         _at_least(self, ("log_every_n_steps",), 1, "a positive integer")

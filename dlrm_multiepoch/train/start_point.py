@@ -33,7 +33,7 @@ Example::
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.auto.config import AUTO
-from dlrm_multiepoch.config_section import SUFFIX
+from dlrm_multiepoch.config_section import BRANCH_MAY_CHANGE
 from dlrm_multiepoch.data.dataset import InteractionData, TableSpec
 from dlrm_multiepoch.data.identity import IDENTITY, data_identity, identity_changes
 from dlrm_multiepoch.distributed import DistEnv
@@ -56,10 +56,10 @@ from dlrm_multiepoch.train.run_folder import RunFolder, open_run_folder
 from dlrm_multiepoch.train.spec import TrainSpec
 
 # Settings a branch may set otherwise than its parent (dotted TrainConfig.to_dict() paths;
-# a trailing "." covers a section: the fields with the SUFFIX role): its schedule suffix, its
+# a trailing "." covers a section: the fields with the BRANCH_MAY_CHANGE role): its schedule suffix, its
 # folder and launch, and what only evaluation, logging or checkpointing reads. Everything
 # else shapes the training the parent did, so it must be the parent's.
-SUFFIX_FIELDS = record_paths(SUFFIX)
+SUFFIX_FIELDS = record_paths(BRANCH_MAY_CHANGE)
 # Parts a branch does not take from its parent (its exclude_from_loading): the schedule is its own, the summary its own.
 OWN_PARTS = ("freeze", "metrics")
 

@@ -2,19 +2,19 @@
 
 from typing import Any, Dict, List, Mapping, Sequence
 
-from dlrm_multiepoch.config_section import SHAPES, STARTS
+from dlrm_multiepoch.config_section import CHANGES_SHAPES, STARTS_OR_PAUSES
 from dlrm_multiepoch.data.dataset import TableSpec
 from dlrm_multiepoch.run_files import CheckpointInfo, flat_config
 from dlrm_multiepoch.train.config import record_paths
 
-# Config fields (dotted paths into TrainConfig.to_dict(): the fields with the SHAPES role) that change
+# Config fields (dotted paths into TrainConfig.to_dict(): the fields with the CHANGES_SHAPES role) that change
 # parameter or optimizer-state shapes (--dense_cols: the dense input width; --task_thresholds: the number
 # of tasks, i.e. head widths; --embedding_optimizer: row-wise or element-wise Adagrad state): a checkpoint
 # loads only into a run with the same values. Table sizes, which follow from every data option, are
 # compared separately.
-SHAPE_FIELDS = record_paths(SHAPES)
-# How this launch starts or pauses (the STARTS role): a resume does not list them among the changed settings.
-START_FIELDS = record_paths(STARTS)
+SHAPE_FIELDS = record_paths(CHANGES_SHAPES)
+# How this launch starts or pauses (the STARTS_OR_PAUSES role): a resume does not list them as changes.
+START_FIELDS = record_paths(STARTS_OR_PAUSES)
 
 
 def _get(config: Mapping[str, Any], dotted: str) -> Any:

@@ -121,15 +121,18 @@ def check_folder(path: str, what: str) -> None:
 
 @contextlib.contextmanager
 def signals_stop() -> Iterator[None]:
-    """SIGHUP (a closed terminal) and SIGTERM raise :class:`Stopped` where Ctrl-C raises ``KeyboardInterrupt``
-    (SIGTERM only where nothing else handles it yet: TorchX's local scheduler installs its own)."""
+    """SIGHUP (a closed terminal) and SIGTERM raise :class:`Stopped` where Ctrl-C raises ``KeyboardInterrupt``,
+    each only where it would otherwise end the process: a SIGHUP that ``nohup`` ignores stays ignored, and a SIGTERM
+    handler already there (TorchX's local scheduler installs its own) stays."""
 
     def stop(signum: int, _frame: object) -> None:
         raise Stopped(signum)
 
-    before = {signal.SIGHUP: signal.signal(signal.SIGHUP, stop)}
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        before[signal.SIGTERM] = signal.signal(signal.SIGTERM, stop)
+    before = {
+        signum: signal.signal(signum, stop)
+        for signum in (signal.SIGHUP, signal.SIGTERM)
+        if signal.getsignal(signum) == signal.SIG_DFL
+    }
     try:
         yield
     finally:

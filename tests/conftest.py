@@ -14,9 +14,10 @@ they are defined too. ``make test-fast`` runs the rest:
 ``pytest -m "not multiprocess and not launch and not network"``.
 """
 
+import signal
 from pathlib import Path
 from types import CodeType, FunctionType
-from typing import Callable, Set
+from typing import Callable, Iterator, Set
 
 import pytest
 
@@ -65,6 +66,15 @@ def _train_references(rank: int, world_size: int, tmp: str) -> None:
     env = init_distributed()
     Trainer(resume_config(tmp, "a", keep_checkpoints=10), env).train()
     Trainer(parse_config(E2E_FLAGS + ["--tensorboard_dir", tmp, "--run_name", "e2e"]), env).train()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def hangup_as_a_terminal_has_it() -> Iterator[None]:
+    """SIGHUP at its default for the session: the signal tests send it to this process and expect the commands to
+    stop as under a terminal; a suite run under ``nohup`` inherits it ignored, which the commands rightly keep."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, before)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ the read-only folder are the kernel's (a tmpfs, a read-only bind mount: root onl
 an injected ``ENOSPC`` (``tests/fs_faults.py``); ``--group`` is a real TorchX ``local_cwd`` launch.
 """
 
-import contextlib
 import io
 import json
 import os
@@ -19,7 +18,6 @@ import threading
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -136,16 +134,6 @@ def test_seeds_no_run_can_have_are_refused_before_anything_runs(tmp_path, capsys
 # -- a signal before the first launch ------------------------------------------------------
 
 
-@contextlib.contextmanager
-def default_hangup() -> Iterator[None]:
-    """SIGHUP at its default inside the block, whatever this test process inherited (``nohup`` ignores it)."""
-    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGHUP, before)
-
-
 @pytest.mark.parametrize("how", ["SIGHUP", "SIGTERM", "SIGINT"])
 @pytest.mark.parametrize("command", ["search", "sweep"])
 def test_a_signal_during_the_checks_before_the_first_launch_says_one_line(tmp_path, monkeypatch, how, command):
@@ -161,7 +149,7 @@ def test_a_signal_during_the_checks_before_the_first_launch_says_one_line(tmp_pa
     exp = tmp_path / "exp"
     argv = [str(exp), *ARGS] if command == "search" else [str(exp), "j=--freeze_schedule joint", "--", *TINY]
     out = io.StringIO()
-    with default_hangup(), redirect_stdout(out), redirect_stderr(out):
+    with redirect_stdout(out), redirect_stderr(out):
         code = (search_main if command == "search" else sweep_main)(argv)
         assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL  # the command's handler is gone with it
     nothing = "no branch was training" if command == "search" else "no run was running"
@@ -178,11 +166,10 @@ def test_a_signal_at_any_moment_of_a_command_is_one_line(capsys):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        with default_hangup():
-            for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
-                code = guarded("compare", lambda: os.kill(os.getpid(), signum) or 0, "then rerun the same command")
-                assert code == 130
-                assert capsys.readouterr().err.strip() == f"compare: interrupted ({signum.name}); then rerun the same command"
+        for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            code = guarded("compare", lambda: os.kill(os.getpid(), signum) or 0, "then rerun the same command")
+            assert code == 130
+            assert capsys.readouterr().err.strip() == f"compare: interrupted ({signum.name}); then rerun the same command"
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)

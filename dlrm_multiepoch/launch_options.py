@@ -136,10 +136,6 @@ class LaunchOptions:
         kwargs.pop("m" if self.script else "script")
         return kwargs
 
-    def entry_point(self) -> str:
-        """What each job runs, in words: ``-m dlrm_multiepoch.train`` or the ``--script`` path."""
-        return self.script or f"-m {self.m}"
-
     def torchx_args(self, component: str, *app_args: str) -> List[str]:
         """``torchx`` arguments that launch ``component`` with these options: ``torchx run -s ... COMPONENT ...``."""
         run = ["-s", self.scheduler] + (["-cfg", self.scheduler_args] if self.scheduler_args else [])

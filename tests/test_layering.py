@@ -62,23 +62,9 @@ def _resolve(name: str, modules: Dict[str, Path]) -> str:
 # ground floor names them without importing them, so a name equal to one of these is not an import.
 LAUNCHED = {f"{PACKAGE}.train", f"{PACKAGE}.pretrain"}
 
-# Plugins: the built-in data sources are modules that register themselves (they import the registry and
-# the data config, as a user's source does), and data/registry.py's BUILTIN names them so that a lookup
-# loads them on first use, as TorchX loads components by entry point. The registry names no other module,
-# and nothing else may name them: only that table's strings are loads, not imports.
-PLUGIN_TABLE = f"{PACKAGE}.data.registry"
-
-
-def _plugins() -> Set[str]:
-    from dlrm_multiepoch.data.registry import BUILTIN
-
-    return {builtin.module for builtin in BUILTIN.values()}
-
-
 def import_graph(root: Path = REPO) -> List[Import]:
     """Every import of a package module from a package module (the package under ``root``), however deferred."""
     modules = _modules(root)
-    plugins = _plugins()
     found: List[Import] = []
     for module, path in modules.items():
         package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
@@ -100,8 +86,7 @@ def import_graph(root: Path = REPO) -> List[Import]:
                         base = ".".join(anchor + ([base] if base else []))
                     names = [f"{base}.{alias.name}" for alias in child.names]  # the module itself, or one in it
                 elif isinstance(child, ast.Constant) and isinstance(child.value, str):
-                    plugin_load = module == PLUGIN_TABLE and child.value in plugins
-                    if re.fullmatch(rf"{PACKAGE}(\.\w+)+", child.value) and child.value not in LAUNCHED and not plugin_load:
+                    if re.fullmatch(rf"{PACKAGE}(\.\w+)+", child.value) and child.value not in LAUNCHED:
                         names, child_how = [child.value], "string"
                 for name in names:
                     if name == PACKAGE or name.startswith(PACKAGE + "."):

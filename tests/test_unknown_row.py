@@ -12,7 +12,7 @@ from torchmetrics.functional.classification import binary_auroc
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from dlrm_multiepoch.data.batch import Batch
-from dlrm_multiepoch.data.config import DataConfig, min_counts
+from dlrm_multiepoch.data.config import DataConfig
 from dlrm_multiepoch.data.dataset import UNKNOWN_ID, TableSpec
 from dlrm_multiepoch.data.id_dropout import IdDropout
 from dlrm_multiepoch.data.loader import BatchLoader
@@ -43,7 +43,7 @@ def _prepare(tmp: Path, min_count="1", id_fit_splits=("train",), chunks: int = 1
     cfg = DataConfig(min_count=min_count)
     recipe = Recipe(
         "toy", ["user", "item"], Standardize([]), ["like"], lambda n: {"like": n["like"].astype(np.float32)}, plan,
-        min_count=min_counts(cfg, ["user", "item"]), id_fit_splits=id_fit_splits,
+        min_count=cfg.min_counts(["user", "item"]), id_fit_splits=id_fit_splits,
     )  # fmt: skip
     like = np.array([1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1], np.float32)
     parts = np.array_split(np.arange(len(frame)), chunks)
@@ -69,9 +69,9 @@ def test_per_table_min_count_folds_and_reports(tmp_path: Path):
     assert any(n.startswith("table t_user: min_count 3 folds 2 of 3 ids") for n in notes), notes
     assert data.encoding["t_item"]["folded_ids"] == 0
     with pytest.raises(ValueError, match="--min_count: unknown table"):
-        min_counts(DataConfig(min_count="t_usr=2"), ["user"])
+        DataConfig(min_count="t_usr=2").min_counts(["user"])
     with pytest.raises(ValueError, match="--min_count"):
-        min_counts(DataConfig(min_count="0"), ["user"])
+        DataConfig(min_count="0").min_counts(["user"])
     DataConfig(min_count="1,t_user=3").validate()  # the per-table form passes the config check
     with pytest.raises(ValueError, match="--min_count"):
         DataConfig(min_count="0").validate()

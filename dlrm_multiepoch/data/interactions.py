@@ -29,7 +29,6 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from dlrm_multiepoch.config_section import validated
-from dlrm_multiepoch.data.config import DataConfig, id_fit_splits, min_counts
 from dlrm_multiepoch.data.dataset import HISTORY_FEATURE
 from dlrm_multiepoch.data.encode import random_split, subsample, time_split
 from dlrm_multiepoch.data.preprocess import preprocess
@@ -43,8 +42,8 @@ from dlrm_multiepoch.data.recipe import (
     threshold_labels,
 )
 from dlrm_multiepoch.data.readers import require_columns
-from dlrm_multiepoch.data.registry import Source, register_source
 from dlrm_multiepoch.data.scan import FileInput
+from dlrm_multiepoch.data.source import DataFlags, Source
 from dlrm_multiepoch.data.source_files import require_files
 from dlrm_multiepoch.data.times import MISSING_TIME, NUMBER, TimeFormat, to_float
 from dlrm_multiepoch.data.val_design import plan_validation
@@ -172,7 +171,7 @@ def to_bags(values: pa.ChunkedArray, sep: str) -> pa.Array:
     return pa.ListArray.from_arrays(lists.offsets, items, mask=lists.is_null())
 
 
-def interactions_recipe(cfg: "DataConfig", readers: List[TableReader]) -> Recipe:
+def interactions_recipe(cfg: DataFlags, readers: List[TableReader]) -> Recipe:
     """Check every file's columns against the flags (validated here unless they were), and describe
     how rows become the dataset."""
     validated(cfg)
@@ -246,8 +245,8 @@ def interactions_recipe(cfg: "DataConfig", readers: List[TableReader]) -> Recipe
         labels=threshold_labels("label", thresholds) if thresholds else binary_label,
         plan=plan,
         bags={c: cfg.multi_hot_pooling for c in multi_hot},
-        min_count=min_counts(cfg, [USER_FEATURE, ITEM_FEATURE, *categorical, *multi_hot]),
-        id_fit_splits=id_fit_splits(cfg),
+        min_count=cfg.min_counts([USER_FEATURE, ITEM_FEATURE, *categorical, *multi_hot]),
+        id_fit_splits=cfg.id_fit_splits(),
         history_length=cfg.history_length,
         history_time="time" if cfg.timestamp_col else None,
         seed=cfg.split_seed,
@@ -256,7 +255,7 @@ def interactions_recipe(cfg: "DataConfig", readers: List[TableReader]) -> Recipe
     )
 
 
-def _scan_notes(cfg: "DataConfig", readers: List[TableReader], reports: List[Dict[str, Any]]) -> List[str]:
+def _scan_notes(cfg: DataFlags, readers: List[TableReader], reports: List[Dict[str, Any]]) -> List[str]:
     """Malformed lines skipped per file; timestamps that are numbers in one file and dates in another refused."""
     notes = []
     for reader, r in zip(readers, reports):
@@ -280,7 +279,7 @@ def _scan_notes(cfg: "DataConfig", readers: List[TableReader], reports: List[Dic
     return notes
 
 
-def _why_unusable(load: Callable[[str], np.ndarray], rows: np.ndarray, n_read: int, cfg: "DataConfig") -> str:
+def _why_unusable(load: Callable[[str], np.ndarray], rows: np.ndarray, n_read: int, cfg: DataFlags) -> str:
     if n_read == 0:
         return "the file has a header but no data rows"
     no_label = int((~np.isfinite(load("label")[rows])).sum())
@@ -291,7 +290,7 @@ def _why_unusable(load: Callable[[str], np.ndarray], rows: np.ndarray, n_read: i
     )
 
 
-def interaction_file_chunks(cfg: "DataConfig", path: Path, report: Dict[str, Any]) -> Iterator[Chunk]:
+def interaction_file_chunks(cfg: DataFlags, path: Path, report: Dict[str, Any]) -> Iterator[Chunk]:
     """A :class:`~dlrm_multiepoch.data.scan.FileInput` reader: one file's chunks (ids,
     bags, label/time/dense numbers, rows to drop); then ``report`` holds its malformed
     lines and how its timestamps read (one format for the whole file)."""
@@ -331,7 +330,7 @@ def interaction_file_chunks(cfg: "DataConfig", path: Path, report: Dict[str, Any
 
 
 def prepare_interactions(
-    cfg: "DataConfig", paths: List[Path], output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+    cfg: DataFlags, paths: List[Path], output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
 ) -> List[str]:
     """Encode the interactions table at ``paths`` (one file, or several read as one table
     in that order, ``--preprocess_workers`` at a time) into the dataset folder ``output``.
@@ -348,11 +347,9 @@ def prepare_interactions(
     return preprocess(recipe, inputs, output, log, extra_meta=extra_meta, workers=cfg.preprocess_workers)
 
 
-register_source(
-    Source(
-        name="interactions",
-        prepare=prepare_interactions,
-        locate=lambda cfg, cache_dir, log: require_files(cfg, "a CSV, TSV or Parquet interactions table (or several, "
-                                                         "comma-separated)"),
-    )
+SOURCE = Source(
+    name="interactions",
+    prepare=prepare_interactions,
+    locate=lambda cfg, cache_dir, log: require_files(cfg, "a CSV, TSV or Parquet interactions table (or several, "
+                                                     "comma-separated)"),
 )

@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List
+from typing import Callable, Dict, List
 
 import numpy as np
 import pandas as pd
 
 from dlrm_multiepoch.config_section import validated
-from dlrm_multiepoch.data.config import id_fit_splits, min_counts
 from dlrm_multiepoch.data.encode import age_bucket, subsample, time_split
 from dlrm_multiepoch.data.fetch import WheelSource, read_member, wheel_locator
 from dlrm_multiepoch.data.preprocess import preprocess
 from dlrm_multiepoch.data.recipe import Recipe, SplitPlan, Standardize, frame_chunk, threshold_labels
 from dlrm_multiepoch.data.readers import describe_lines, read_delimited, require_columns
-from dlrm_multiepoch.data.registry import Source, register_source
+from dlrm_multiepoch.data.source import DataFlags, Source
 from dlrm_multiepoch.data.val_design import plan_validation
 
-if TYPE_CHECKING:
-    from dlrm_multiepoch.data.config import DataConfig
 
 MOVIELENS_WHEEL = WheelSource("recbole", "1.2.1")
 _DIR = "recbole/dataset_example/ml-100k/"
@@ -52,7 +49,7 @@ def read_atomic(wheel: Path, member: str) -> pd.DataFrame:
 
 
 def prepare_movielens(
-    cfg: "DataConfig", wheel: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
+    cfg: DataFlags, wheel: Path, output: Path, log: Callable[[str], None], extra_meta: Dict[str, object]
 ) -> List[str]:
     """Encode MovieLens-100k from ``wheel`` into the dataset folder ``output``; returns the notes.
 
@@ -116,8 +113,8 @@ def prepare_movielens(
         tasks=list(TASKS),
         labels=threshold_labels("rating", TASKS),
         plan=plan,
-        min_count=min_counts(cfg, SPARSE_FEATURES),
-        id_fit_splits=id_fit_splits(cfg),
+        min_count=cfg.min_counts(SPARSE_FEATURES),
+        id_fit_splits=cfg.id_fit_splits(),
         history_length=cfg.history_length,
         history_time="time",
         val_weighting=validated(cfg).val_unseen_shares,
@@ -125,4 +122,4 @@ def prepare_movielens(
     return preprocess(recipe, [chunk], output, log, notes=notes, extra_meta=extra_meta)
 
 
-register_source(Source("movielens", prepare_movielens, wheel_locator(MOVIELENS_WHEEL)))
+SOURCE = Source("movielens", prepare_movielens, wheel_locator(MOVIELENS_WHEEL))

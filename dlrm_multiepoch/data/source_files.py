@@ -6,13 +6,21 @@ Example::
                            require_file(cfg, "a CSV file of my events")))
 """
 
+import os
 from pathlib import Path
 from typing import List
 
-from dlrm_multiepoch.data.config import DataConfig, input_paths
+from dlrm_multiepoch.config_section import split_list
+from dlrm_multiepoch.data.source import DataFlags
 
 
-def require_file(cfg: DataConfig, what: str) -> Path:
+def input_paths(data_path: str) -> List[str]:
+    """``--data_path`` as a list of paths: one path, or several separated by commas
+    (a path that exists as written is one path, commas and all)."""
+    return [data_path] if os.path.exists(data_path) or "," not in data_path else split_list(data_path)
+
+
+def require_file(cfg: DataFlags, what: str) -> Path:
     """``--data_path`` as one file that exists; errors say what the source expects."""
     paths = require_files(cfg, what)
     if len(paths) > 1:
@@ -20,9 +28,9 @@ def require_file(cfg: DataConfig, what: str) -> Path:
     return paths[0]
 
 
-def require_files(cfg: DataConfig, what: str) -> List[Path]:
+def require_files(cfg: DataFlags, what: str) -> List[Path]:
     """``--data_path`` as files that exist: one path, or several separated by commas
-    (:func:`~dlrm_multiepoch.data.config.input_paths`); errors say what the source expects."""
+    (:func:`input_paths`); errors say what the source expects."""
     if not cfg.data_path:
         raise ValueError(f"--data_path is required for --dataset {cfg.dataset} ({what})")
     paths = [Path(p) for p in input_paths(cfg.data_path)]

@@ -19,12 +19,13 @@ Example::
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, TypeVar
+import typing
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
-from dlrm_multiepoch.config_section import options_of, to_argv
+from dlrm_multiepoch.config_section import Option, options_of, to_argv
 from dlrm_multiepoch.train.config import TrainConfig, config_fields
 
-_ATTR = "__option_params__"  # on a component: {class: {parameter: default}}
+_ATTR = "__option_params__"  # on a component: {class: {name: its parameter}}
 O = TypeVar("O")
 
 
@@ -43,7 +44,7 @@ def add_params(
         unit: what ``{unit}`` in a help says (a job, a run, a branch).
     """
     app = cls is TrainConfig
-    options = [o for o in (config_fields().values() if app else options_of(cls)) if role in o.roles]
+    options = [o for o in _options(cls) if role in o.roles]
     added, lines = [], []
     for o in options:
         if app:
@@ -59,7 +60,7 @@ def add_params(
                                        default=inspect.Parameter.empty if empty else default))  # fmt: skip
         lines.append(f"    {o.name}: {help}")
     _add_parameters(fn, added, lines, first)
-    fn.__dict__.setdefault(_ATTR, {})[cls] = {p.name: p.default for p in added}
+    fn.__dict__.setdefault(_ATTR, {})[cls] = {p.name: p for p in added}
 
 
 def _add_parameters(fn: Callable[..., Any], added: List[inspect.Parameter], lines: List[str], first: bool) -> None:
@@ -87,29 +88,9 @@ def take_options(fn: Callable[..., Any], cls: Type[O], params: Dict[str, Any]) -
         TypeError: a value of another type (``epochs="3"`` from Python; TorchX's CLI hands over typed values),
             or a required option missing.
     """
-    given: Dict[str, Any] = getattr(fn, _ATTR)[cls]
-    values = {}
-    for o in options_of(cls):
-        if o.name not in given:
-            continue
-        value = params.pop(o.name, given[o.name])
-        if value is inspect.Parameter.empty:
-            raise TypeError(f"--{o.name} is required")
-        if value is None and isinstance(o.default, (dict, list)):
-            value = o.default
-        if value is not None and o.kind in (str, int, float):
-            _check_kind(o.name, value, o.kind)
-        values[o.path] = value
-    options = cls(**values)
+    options = cls(**{o.path: value for o, value in _take(fn, cls, params)})
     options.check()  # type: ignore[attr-defined]
     return options
-
-
-def _check_kind(name: str, value: Any, kind: type) -> None:
-    """Refuse ``value`` unless it is a ``kind``; an int passes for a float."""
-    fits = isinstance(value, kind) or (kind is float and isinstance(value, int))
-    if not fits or (isinstance(value, bool) and kind is not bool):  # Python counts a bool an int; a flag does not
-        raise TypeError(f"--{name} must be {kind.__name__}, got {value!r}")
 
 
 def app_flags(fn: Callable[..., Any], values: Dict[str, Any], script_args: Sequence[str] = ()) -> List[str]:
@@ -120,28 +101,47 @@ def app_flags(fn: Callable[..., Any], values: Dict[str, Any], script_args: Seque
         TypeError: a name that is not a parameter of ``fn``, or a value of the wrong type.
         ValueError: a string that does not parse as the flag's type, or a flag also in ``script_args``.
     """
-    names = getattr(fn, _ATTR)[TrainConfig]
-    unknown = sorted(set(values) - set(names))
-    if unknown:
-        raise TypeError(f"{fn.__name__}() got unexpected keyword argument(s) {unknown}")
-    options = [o for name, o in config_fields().items() if name in names]
-    for o in options:
-        value = values.get(o.name)
-        if value is None:
-            continue
-        # TorchX's CLI hands Optional[int] and Optional[float] values over as strings:
-        # check them here, so a typo fails at submission rather than after the job queued.
-        if isinstance(value, str) and o.kind is not str:
-            try:
-                values[o.name] = o.kind(value)
-            except ValueError:
-                raise ValueError(f"--{o.name} must be {o.kind.__name__}, got {value!r}") from None
-        else:
-            _check_kind(o.name, value, o.kind)
-        # argparse keeps the last of repeated flags: a silent override is worse than an error.
+    rest = dict(values)
+    given = [(o, value) for o, value in _take(fn, TrainConfig, rest) if value is not None]
+    if rest:
+        raise TypeError(f"{fn.__name__}() got unexpected keyword argument(s) {sorted(rest)}")
+    for o, value in given:  # argparse keeps the last of repeated flags: a silent override is worse than an error
         if any(a == f"--{o.name}" or a.startswith(f"--{o.name}=") for a in script_args):
             raise ValueError(
                 f"--{o.name} is set both as a component parameter ({value!r}) and in the "
                 f"pass-through arguments {list(script_args)}; set it once"
             )
-    return to_argv(options, values)
+    return to_argv([o for o, _ in given], {o.name: value for o, value in given})
+
+
+def _take(fn: Callable[..., Any], cls: type, params: Dict[str, Any]) -> List[Tuple[Option, Any]]:
+    """``fn``'s parameters of ``cls``'s options popped from ``params`` (their defaults where absent), each
+    value checked against its option's type; a dict's or a list's None is its option's default."""
+    offered: Dict[str, inspect.Parameter] = getattr(fn, _ATTR)[cls]
+    taken = []
+    for o in _options(cls):
+        if o.name not in offered:
+            continue
+        parameter = offered[o.name]
+        value = params.pop(o.name, parameter.default)
+        if value is inspect.Parameter.empty:
+            raise TypeError(f"--{o.name} is required")
+        if value is None and isinstance(o.default, (dict, list)):
+            value = o.default
+        if isinstance(value, str) and o.kind in (int, float) and type(None) in typing.get_args(parameter.annotation):
+            # TorchX's CLI hands an Optional[int] or Optional[float] over as a string: parsed here, so that a
+            # typo fails at submission rather than after the job queued.
+            try:
+                value = o.kind(value)
+            except ValueError:
+                raise ValueError(f"--{o.name} must be {o.kind.__name__}, got {value!r}") from None
+        fits = value is None or isinstance(value, o.kind) or (o.kind is float and isinstance(value, int))
+        if o.kind in (str, int, float) and (not fits or (isinstance(value, bool) and o.kind is not bool)):
+            raise TypeError(f"--{o.name} must be {o.kind.__name__}, got {value!r}")  # Python's bool is an int; a flag's is not
+        taken.append((o, value))
+    return taken
+
+
+def _options(cls: type) -> List[Option]:
+    """The options of ``cls``: :class:`TrainConfig`'s flags (``config_fields``), or a dataclass of options."""
+    return list(config_fields().values()) if cls is TrainConfig else options_of(cls)

@@ -23,7 +23,7 @@ _EXPORTS = {
     "load_dataset": "dlrm_multiepoch.data.load",
     "prepare_dataset": "dlrm_multiepoch.data.load",
     "SOURCES": "dlrm_multiepoch.data.registry",
-    "Source": "dlrm_multiepoch.data.registry",
+    "Source": "dlrm_multiepoch.data.source",
     "register_source": "dlrm_multiepoch.data.registry",
     "synthetic_data": "dlrm_multiepoch.data.synthetic",
 }

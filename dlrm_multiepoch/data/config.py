@@ -21,9 +21,9 @@ from dlrm_multiepoch.config_section import (
     split_list,
     validated,
 )
-from dlrm_multiepoch.data.val_design import UnseenShares, check_design, parse_unseen_share
 from dlrm_multiepoch.data.registry import BUILTIN, check_dataset
 from dlrm_multiepoch.data.source_files import input_paths
+from dlrm_multiepoch.data.val_design import UnseenShares, check_design, parse_unseen_share
 from dlrm_multiepoch.names import POOLINGS, check_name
 from dlrm_multiepoch.table_values import TableValues
 

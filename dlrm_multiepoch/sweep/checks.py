@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 from torchx.runner import Runner
 
-from dlrm_multiepoch.data.source_files import input_paths
 from dlrm_multiepoch.data.fetch import default_cache_dir
 from dlrm_multiepoch.data.identity import IDENTITY, changed_since
+from dlrm_multiepoch.data.source_files import input_paths
 from dlrm_multiepoch.data.store import META, is_dataset_folder
 from dlrm_multiepoch.names import VAL
 from dlrm_multiepoch.run_files import SEARCH_FILE, CheckpointError, read_manifest, read_summary, recorded_field

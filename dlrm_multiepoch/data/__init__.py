@@ -2,8 +2,8 @@
 
 Exports load on first use: the numpy-only modules (sources, preprocessing, the dataset
 store, the block shuffle) import no torch, and :class:`Batch` and :class:`BatchLoader`
-import torch and TorchRec only when used. The built-in sources register themselves
-when a source is first looked up (:mod:`~dlrm_multiepoch.data.registry`).
+import torch and TorchRec only when used. A built-in source is loaded from its module
+when its name is first looked up (:mod:`~dlrm_multiepoch.data.registry`).
 """
 
 from dlrm_multiepoch.lazy import lazy_exports

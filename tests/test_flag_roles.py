@@ -29,8 +29,8 @@ from dlrm_multiepoch.sweep.plan import SWEEP_FLAGS
 from dlrm_multiepoch.train.checkpoint.compat import SHAPE_FIELDS, START_FIELDS
 from dlrm_multiepoch.train.config import TrainConfig, config_fields
 from dlrm_multiepoch.train.pretrain import NOT_APPLIED
-from tests.pinned_listing import listing_diff, listing_text, pinned_lines
 from dlrm_multiepoch.train.start_point import SUFFIX_FIELDS
+from tests.pinned_listing import listing_diff, listing_text, pinned_lines
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "options.txt"
 UPDATE = "python -m tests.test_flag_roles"
